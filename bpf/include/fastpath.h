@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * fastpath.h — the one interface between the BPF data plane and Rust.
+ *
+ * Everything that crosses the boundary (verdict/punt reasons, map keys and
+ * values, runtime switches) is declared here once. Rust gets it through
+ * bindgen (crates/fastpath-bpf/build.rs), never by hand-copying; the build
+ * script also derives the reason names from the `FP_R_*` enumerators below,
+ * so adding a reason here is all it takes to see it in `fastpath status`.
+ *
+ * Byte order: addresses are stored in network order exactly as they appear
+ * in the packet; every other integer is host order.
+ */
+#ifndef FASTPATH_H
+#define FASTPATH_H
+
+/*
+ * Why a packet got the verdict it got. FP_R_FORWARDED is the only reason a
+ * packet leaves through the fast path; every other one means XDP_PASS (the
+ * kernel takes it, unmodified). Keep FP_R__COUNT last.
+ */
+enum fp_reason {
+	FP_R_FORWARDED = 0,        /* redirected out of a managed interface */
+	FP_R_NOT_IP,               /* ethertype other than IPv4/IPv6 (ARP, LLDP, ...) */
+	FP_R_VLAN,                 /* 802.1Q/802.1ad tagged frame */
+	FP_R_L2_OTHER_HOST,        /* unicast frame for a MAC that is not the ingress port's */
+	FP_R_MULTICAST,            /* L2 or L3 multicast/broadcast, broadcast route */
+	FP_R_MALFORMED,            /* truncated, bad version/IHL/length/header checksum */
+	FP_R_IP_OPTIONS,           /* IPv4 header longer than 20 bytes */
+	FP_R_FRAGMENT,             /* IPv4 MF set or fragment offset != 0 */
+	FP_R_IPV6_EXT_HDR,         /* IPv6 next header is an extension header */
+	FP_R_TTL_EXCEEDED,         /* TTL / hop limit <= 1: the kernel sends Time Exceeded */
+	FP_R_LINK_LOCAL,           /* 169.254/16 or fe80::/10 source or destination */
+	FP_R_MARTIAN,              /* source or destination the kernel treats as martian */
+	FP_R_FORWARDING_DISABLED,  /* forwarding sysctl off for this family on the ingress */
+	FP_R_RP_FILTER,            /* reverse-path check failed or not decidable here */
+	FP_R_POLICY_ROUTING,       /* non-default ip rules for this family: kernel decides */
+	FP_R_TABLE_FULL,           /* a table overflowed: whole family punted until it fits */
+	FP_R_LOCAL,                /* destination is this host (local/anycast route) */
+	FP_R_NO_ROUTE,             /* no FIB entry */
+	FP_R_BLACKHOLE,            /* blackhole route: the kernel drops */
+	FP_R_UNREACHABLE,          /* unreachable route: the kernel answers ICMP */
+	FP_R_PROHIBIT,             /* prohibit route: the kernel answers ICMP */
+	FP_R_ROUTE_UNSUPPORTED,    /* throw, lwtunnel encap, TOS-specific, dead next hop, ... */
+	FP_R_ECMP,                 /* multipath route or next-hop group (until the ECMP issue) */
+	FP_R_NO_NEIGH,             /* neighbour missing or not in a usable NUD state */
+	FP_R_EGRESS_NOT_MANAGED,   /* egress interface has no fastpath program / devmap slot */
+	FP_R_EGRESS_DOWN,          /* egress interface not running */
+	FP_R_MTU,                  /* packet larger than the egress/route MTU */
+	FP_R_SAME_IFACE,           /* egress == ingress: the kernel may send a redirect */
+	FP_R_INGRESS_UNKNOWN,      /* program runs on an interface missing from fp_ifaces */
+	FP_R_REDIRECT_FAILED,      /* bpf_redirect_map() refused the egress */
+	FP_R__COUNT
+};
+
+/* fp_route.type: what the FIB says about a destination. */
+enum fp_route_type {
+	FP_RT_FORWARD = 1,   /* unicast via fp_route.nh_id */
+	FP_RT_LOCAL,         /* delivered to this host */
+	FP_RT_BLACKHOLE,
+	FP_RT_UNREACHABLE,
+	FP_RT_PROHIBIT,
+	FP_RT_PUNT,          /* pass up with fp_route.punt_reason */
+};
+
+/* fp_iface.flags */
+#define FP_IF_UP          (1U << 0)  /* IFF_UP and carrier (IFF_RUNNING) */
+#define FP_IF_FWD4        (1U << 1)  /* net.ipv4.conf.<dev>.forwarding */
+#define FP_IF_FWD6        (1U << 2)  /* net.ipv6.conf.{all,<dev>}.forwarding */
+#define FP_IF_RPF_STRICT  (1U << 3)  /* effective rp_filter == 1 */
+#define FP_IF_RPF_LOOSE   (1U << 4)  /* effective rp_filter == 2 */
+
+/* Family bits for fp_runtime switches. */
+#define FP_FAM_V4 (1U << 0)
+#define FP_FAM_V6 (1U << 1)
+
+#ifndef FP_ETH_ALEN
+#define FP_ETH_ALEN 6
+#endif
+
+/* fp_ifaces: ifindex -> one managed interface (ingress flags, egress rewrite data). */
+struct fp_iface {
+	__u8  mac[FP_ETH_ALEN];  /* our MAC: expected destination on ingress, source on egress */
+	__u16 flags;             /* FP_IF_* */
+	__u32 mtu;               /* IPv4 egress MTU (device MTU) */
+	__u32 mtu6;              /* IPv6 egress MTU (net.ipv6.conf.<dev>.mtu) */
+	__u32 slot;              /* index into fp_stats; 0 is reserved for unknown ingress */
+};
+
+/* fp_fib4 key: LPM trie, prefixlen first as the trie requires. */
+struct fp_lpm4_key {
+	__u32 prefixlen;
+	__u32 addr;              /* network order */
+};
+
+/* fp_fib6 key */
+struct fp_lpm6_key {
+	__u32 prefixlen;
+	__u8  addr[16];
+};
+
+/* fp_fib4 / fp_fib6 value */
+struct fp_route {
+	__u8  type;              /* enum fp_route_type */
+	__u8  punt_reason;       /* enum fp_reason, for FP_RT_PUNT */
+	__u16 _pad;
+	__u32 mtu;               /* route MTU metric honoured when forwarding (0 = none) */
+	__u32 nh_id;             /* index into fp_nexthops, for FP_RT_FORWARD */
+};
+
+/* fp_nexthops: array indexed by nh_id (0 is never used). */
+struct fp_nexthop {
+	__u32 ifindex;           /* egress */
+	__u8  gw_family;         /* 0 = on-link (neighbour is the packet's destination), AF_INET, AF_INET6 */
+	__u8  _pad[3];
+	__u8  gw[16];            /* gateway, network order; IPv4 in the first 4 bytes */
+};
+
+/* fp_neigh key: the L2 table of one interface (split L2/L3, FreeBSD paper). */
+struct fp_neigh_key {
+	__u32 ifindex;
+	__u8  family;            /* AF_INET or AF_INET6 */
+	__u8  _pad[3];
+	__u8  addr[16];          /* network order; IPv4 in the first 4 bytes, rest zero */
+};
+
+/* fp_neigh value: only neighbours in a usable NUD state are present. */
+struct fp_neigh {
+	__u8  mac[FP_ETH_ALEN];
+	__u16 _pad;
+	__u64 used_ns;           /* coarse monotonic ns of last fast-path use (refreshed <= 1/s) */
+};
+
+/* fp_stats: per-CPU array indexed by fp_iface.slot (ingress interface). */
+struct fp_stats {
+	__u64 packets[FP_R__COUNT];
+	__u64 bytes[FP_R__COUNT];
+};
+
+/*
+ * Runtime switches, the whole of the program's .bss. The daemon writes it as
+ * one value (key 0 of the .bss array map) after each reconcile.
+ */
+struct fp_runtime {
+	__u64 generation;        /* bumped on every table change */
+	__u32 table_full;        /* FP_FAM_*: family punted because a table overflowed */
+	__u32 policy_punt;       /* FP_FAM_*: family punted because of non-default ip rules */
+};
+
+/* Default capacities (overridable at start, see `fastpath run --help`). */
+#define FP_DEFAULT_FIB4_ENTRIES    65536
+#define FP_DEFAULT_FIB6_ENTRIES    16384
+#define FP_DEFAULT_NEXTHOP_ENTRIES 4096
+#define FP_DEFAULT_NEIGH_ENTRIES   16384
+#define FP_MAX_IFACES              256
+
+#endif /* FASTPATH_H */

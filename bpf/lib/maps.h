@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * maps.h — every table of the forwarding program, declared once.
+ * Sizes here are placeholders: the daemon sets max_entries before load
+ * from its --*-entries options (defaults in fastpath.h).
+ */
+#ifndef FP_MAPS_H
+#define FP_MAPS_H
+
+#include "fastpath.h"
+
+/* Managed interfaces: ingress checks and egress rewrite data. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, FP_MAX_IFACES);
+	__type(key, __u32);
+	__type(value, struct fp_iface);
+} fp_ifaces SEC(".maps");
+
+/* IPv4 FIB: longest-prefix match over the merged local + main tables. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, FP_DEFAULT_FIB4_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct fp_lpm4_key);
+	__type(value, struct fp_route);
+} fp_fib4 SEC(".maps");
+
+/* IPv6 FIB: same as fp_fib4. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, FP_DEFAULT_FIB6_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct fp_lpm6_key);
+	__type(value, struct fp_route);
+} fp_fib6 SEC(".maps");
+
+/* Next hops, indexed by the id the daemon allocates (0 unused). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FP_DEFAULT_NEXTHOP_ENTRIES);
+	__type(key, __u32);
+	__type(value, struct fp_nexthop);
+} fp_nexthops SEC(".maps");
+
+/* Per-interface L2 tables (one hash, keyed by ifindex + address). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, FP_DEFAULT_NEIGH_ENTRIES);
+	__type(key, struct fp_neigh_key);
+	__type(value, struct fp_neigh);
+} fp_neigh SEC(".maps");
+
+/* Egress ports the program may redirect to: ifindex -> ifindex. */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(max_entries, FP_MAX_IFACES);
+	__type(key, __u32);
+	__type(value, struct bpf_devmap_val);
+} fp_tx_ports SEC(".maps");
+
+/* Per-CPU packet/byte counters per ingress slot and reason. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FP_MAX_IFACES);
+	__type(key, __u32);
+	__type(value, struct fp_stats);
+} fp_stats SEC(".maps");
+
+#endif /* FP_MAPS_H */

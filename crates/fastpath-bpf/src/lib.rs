@@ -1,0 +1,23 @@
+//! fastpath's BPF side as Rust: one skeleton module per `bpf/**/<name>.bpf.c`
+//! (`fastpath_bpf::skel::xdp_fwd`, ...) and the shared interface header as
+//! Rust types (`fastpath_bpf::intf`).
+
+#![allow(clippy::all)]
+
+/// Generated skeletons, one module per BPF object.
+pub mod skel {
+    #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code, unused_imports)]
+    include!(concat!(env!("OUT_DIR"), "/skels.rs"));
+}
+
+/// Types, constants and enums of `bpf/include/fastpath.h`.
+pub mod intf {
+    #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code)]
+    include!(concat!(env!("OUT_DIR"), "/intf.rs"));
+    include!(concat!(env!("OUT_DIR"), "/reason_names.rs"));
+
+    /// Name of a reason index as shown by the CLI and metrics.
+    pub fn reason_name(i: usize) -> &'static str {
+        REASON_NAMES.get(i).copied().unwrap_or("unknown")
+    }
+}

@@ -1,0 +1,7 @@
+//! fastpath's control-plane logic, free of BPF: mirror the kernel's
+//! forwarding state over netlink (`mirror`, `parse`, `sysctl`), compute the
+//! tables fastpath should hold (`desired`), and turn the difference into an
+//! ordered list of map writes (`reconcile`).
+
+pub mod model;
+pub mod tables;

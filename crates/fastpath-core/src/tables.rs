@@ -1,0 +1,120 @@
+//! The tables fastpath writes into its BPF maps, in plain Rust. `desired`
+//! computes them from the kernel state; `reconcile` diffs them against what
+//! was written and emits ordered operations; the daemon applies each
+//! operation to a map through the `TableWriter` trait.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use serde::Serialize;
+
+/// fp_iface, per managed interface.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IfaceEntry {
+    pub mac: [u8; 6],
+    /// FP_IF_* bits.
+    pub flags: u16,
+    pub mtu: u32,
+    pub mtu6: u32,
+    /// fp_stats slot (1..); stable for the life of the daemon.
+    pub slot: u32,
+}
+
+/// fp_route.type (mirrors enum fp_route_type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum RouteAction {
+    Forward { nh_id: u32 },
+    Local,
+    Blackhole,
+    Unreachable,
+    Prohibit,
+    /// Pass up with this fp_reason index (e.g. FP_R_ECMP, FP_R_MULTICAST).
+    Punt { reason: u8 },
+}
+
+/// fp_route
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RouteEntry {
+    pub action: RouteAction,
+    /// Route MTU honoured for forwarded packets (0 = device MTU).
+    pub mtu: u32,
+}
+
+/// fp_nexthop
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct NexthopEntry {
+    pub ifindex: u32,
+    /// None: on-link, the neighbour is the packet's destination.
+    pub gateway: Option<std::net::IpAddr>,
+}
+
+/// fp_neigh_key
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct NeighKey {
+    pub ifindex: u32,
+    pub addr: std::net::IpAddr,
+}
+
+/// fp_neigh (the data path owns `used_ns`; we only write the MAC).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct NeighEntry {
+    pub mac: [u8; 6],
+}
+
+/// Runtime switches (fp_runtime minus the generation, which reconcile owns).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Switches {
+    /// FP_FAM_* bits punted because a table would overflow.
+    pub table_full: u32,
+    /// FP_FAM_* bits punted because of non-default ip rules.
+    pub policy_punt: u32,
+}
+
+/// Table capacities (max_entries of each map).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Capacities {
+    pub fib4: u32,
+    pub fib6: u32,
+    pub nexthops: u32,
+    pub neigh: u32,
+    pub ifaces: u32,
+}
+
+/// The complete content fastpath wants in its maps.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Desired {
+    pub ifaces: BTreeMap<u32, IfaceEntry>,
+    pub fib4: BTreeMap<(Ipv4Addr, u8), RouteEntry>,
+    pub fib6: BTreeMap<(Ipv6Addr, u8), RouteEntry>,
+    /// nh id -> next hop; ids come from `NexthopIds` and are stable.
+    pub nexthops: BTreeMap<u32, NexthopEntry>,
+    pub neigh: BTreeMap<NeighKey, NeighEntry>,
+    pub switches: Switches,
+    /// Human-readable reasons for every switch set (for logs and `fastpath status`).
+    pub problems: Vec<String>,
+}
+
+/// One map write, in the order it must happen.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Op {
+    /// Written first when a family gets punted, last when it gets un-punted.
+    SetSwitches(Switches),
+    UpsertIface(u32, IfaceEntry),
+    DeleteIface(u32),
+    UpsertNexthop(u32, NexthopEntry),
+    DeleteNexthop(u32),
+    UpsertNeigh(NeighKey, NeighEntry),
+    DeleteNeigh(NeighKey),
+    UpsertRoute4(Ipv4Addr, u8, RouteEntry),
+    DeleteRoute4(Ipv4Addr, u8),
+    UpsertRoute6(Ipv6Addr, u8, RouteEntry),
+    DeleteRoute6(Ipv6Addr, u8),
+    /// Always the last op of a non-empty plan.
+    BumpGeneration,
+}
+
+/// Something that can apply an `Op` (the BPF maps in the daemon; memory in tests).
+pub trait TableWriter {
+    type Error: std::error::Error + Send + Sync + 'static;
+    fn apply(&mut self, op: &Op) -> Result<(), Self::Error>;
+}
