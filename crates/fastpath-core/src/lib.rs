@@ -3,5 +3,8 @@
 //! tables fastpath should hold (`desired`), and turn the difference into an
 //! ordered list of map writes (`reconcile`).
 
+pub mod desired;
+pub mod mirror;
 pub mod model;
+pub mod reconcile;
 pub mod tables;
