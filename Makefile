@@ -1,0 +1,47 @@
+# fastpath: the two commands are `make demo` and `make test` (both as root).
+# Each installs whatever is missing first (scripts/setup.sh is idempotent).
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := build
+
+CARGO   ?= cargo
+VENV    := .venv
+PYTHON  := $(VENV)/bin/python
+BIN     := target/release/fastpath
+PYTEST_ARGS ?=
+
+# bindgen (crates/fastpath-bpf/build.rs) loads libclang at build time.
+ifneq ($(wildcard /usr/lib/llvm-19/lib),)
+export LIBCLANG_PATH ?= /usr/lib/llvm-19/lib
+endif
+# rustup installs into ~/.cargo/bin, which non-login root shells often lack.
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+.PHONY: setup build test test-rust test-e2e demo bench clean
+
+setup:
+	scripts/setup.sh
+
+build:
+	$(CARGO) build --release --locked
+
+# Every test layer: Rust unit tests, root BPF_PROG_RUN and netlink tests
+# (inside cargo test), then the end-to-end suite in network namespaces.
+test: setup build test-rust test-e2e
+
+test-rust:
+	$(CARGO) test --release --locked --workspace
+
+test-e2e:
+	$(PYTHON) -m pytest tests $(PYTEST_ARGS)
+
+demo: setup build
+	$(PYTHON) tests/demo.py
+
+bench: build
+	$(BIN) bench
+
+clean:
+	$(CARGO) clean
+	rm -rf .pytest_cache bench/out
+	find tests -name __pycache__ -prune -exec rm -rf {} +
