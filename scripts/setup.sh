@@ -10,7 +10,7 @@ cd "$root"
 pkgs=(
 	clang-19 llvm-19 libclang-19-dev   # BPF compiler; bindgen needs libclang
 	bpftool libelf-dev zlib1g-dev pkg-config build-essential
-	nftables conntrack ethtool tcpdump iperf3 iproute2
+	nftables conntrack ethtool tcpdump iperf3 iproute2 iputils-ping
 	python3-venv
 )
 
