@@ -1,1 +1,120 @@
-fn main() {}
+//! `fastpath`: the daemon (`fastpath run`) and its clients (`status`,
+//! `routes`, `neighbours`), plus the benchmark (`fastpath bench`).
+
+mod api;
+mod bench;
+mod daemon;
+mod keepalive;
+mod links;
+mod loader;
+mod maps;
+mod preflight;
+mod render;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use fastpath_bpf::intf;
+
+/// Where the daemon serves its API unless told otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/fastpath/fastpath.sock";
+
+#[derive(Debug, Parser)]
+#[command(name = "fastpath", version, about = "XDP fast path for Linux routers, mirrored live from the kernel")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run the daemon on the given interfaces until SIGINT/SIGTERM.
+    Run(RunArgs),
+    /// Interfaces, XDP mode, table occupancy and counters.
+    Status(StatusArgs),
+    /// The routes fastpath holds in its FIB tables.
+    Routes(ClientArgs),
+    /// The neighbours fastpath forwards to.
+    #[command(alias = "neighbors")]
+    Neighbours(ClientArgs),
+    /// Traffic generator benchmark (not a test).
+    Bench(bench::BenchArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum XdpMode {
+    /// Native where the driver supports it, generic (with a warning) elsewhere.
+    Auto,
+    /// Native (driver) mode only; fail where the driver lacks it.
+    Native,
+    /// Generic (skb) mode.
+    Generic,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Interface to run on (repeat for each interface).
+    #[arg(short = 'i', long = "interface", value_name = "IFACE")]
+    pub interfaces: Vec<String>,
+    /// Unix socket the API is served on.
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+    /// Capacity of the IPv4 FIB.
+    #[arg(long, value_name = "N", default_value_t = intf::FP_DEFAULT_FIB4_ENTRIES)]
+    pub fib4_entries: u32,
+    /// Capacity of the IPv6 FIB.
+    #[arg(long, value_name = "N", default_value_t = intf::FP_DEFAULT_FIB6_ENTRIES)]
+    pub fib6_entries: u32,
+    /// Capacity of the next-hop table (id 0 is never used).
+    #[arg(long, value_name = "N", default_value_t = intf::FP_DEFAULT_NEXTHOP_ENTRIES)]
+    pub nexthop_entries: u32,
+    /// Capacity of the neighbour table.
+    #[arg(long, value_name = "N", default_value_t = intf::FP_DEFAULT_NEIGH_ENTRIES)]
+    pub neigh_entries: u32,
+    /// Receive buffer of the netlink event socket (an overrun costs a full resync).
+    #[arg(long, value_name = "BYTES", default_value_t = 8 << 20)]
+    pub netlink_rcvbuf: usize,
+    /// How the XDP program is attached.
+    #[arg(long, value_enum, default_value_t = XdpMode::Auto)]
+    pub xdp_mode: XdpMode,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClientArgs {
+    /// Print the daemon's JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Unix socket of the daemon.
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Show every reason, not only the non-zero ones.
+    #[arg(long)]
+    pub all: bool,
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let cli = Cli::parse();
+    let res = match cli.cmd {
+        Cmd::Run(args) => daemon::run(args),
+        Cmd::Status(args) => api::client_status(&args),
+        Cmd::Routes(args) => api::client_routes(&args),
+        Cmd::Neighbours(args) => api::client_neighbours(&args),
+        Cmd::Bench(args) => bench::run(args),
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line, whole context chain: scripts and humans both read it.
+            eprintln!("fastpath: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,478 @@
+//! The daemon's API: a root-only unix socket speaking newline-delimited JSON,
+//! and the CLI clients that talk to it.
+//!
+//! Request (one line): `{"cmd":"status"}`, `{"cmd":"routes"}` or `{"cmd":"neighbours"}`.
+//! Response (one line): `{"ok":true,"data":DATA}` or `{"ok":false,"error":"..."}`.
+//! Tests and the demo depend on these exact keys:
+//!
+//! status:
+//! ```text
+//! {"generation":u64, "netlink_resyncs":u64, "neigh_keepalives":u64,
+//!  "interfaces":[{"name":str, "ifindex":n, "xdp_mode":"native"|"generic", "mac":"aa:bb:..",
+//!                 "mtu":n, "up":bool, "fwd4":bool, "fwd6":bool, "rp_filter":0|1|2,
+//!                 "counters":{"<reason>":{"packets":n,"bytes":n}, ... every reason}}],
+//!  "tables":{"fib4":{"used":n,"capacity":n}, "fib6":{..}, "nexthops":{..},
+//!            "neighbours":{..}, "interfaces":{..}},
+//!  "families":{"ipv4":{"fast_path":bool,"problems":[str]}, "ipv6":{..}},
+//!  "totals":{"<reason>":{"packets":n,"bytes":n}, ... every reason}}
+//! ```
+//! Reason names are `enum fp_reason` in lower case without `FP_R_`
+//! ("forwarded", "not_ip", "no_neigh", ...). `totals` also counts packets
+//! that arrived on an interface missing from fp_ifaces (slot 0).
+//!
+//! routes (sorted by family, then prefix):
+//! ```text
+//! [{"family":"ipv4"|"ipv6", "prefix":"198.51.100.0/24",
+//!   "action":"forward"|"local"|"blackhole"|"unreachable"|"prohibit"|"punt",
+//!   "reason":str|null (the punt reason), "mtu":n (0 = device MTU),
+//!   "nexthop":{"id":n,"ifindex":n,"dev":str|null,"gateway":str|null}|null}]
+//! ```
+//! neighbours:
+//! ```text
+//! [{"ifindex":n, "dev":str|null, "address":str, "mac":"aa:bb:..",
+//!   "used_ms_ago":n|null (null: not fast-path forwarded to since written)}]
+//! ```
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, ErrorKind, Write};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use fastpath_bpf::intf;
+use fastpath_core::model::Family;
+use fastpath_core::tables::{Capacities, Desired, RouteAction, RouteEntry};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::keepalive::now_coarse_ns;
+use crate::maps::{Counters, Maps, NREASONS};
+use crate::{render, ClientArgs, StatusArgs};
+
+/// What the daemon loop publishes after each round; the API thread adds
+/// live counter reads to it.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub generation: u64,
+    pub netlink_resyncs: u64,
+    pub neigh_keepalives: u64,
+    pub ifaces: Vec<IfaceInfo>,
+    pub applied: Arc<Desired>,
+    pub caps: Option<Capacities>,
+    pub problems: Vec<String>,
+    /// ifindex -> name of every link the mirror knows.
+    pub dev_names: BTreeMap<u32, String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct IfaceInfo {
+    pub name: String,
+    pub ifindex: u32,
+    pub slot: u32,
+    pub xdp_mode: &'static str,
+    pub mac: Option<[u8; 6]>,
+    pub mtu: u32,
+    pub up: bool,
+    pub fwd4: bool,
+    pub fwd6: bool,
+    pub rp_filter: u8,
+}
+
+pub type Shared = Arc<Mutex<Arc<Snapshot>>>;
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct PacketsBytes {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IfaceStatus {
+    pub name: String,
+    pub ifindex: u32,
+    pub xdp_mode: String,
+    pub mac: String,
+    pub mtu: u32,
+    pub up: bool,
+    pub fwd4: bool,
+    pub fwd6: bool,
+    pub rp_filter: u8,
+    pub counters: BTreeMap<String, PacketsBytes>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct Occupancy {
+    pub used: u64,
+    pub capacity: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Tables {
+    pub fib4: Occupancy,
+    pub fib6: Occupancy,
+    pub nexthops: Occupancy,
+    pub neighbours: Occupancy,
+    pub interfaces: Occupancy,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct FamilyStatus {
+    pub fast_path: bool,
+    pub problems: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Families {
+    pub ipv4: FamilyStatus,
+    pub ipv6: FamilyStatus,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Status {
+    pub generation: u64,
+    pub netlink_resyncs: u64,
+    pub neigh_keepalives: u64,
+    pub interfaces: Vec<IfaceStatus>,
+    pub tables: Tables,
+    pub families: Families,
+    pub totals: BTreeMap<String, PacketsBytes>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NexthopJson {
+    pub id: u32,
+    pub ifindex: u32,
+    pub dev: Option<String>,
+    pub gateway: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RouteJson {
+    pub family: String,
+    pub prefix: String,
+    pub action: String,
+    pub reason: Option<String>,
+    pub mtu: u32,
+    pub nexthop: Option<NexthopJson>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NeighbourJson {
+    pub ifindex: u32,
+    pub dev: Option<String>,
+    pub address: String,
+    pub mac: String,
+    pub used_ms_ago: Option<u64>,
+}
+
+pub fn fmt_mac(m: &[u8; 6]) -> String {
+    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+fn counters_json(c: &Counters) -> BTreeMap<String, PacketsBytes> {
+    (0..NREASONS)
+        .map(|i| (intf::reason_name(i).to_string(), PacketsBytes { packets: c.packets[i], bytes: c.bytes[i] }))
+        .collect()
+}
+
+/// Which family a problem line is about. The problem strings are free text
+/// from `desired`; one naming neither family concerns both.
+fn problem_families(p: &str) -> (bool, bool) {
+    let l = p.to_ascii_lowercase();
+    let v4 = l.contains("ipv4") || l.contains("fib4");
+    let v6 = l.contains("ipv6") || l.contains("fib6");
+    if !v4 && !v6 {
+        (true, true)
+    } else {
+        (v4, v6)
+    }
+}
+
+fn occ(used: usize, cap: u32) -> Occupancy {
+    Occupancy { used: used as u64, capacity: cap as u64 }
+}
+
+pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
+    let mut totals = maps.counters(0).context("reading counters")?;
+    let mut interfaces = Vec::new();
+    for i in &s.ifaces {
+        let c = maps.counters(i.slot).context("reading counters")?;
+        totals.add(&c);
+        interfaces.push(IfaceStatus {
+            name: i.name.clone(),
+            ifindex: i.ifindex,
+            xdp_mode: i.xdp_mode.to_string(),
+            mac: i.mac.as_ref().map(fmt_mac).unwrap_or_default(),
+            mtu: i.mtu,
+            up: i.up,
+            fwd4: i.fwd4,
+            fwd6: i.fwd6,
+            rp_filter: i.rp_filter,
+            counters: counters_json(&c),
+        });
+    }
+    let a = &s.applied;
+    let caps = s.caps.unwrap_or(Capacities { fib4: 0, fib6: 0, nexthops: 0, neigh: 0, ifaces: 0 });
+    let punted = a.switches.table_full | a.switches.policy_punt;
+    let mut families = Families {
+        ipv4: FamilyStatus { fast_path: punted & Family::V4.bit() == 0, problems: vec![] },
+        ipv6: FamilyStatus { fast_path: punted & Family::V6.bit() == 0, problems: vec![] },
+    };
+    for p in &s.problems {
+        let (v4, v6) = problem_families(p);
+        if v4 {
+            families.ipv4.problems.push(p.clone());
+        }
+        if v6 {
+            families.ipv6.problems.push(p.clone());
+        }
+    }
+    Ok(Status {
+        generation: s.generation,
+        netlink_resyncs: s.netlink_resyncs,
+        neigh_keepalives: s.neigh_keepalives,
+        interfaces,
+        tables: Tables {
+            fib4: occ(a.fib4.len(), caps.fib4),
+            fib6: occ(a.fib6.len(), caps.fib6),
+            // Id 0 of the next-hop array is never used.
+            nexthops: occ(a.nexthops.len(), caps.nexthops.saturating_sub(1)),
+            neighbours: occ(a.neigh.len(), caps.neigh),
+            interfaces: occ(a.ifaces.len(), caps.ifaces),
+        },
+        families,
+        totals: counters_json(&totals),
+    })
+}
+
+fn route_json(s: &Snapshot, family: &str, prefix: String, e: &RouteEntry) -> RouteJson {
+    let (action, reason, nexthop) = match e.action {
+        RouteAction::Forward { nh_id } => {
+            let nh = s.applied.nexthops.get(&nh_id).map(|n| NexthopJson {
+                id: nh_id,
+                ifindex: n.ifindex,
+                dev: s.dev_names.get(&n.ifindex).cloned(),
+                gateway: n.gateway.map(|g| g.to_string()),
+            });
+            ("forward", None, nh)
+        }
+        RouteAction::Local => ("local", None, None),
+        RouteAction::Blackhole => ("blackhole", None, None),
+        RouteAction::Unreachable => ("unreachable", None, None),
+        RouteAction::Prohibit => ("prohibit", None, None),
+        RouteAction::Punt { reason } => ("punt", Some(intf::reason_name(reason as usize).to_string()), None),
+    };
+    RouteJson { family: family.into(), prefix, action: action.into(), reason, mtu: e.mtu, nexthop }
+}
+
+pub fn routes(s: &Snapshot) -> Vec<RouteJson> {
+    let a = &s.applied;
+    let v4 = a.fib4.iter().map(|((addr, len), e)| route_json(s, "ipv4", format!("{addr}/{len}"), e));
+    let v6 = a.fib6.iter().map(|((addr, len), e)| route_json(s, "ipv6", format!("{addr}/{len}"), e));
+    v4.chain(v6).collect()
+}
+
+pub fn neighbours(s: &Snapshot, maps: &Maps) -> Vec<NeighbourJson> {
+    let now = now_coarse_ns();
+    s.applied
+        .neigh
+        .iter()
+        .map(|(k, e)| {
+            let used = maps.neigh_used_ns(k).ok().flatten().filter(|ns| *ns != 0);
+            NeighbourJson {
+                ifindex: k.ifindex,
+                dev: s.dev_names.get(&k.ifindex).cloned(),
+                address: k.addr.to_string(),
+                mac: fmt_mac(&e.mac),
+                used_ms_ago: used.map(|ns| now.saturating_sub(ns) / 1_000_000),
+            }
+        })
+        .collect()
+}
+
+#[derive(Deserialize)]
+struct Request {
+    cmd: String,
+}
+
+fn answer(line: &str, shared: &Shared, maps: &Maps) -> serde_json::Value {
+    let snap = match shared.lock() {
+        Ok(g) => Arc::clone(&g),
+        Err(p) => Arc::clone(&p.into_inner()),
+    };
+    let data: Result<serde_json::Value> = (|| {
+        let req: Request = serde_json::from_str(line).context("bad request (want {\"cmd\":\"status\"|\"routes\"|\"neighbours\"})")?;
+        Ok(match req.cmd.as_str() {
+            "status" => serde_json::to_value(status(&snap, maps)?)?,
+            "routes" => serde_json::to_value(routes(&snap))?,
+            "neighbours" | "neighbors" => serde_json::to_value(neighbours(&snap, maps))?,
+            other => bail!("unknown command {other:?}"),
+        })
+    })();
+    match data {
+        Ok(d) => json!({"ok": true, "data": d}),
+        Err(e) => json!({"ok": false, "error": format!("{e:#}")}),
+    }
+}
+
+fn serve_conn(stream: UnixStream, shared: &Shared, maps: &Maps) -> std::io::Result<()> {
+    // A client that goes quiet must not block everyone else.
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let mut out = stream.try_clone()?;
+    for line in BufReader::new(stream).lines() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut resp = answer(&line, shared, maps).to_string();
+        resp.push('\n');
+        out.write_all(resp.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// The socket file; removed on drop.
+pub struct Server {
+    path: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_file(&self.path) {
+            log::warn!("removing {}: {e}", self.path.display());
+        }
+    }
+}
+
+/// Binds the socket (0600, parent created 0700) and serves it from a thread.
+/// `stale`: preflight saw a socket file nobody answered on.
+pub fn serve(path: &Path, stale: bool, shared: Shared, maps: Maps) -> Result<Server> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.exists() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .with_context(|| format!("creating {}", dir.display()))?;
+        }
+    }
+    if stale {
+        // Re-check right before removing: a daemon may have started since preflight.
+        if UnixStream::connect(path).is_ok() {
+            bail!("another fastpath daemon is already serving {}", path.display());
+        }
+        log::info!("removing stale socket {}", path.display());
+        std::fs::remove_file(path).with_context(|| format!("removing stale socket {}", path.display()))?;
+    }
+    // Bind under a tight umask so the socket is never reachable by others, not even briefly.
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let bound = UnixListener::bind(path);
+    nix::sys::stat::umask(old);
+    let listener = bound.with_context(|| format!("binding API socket {}", path.display()))?;
+    let server = Server { path: path.to_path_buf() };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("chmod 0600 {}", path.display()))?;
+    std::thread::Builder::new()
+        .name("api".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                match conn {
+                    Ok(s) => {
+                        if let Err(e) = serve_conn(s, &shared, &maps) {
+                            log::debug!("API connection: {e}");
+                        }
+                    }
+                    Err(e) => log::warn!("API accept: {e}"),
+                }
+            }
+        })
+        .context("starting the API thread")?;
+    log::info!("API listening on {}", path.display());
+    Ok(server)
+}
+
+/// One request, one answer; Err with a one-line message otherwise.
+pub fn request(path: &Path, cmd: &str) -> Result<serde_json::Value> {
+    let mut stream = match UnixStream::connect(path) {
+        Ok(s) => s,
+        Err(e) if e.kind() == ErrorKind::NotFound => bail!("daemon not running (no socket at {})", path.display()),
+        Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
+            bail!("daemon not running (stale socket at {})", path.display())
+        }
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => {
+            bail!("cannot connect to {}: permission denied (the API is root-only)", path.display())
+        }
+        Err(e) => return Err(e).with_context(|| format!("connecting to {}", path.display())),
+    };
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut req = json!({ "cmd": cmd }).to_string();
+    req.push('\n');
+    stream.write_all(req.as_bytes()).with_context(|| format!("sending to {}", path.display()))?;
+    let mut line = String::new();
+    BufReader::new(&stream).read_line(&mut line).with_context(|| format!("reading from {}", path.display()))?;
+    if line.is_empty() {
+        bail!("daemon at {} closed the connection without answering", path.display());
+    }
+    let mut resp: serde_json::Value = serde_json::from_str(&line).context("daemon sent invalid JSON")?;
+    if resp["ok"].as_bool() == Some(true) {
+        Ok(resp["data"].take())
+    } else {
+        Err(anyhow!("daemon: {}", resp["error"].as_str().unwrap_or("unknown error")))
+    }
+}
+
+fn print_json(v: &serde_json::Value) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+pub fn client_status(args: &StatusArgs) -> Result<()> {
+    let data = request(&args.client.socket, "status")?;
+    if args.client.json {
+        return print_json(&data);
+    }
+    let s: Status = serde_json::from_value(data).context("daemon sent an unexpected status")?;
+    print!("{}", render::status(&s, args.all));
+    Ok(())
+}
+
+pub fn client_routes(args: &ClientArgs) -> Result<()> {
+    let data = request(&args.socket, "routes")?;
+    if args.json {
+        return print_json(&data);
+    }
+    let r: Vec<RouteJson> = serde_json::from_value(data).context("daemon sent unexpected routes")?;
+    print!("{}", render::routes(&r));
+    Ok(())
+}
+
+pub fn client_neighbours(args: &ClientArgs) -> Result<()> {
+    let data = request(&args.socket, "neighbours")?;
+    if args.json {
+        return print_json(&data);
+    }
+    let n: Vec<NeighbourJson> = serde_json::from_value(data).context("daemon sent unexpected neighbours")?;
+    print!("{}", render::neighbours(&n));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn problems_are_split_by_family() {
+        assert_eq!(problem_families("fib6 full: IPv6 punted"), (false, true));
+        assert_eq!(problem_families("IPv4: non-default ip rules"), (true, false));
+        assert_eq!(problem_families("next-hop table full"), (true, true));
+    }
+
+    #[test]
+    fn mac_format() {
+        assert_eq!(fmt_mac(&[0xaa, 0xbb, 0, 1, 2, 0xff]), "aa:bb:00:01:02:ff");
+    }
+}

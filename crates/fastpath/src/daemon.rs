@@ -1,0 +1,296 @@
+//! `fastpath run`: preflight, load, fill the tables, attach, serve, then
+//! follow the kernel until SIGINT/SIGTERM and leave it as it was.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use fastpath_bpf::intf;
+use fastpath_core::desired::{self, NexthopIds};
+use fastpath_core::mirror::{Mirror, PollOutcome};
+use fastpath_core::model::KernelState;
+use fastpath_core::reconcile::Reconciler;
+use fastpath_core::tables::{Capacities, Desired};
+use log::{debug, error, info, warn};
+
+use crate::api::{self, IfaceInfo, Shared, Snapshot};
+use crate::loader::{self, Attachment};
+use crate::maps::{MapWriter, Maps};
+use crate::preflight::{self, Iface};
+use crate::{keepalive, RunArgs};
+
+/// How long the main loop sleeps in poll when nothing happens; bounds the
+/// reaction time to signals.
+const IDLE_POLL: Duration = Duration::from_millis(100);
+/// After a change, wait for the burst (a route flap, `ip route replace`
+/// as delete+add) to finish, but never longer than this.
+const DEBOUNCE_MAX: Duration = Duration::from_millis(20);
+const DEBOUNCE_STEP: Duration = Duration::from_millis(2);
+/// sysctls and neighbour keep-alive.
+const PERIODIC: Duration = Duration::from_secs(1);
+/// A neighbour the data path used this recently is reported in use.
+const KEEPALIVE_WINDOW: Duration = Duration::from_secs(2);
+/// After a failed reconcile, try again no sooner than this.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// Devmap entries we added; removed on drop (after the links are gone).
+struct TxPorts<'a> {
+    maps: &'a Maps,
+    ifindexes: Vec<u32>,
+}
+
+impl Drop for TxPorts<'_> {
+    fn drop(&mut self) {
+        for i in &self.ifindexes {
+            // A deleted device already took its entry with it.
+            if let Err(e) = self.maps.del_tx_port(*i) {
+                debug!("removing devmap entry {i}: {e}");
+            }
+        }
+    }
+}
+
+pub fn run(args: RunArgs) -> Result<()> {
+    let checked = preflight::check(&args)?;
+    let ifaces = checked.ifaces;
+
+    let term = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&term)).context("installing signal handlers")?;
+    }
+
+    loader::bridge_libbpf_log();
+    let caps = Capacities {
+        fib4: args.fib4_entries,
+        fib6: args.fib6_entries,
+        nexthops: args.nexthop_entries,
+        neigh: args.neigh_entries,
+        ifaces: intf::FP_MAX_IFACES,
+    };
+    let mut storage = MaybeUninit::uninit();
+    let skel = loader::load(&mut storage, &caps)?;
+    let maps = Maps::from_skel(&skel).context("opening map handles")?;
+
+    let mut tx = TxPorts { maps: &maps, ifindexes: Vec::new() };
+    for i in &ifaces {
+        maps.add_tx_port(i.ifindex).with_context(|| format!("adding {} to the devmap", i.name))?;
+        tx.ifindexes.push(i.ifindex);
+    }
+
+    let mut mirror = Mirror::open(args.netlink_rcvbuf).context("opening the netlink mirror")?;
+    let mut state = mirror.dump().context("dumping kernel state")?;
+    let managed: BTreeMap<u32, u32> = ifaces.iter().map(|i| (i.ifindex, i.slot)).collect();
+    let mut lp = Loop {
+        ids: NexthopIds::new(caps.nexthops),
+        reconciler: Reconciler::new(),
+        writer: MapWriter::new(maps.try_clone().context("opening map handles")?),
+        caps,
+        managed,
+        problems: BTreeSet::new(),
+        applied: Arc::new(Desired::default()),
+        keepalives: 0,
+        gone: BTreeSet::new(),
+    };
+    // Tables complete before the first packet can see them.
+    lp.reconcile(&state).context("writing the initial tables")?;
+
+    let attachments = loader::attach_all(&skel.progs.fp_xdp_fwd, &ifaces, args.xdp_mode)?;
+    let shared: Shared = Arc::new(Mutex::new(Arc::new(Snapshot::default())));
+    lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
+    let server = api::serve(
+        &args.socket,
+        checked.socket == preflight::SocketState::Stale,
+        Arc::clone(&shared),
+        maps.try_clone().context("opening map handles")?,
+    )?;
+    info!(
+        "fastpath running on {} (generation {})",
+        ifaces.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(", "),
+        lp.reconciler.generation()
+    );
+
+    let mut dirty = false;
+    let mut retry_at: Option<Instant> = None;
+    let mut last_periodic = Instant::now();
+    let mut last_poll_err: Option<String> = None;
+    while !term.load(Ordering::Relaxed) {
+        match mirror.poll(&mut state, IDLE_POLL) {
+            Ok(PollOutcome::Idle) => last_poll_err = None,
+            Ok(outcome) => {
+                last_poll_err = None;
+                if outcome == PollOutcome::Resynced {
+                    warn!("netlink overrun: resynced from a full dump ({} so far)", mirror.resyncs());
+                }
+                dirty = true;
+                debounce(&mut mirror, &mut state);
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                if last_poll_err.as_deref() != Some(msg.as_str()) {
+                    error!("netlink: {msg}");
+                }
+                last_poll_err = Some(msg);
+                std::thread::sleep(IDLE_POLL);
+            }
+        }
+
+        let periodic = last_periodic.elapsed() >= PERIODIC;
+        if periodic {
+            last_periodic = Instant::now();
+            if mirror.refresh_sysctls(&mut state) {
+                dirty = true;
+            }
+        }
+
+        if dirty && retry_at.is_none_or(|t| Instant::now() >= t) {
+            match lp.reconcile(&state) {
+                Ok(()) => {
+                    dirty = false;
+                    retry_at = None;
+                }
+                Err(e) => {
+                    error!("{e:#}; retrying");
+                    retry_at = Some(Instant::now() + RETRY);
+                }
+            }
+            lp.note_deleted(&state, &ifaces);
+            lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
+        }
+
+        if periodic {
+            lp.keepalives += keepalive::refresh(&maps, KEEPALIVE_WINDOW);
+            lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
+        }
+    }
+
+    info!("signal received: detaching and exiting");
+    drop(server);
+    drop(attachments);
+    drop(tx);
+    Ok(())
+}
+
+/// After a change, keep draining until the kernel goes quiet (or the
+/// debounce budget is spent) so one burst costs one reconcile.
+fn debounce(mirror: &mut Mirror, state: &mut KernelState) {
+    let start = Instant::now();
+    while start.elapsed() < DEBOUNCE_MAX {
+        match mirror.poll(state, DEBOUNCE_STEP) {
+            Ok(PollOutcome::Idle) => return,
+            Ok(_) => {}
+            Err(e) => {
+                error!("netlink: {e}");
+                return;
+            }
+        }
+    }
+}
+
+struct Loop {
+    ids: NexthopIds,
+    reconciler: Reconciler,
+    writer: MapWriter,
+    caps: Capacities,
+    managed: BTreeMap<u32, u32>,
+    /// Problems already logged, so each is logged once when it appears and once when it clears.
+    problems: BTreeSet<String>,
+    applied: Arc<Desired>,
+    keepalives: u64,
+    /// Managed interfaces already reported deleted.
+    gone: BTreeSet<u32>,
+}
+
+impl Loop {
+    fn reconcile(&mut self, state: &KernelState) -> Result<()> {
+        let desired = desired::compute(state, &self.managed, &self.caps, &mut self.ids);
+        self.log_problems(&desired);
+        let res = self.reconciler.apply(&desired, &mut self.writer);
+        // Even after a partial failure the shadow says what the maps hold.
+        self.ids.release_unused(&self.reconciler.applied().nexthops);
+        self.applied = Arc::new(self.reconciler.applied().clone());
+        let n = res.context("reconciling the BPF maps")?;
+        if n > 0 {
+            debug!("applied {n} map writes, generation {}", self.reconciler.generation());
+        }
+        Ok(())
+    }
+
+    fn log_problems(&mut self, d: &Desired) {
+        let now: BTreeSet<String> = d.problems.iter().cloned().collect();
+        for p in now.difference(&self.problems) {
+            error!("{p}");
+        }
+        for p in self.problems.difference(&now) {
+            info!("resolved: {p}");
+        }
+        self.problems = now;
+    }
+
+    fn note_deleted(&mut self, state: &KernelState, ifaces: &[Iface]) {
+        for i in ifaces {
+            if !state.links.contains_key(&i.ifindex) && self.gone.insert(i.ifindex) {
+                warn!("managed interface {} (ifindex {}) was deleted; its entries are dropped, still running", i.name, i.ifindex);
+            }
+        }
+    }
+
+    fn publish(&self, shared: &Shared, state: &KernelState, mirror: &Mirror, ifaces: &[Iface], att: &[Attachment]) {
+        let infos = ifaces.iter().map(|i| iface_info(i, state, &self.applied, att)).collect();
+        let snap = Snapshot {
+            generation: self.reconciler.generation(),
+            netlink_resyncs: mirror.resyncs(),
+            neigh_keepalives: self.keepalives,
+            ifaces: infos,
+            applied: Arc::clone(&self.applied),
+            caps: Some(self.caps),
+            problems: self.problems.iter().cloned().collect(),
+            dev_names: state.links.iter().map(|(k, l)| (*k, l.name.clone())).collect(),
+        };
+        match shared.lock() {
+            Ok(mut g) => *g = Arc::new(snap),
+            Err(p) => *p.into_inner() = Arc::new(snap),
+        }
+    }
+}
+
+/// What `status` shows for one interface: the flags fastpath wrote when it
+/// has an entry (that is what the data path acts on), the kernel's view otherwise.
+fn iface_info(i: &Iface, state: &KernelState, applied: &Desired, att: &[Attachment]) -> IfaceInfo {
+    let link = state.links.get(&i.ifindex);
+    let sys = state.if_sysctl.get(&i.ifindex);
+    let mode = att.iter().find(|a| a.ifindex == i.ifindex).map(|a| a.mode.name()).unwrap_or("none");
+    let (up, fwd4, fwd6, rp_filter) = match applied.ifaces.get(&i.ifindex) {
+        Some(e) => {
+            let f = e.flags as u32;
+            let rpf = if f & intf::FP_IF_RPF_STRICT != 0 {
+                1
+            } else if f & intf::FP_IF_RPF_LOOSE != 0 {
+                2
+            } else {
+                0
+            };
+            (f & intf::FP_IF_UP != 0, f & intf::FP_IF_FWD4 != 0, f & intf::FP_IF_FWD6 != 0, rpf)
+        }
+        None => (
+            link.is_some_and(|l| l.admin_up && l.running),
+            sys.is_some_and(|s| s.forwarding4),
+            sys.is_some_and(|s| s.forwarding6),
+            sys.map(|s| s.rp_filter).unwrap_or(0),
+        ),
+    };
+    IfaceInfo {
+        name: i.name.clone(),
+        ifindex: i.ifindex,
+        slot: i.slot,
+        xdp_mode: mode,
+        mac: link.and_then(|l| l.mac),
+        mtu: link.map(|l| l.mtu).unwrap_or(0),
+        up,
+        fwd4,
+        fwd6,
+        rp_filter,
+    }
+}

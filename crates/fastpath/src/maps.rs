@@ -1,0 +1,339 @@
+//! The BPF maps seen from Rust: `MapWriter` applies reconcile's `Op`s to
+//! them (converting to the `fp_*` structs of fastpath.h), and `Maps` offers
+//! the few reads the daemon needs (counters, neighbour use times). Handles
+//! are fd duplicates, so the API thread can own its own copy.
+
+use std::mem::size_of;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use fastpath_bpf::intf::{self, fp_iface, fp_lpm4_key, fp_lpm6_key, fp_neigh, fp_neigh_key, fp_nexthop, fp_route, fp_runtime};
+use fastpath_bpf::skel::xdp_fwd::XdpFwdSkel;
+use fastpath_core::tables::{IfaceEntry, NeighEntry, NeighKey, NexthopEntry, Op, RouteAction, RouteEntry, Switches, TableWriter};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+
+pub const NREASONS: usize = intf::fp_reason::FP_R__COUNT as usize;
+
+#[derive(Debug, thiserror::Error)]
+#[error("{map}: {source}")]
+pub struct MapError {
+    pub map: &'static str,
+    #[source]
+    pub source: libbpf_rs::Error,
+}
+
+type MapResult<T> = Result<T, MapError>;
+
+fn ctx<T>(map: &'static str, r: libbpf_rs::Result<T>) -> MapResult<T> {
+    r.map_err(|source| MapError { map, source })
+}
+
+/// Views a bindgen struct of fastpath.h as the bytes the kernel expects.
+/// Every such struct spells its padding out as fields, so no byte is uninit.
+fn bytes<T: Copy>(v: &T) -> &[u8] {
+    // SAFETY: T is a repr(C) plain-old-data type from fastpath.h without
+    // implicit padding; the slice borrows `v` for its lifetime.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
+}
+
+/// The reverse of `bytes`, for values read back from a map.
+fn from_bytes<T: Copy + Default>(b: &[u8]) -> T {
+    if b.len() < size_of::<T>() {
+        return T::default();
+    }
+    // SAFETY: length checked; every bit pattern is valid for these integer-only structs.
+    unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) }
+}
+
+pub struct Maps {
+    ifaces: MapHandle,
+    fib4: MapHandle,
+    fib6: MapHandle,
+    nexthops: MapHandle,
+    neigh: MapHandle,
+    tx_ports: MapHandle,
+    stats: MapHandle,
+    bss: MapHandle,
+}
+
+/// Packets and bytes per reason, summed over CPUs.
+#[derive(Debug, Clone)]
+pub struct Counters {
+    pub packets: [u64; NREASONS],
+    pub bytes: [u64; NREASONS],
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters { packets: [0; NREASONS], bytes: [0; NREASONS] }
+    }
+}
+
+impl Counters {
+    pub fn add(&mut self, o: &Counters) {
+        for i in 0..NREASONS {
+            self.packets[i] += o.packets[i];
+            self.bytes[i] += o.bytes[i];
+        }
+    }
+}
+
+fn handle(name: &'static str, m: &libbpf_rs::MapMut<'_>) -> MapResult<MapHandle> {
+    ctx(name, MapHandle::try_from(m))
+}
+
+fn dup(name: &'static str, m: &MapHandle) -> MapResult<MapHandle> {
+    ctx(name, MapHandle::try_from(m))
+}
+
+impl Maps {
+    pub fn from_skel(skel: &XdpFwdSkel<'_>) -> MapResult<Maps> {
+        let m = &skel.maps;
+        Ok(Maps {
+            ifaces: handle("fp_ifaces", &m.fp_ifaces)?,
+            fib4: handle("fp_fib4", &m.fp_fib4)?,
+            fib6: handle("fp_fib6", &m.fp_fib6)?,
+            nexthops: handle("fp_nexthops", &m.fp_nexthops)?,
+            neigh: handle("fp_neigh", &m.fp_neigh)?,
+            tx_ports: handle("fp_tx_ports", &m.fp_tx_ports)?,
+            stats: handle("fp_stats", &m.fp_stats)?,
+            bss: handle(".bss", &m.bss)?,
+        })
+    }
+
+    pub fn try_clone(&self) -> MapResult<Maps> {
+        Ok(Maps {
+            ifaces: dup("fp_ifaces", &self.ifaces)?,
+            fib4: dup("fp_fib4", &self.fib4)?,
+            fib6: dup("fp_fib6", &self.fib6)?,
+            nexthops: dup("fp_nexthops", &self.nexthops)?,
+            neigh: dup("fp_neigh", &self.neigh)?,
+            tx_ports: dup("fp_tx_ports", &self.tx_ports)?,
+            stats: dup("fp_stats", &self.stats)?,
+            bss: dup(".bss", &self.bss)?,
+        })
+    }
+
+    /// Lets the program redirect to `ifindex` (devmap entry ifindex -> ifindex, no egress program).
+    pub fn add_tx_port(&self, ifindex: u32) -> MapResult<()> {
+        let mut val = vec![0u8; self.tx_ports.value_size() as usize];
+        val[..4].copy_from_slice(&ifindex.to_ne_bytes());
+        ctx("fp_tx_ports", self.tx_ports.update(&ifindex.to_ne_bytes(), &val, MapFlags::ANY))
+    }
+
+    pub fn del_tx_port(&self, ifindex: u32) -> MapResult<()> {
+        ctx("fp_tx_ports", self.tx_ports.delete(&ifindex.to_ne_bytes()))
+    }
+
+    /// Counters of one fp_stats slot, summed over CPUs.
+    pub fn counters(&self, slot: u32) -> MapResult<Counters> {
+        let mut c = Counters::default();
+        let per_cpu = ctx("fp_stats", self.stats.lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY))?;
+        for v in per_cpu.unwrap_or_default() {
+            for i in 0..NREASONS {
+                c.packets[i] += read_u64(&v, i * 8);
+                c.bytes[i] += read_u64(&v, (NREASONS + i) * 8);
+            }
+        }
+        Ok(c)
+    }
+
+    /// Last fast-path use of a neighbour (coarse monotonic ns, 0 = never).
+    pub fn neigh_used_ns(&self, key: &NeighKey) -> MapResult<Option<u64>> {
+        let v = ctx("fp_neigh", self.neigh.lookup(bytes(&neigh_key(key)), MapFlags::ANY))?;
+        Ok(v.map(|v| from_bytes::<fp_neigh>(&v).used_ns))
+    }
+
+    /// Every neighbour entry with its last-use time.
+    pub fn neigh_uses(&self) -> Vec<(NeighKey, u64)> {
+        let mut out = Vec::new();
+        for k in self.neigh.keys() {
+            let Ok(Some(v)) = self.neigh.lookup(&k, MapFlags::ANY) else { continue };
+            let key: fp_neigh_key = from_bytes(&k);
+            if let Some(nk) = decode_neigh_key(&key) {
+                out.push((nk, from_bytes::<fp_neigh>(&v).used_ns));
+            }
+        }
+        out
+    }
+}
+
+fn read_u64(b: &[u8], off: usize) -> u64 {
+    b.get(off..off + 8).map(|s| u64::from_ne_bytes(s.try_into().unwrap_or([0; 8]))).unwrap_or(0)
+}
+
+fn family_of(a: &IpAddr) -> u8 {
+    match a {
+        IpAddr::V4(_) => libc::AF_INET as u8,
+        IpAddr::V6(_) => libc::AF_INET6 as u8,
+    }
+}
+
+/// Network-order bytes in a 16-byte field, IPv4 in the first four.
+fn addr16(a: &IpAddr) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    match a {
+        IpAddr::V4(v4) => out[..4].copy_from_slice(&v4.octets()),
+        IpAddr::V6(v6) => out = v6.octets(),
+    }
+    out
+}
+
+fn neigh_key(k: &NeighKey) -> fp_neigh_key {
+    fp_neigh_key { ifindex: k.ifindex, family: family_of(&k.addr), _pad: [0; 3], addr: addr16(&k.addr) }
+}
+
+fn decode_neigh_key(k: &fp_neigh_key) -> Option<NeighKey> {
+    let addr = match k.family as i32 {
+        libc::AF_INET => IpAddr::V4(Ipv4Addr::new(k.addr[0], k.addr[1], k.addr[2], k.addr[3])),
+        libc::AF_INET6 => IpAddr::V6(Ipv6Addr::from(k.addr)),
+        _ => return None,
+    };
+    Some(NeighKey { ifindex: k.ifindex, addr })
+}
+
+fn lpm4(addr: Ipv4Addr, len: u8) -> fp_lpm4_key {
+    let len = len.min(32);
+    let mask = if len == 0 { 0 } else { u32::MAX << (32 - len as u32) };
+    let masked = u32::from(addr) & mask;
+    fp_lpm4_key { prefixlen: len as u32, addr: u32::from_ne_bytes(masked.to_be_bytes()) }
+}
+
+fn lpm6(addr: Ipv6Addr, len: u8) -> fp_lpm6_key {
+    let len = len.min(128);
+    let mask = if len == 0 { 0 } else { u128::MAX << (128 - len as u32) };
+    let masked = u128::from(addr) & mask;
+    fp_lpm6_key { prefixlen: len as u32, addr: masked.to_be_bytes() }
+}
+
+fn route(e: &RouteEntry) -> fp_route {
+    use intf::fp_route_type as T;
+    let (ty, reason, nh) = match e.action {
+        RouteAction::Forward { nh_id } => (T::FP_RT_FORWARD, 0, nh_id),
+        RouteAction::Local => (T::FP_RT_LOCAL, 0, 0),
+        RouteAction::Blackhole => (T::FP_RT_BLACKHOLE, 0, 0),
+        RouteAction::Unreachable => (T::FP_RT_UNREACHABLE, 0, 0),
+        RouteAction::Prohibit => (T::FP_RT_PROHIBIT, 0, 0),
+        RouteAction::Punt { reason } => (T::FP_RT_PUNT, reason, 0),
+    };
+    fp_route { type_: ty as u8, punt_reason: reason, _pad: 0, mtu: e.mtu, nh_id: nh }
+}
+
+fn nexthop(e: &NexthopEntry) -> fp_nexthop {
+    let (fam, gw) = match &e.gateway {
+        None => (0, [0u8; 16]),
+        Some(a) => (family_of(a), addr16(a)),
+    };
+    fp_nexthop { ifindex: e.ifindex, gw_family: fam, _pad: [0; 3], gw }
+}
+
+fn iface(e: &IfaceEntry) -> fp_iface {
+    fp_iface { mac: e.mac, flags: e.flags, mtu: e.mtu, mtu6: e.mtu6, slot: e.slot }
+}
+
+/// Applies reconcile's ops to the maps. Owns fp_runtime: the switches come
+/// from SetSwitches, the generation counts BumpGeneration ops.
+pub struct MapWriter {
+    maps: Maps,
+    rt: fp_runtime,
+}
+
+impl MapWriter {
+    pub fn new(maps: Maps) -> MapWriter {
+        MapWriter { maps, rt: fp_runtime::default() }
+    }
+
+    /// The .bss is one array element holding `fp_rt` at offset 0; written
+    /// whole so generation and switches change together.
+    fn write_runtime(&self) -> MapResult<()> {
+        let size = self.maps.bss.value_size() as usize;
+        let mut val = ctx(".bss", self.maps.bss.lookup(&0u32.to_ne_bytes(), MapFlags::ANY))?.unwrap_or_default();
+        val.resize(size.max(size_of::<fp_runtime>()), 0);
+        val[..size_of::<fp_runtime>()].copy_from_slice(bytes(&self.rt));
+        ctx(".bss", self.maps.bss.update(&0u32.to_ne_bytes(), &val, MapFlags::ANY))
+    }
+
+    fn set_switches(&mut self, s: &Switches) -> MapResult<()> {
+        self.rt.table_full = s.table_full;
+        self.rt.policy_punt = s.policy_punt;
+        self.write_runtime()
+    }
+}
+
+impl TableWriter for MapWriter {
+    type Error = MapError;
+
+    fn apply(&mut self, op: &Op) -> Result<(), MapError> {
+        let m = &self.maps;
+        let any = MapFlags::ANY;
+        match op {
+            Op::SetSwitches(s) => self.set_switches(s),
+            Op::UpsertIface(ifindex, e) => ctx("fp_ifaces", m.ifaces.update(&ifindex.to_ne_bytes(), bytes(&iface(e)), any)),
+            Op::DeleteIface(ifindex) => ignore_missing(ctx("fp_ifaces", m.ifaces.delete(&ifindex.to_ne_bytes()))),
+            Op::UpsertNexthop(id, e) => ctx("fp_nexthops", m.nexthops.update(&id.to_ne_bytes(), bytes(&nexthop(e)), any)),
+            // An array cannot delete: zero it so a stale reference finds ifindex 0 (not managed).
+            Op::DeleteNexthop(id) => {
+                ctx("fp_nexthops", m.nexthops.update(&id.to_ne_bytes(), bytes(&fp_nexthop::default()), any))
+            }
+            Op::UpsertNeigh(k, NeighEntry { mac }) => {
+                let key = neigh_key(k);
+                // The data path owns used_ns; a MAC change must not reset keep-alive.
+                let used_ns = ctx("fp_neigh", m.neigh.lookup(bytes(&key), any))?
+                    .map(|v| from_bytes::<fp_neigh>(&v).used_ns)
+                    .unwrap_or(0);
+                let val = fp_neigh { mac: *mac, _pad: 0, used_ns };
+                ctx("fp_neigh", m.neigh.update(bytes(&key), bytes(&val), any))
+            }
+            Op::DeleteNeigh(k) => ignore_missing(ctx("fp_neigh", m.neigh.delete(bytes(&neigh_key(k))))),
+            Op::UpsertRoute4(a, l, e) => ctx("fp_fib4", m.fib4.update(bytes(&lpm4(*a, *l)), bytes(&route(e)), any)),
+            Op::DeleteRoute4(a, l) => ignore_missing(ctx("fp_fib4", m.fib4.delete(bytes(&lpm4(*a, *l))))),
+            Op::UpsertRoute6(a, l, e) => ctx("fp_fib6", m.fib6.update(bytes(&lpm6(*a, *l)), bytes(&route(e)), any)),
+            Op::DeleteRoute6(a, l) => ignore_missing(ctx("fp_fib6", m.fib6.delete(bytes(&lpm6(*a, *l))))),
+            Op::BumpGeneration => {
+                self.rt.generation += 1;
+                self.write_runtime()
+            }
+        }
+    }
+}
+
+/// Deleting what is already gone is the state we wanted.
+fn ignore_missing(r: MapResult<()>) -> MapResult<()> {
+    match r {
+        Err(e) if e.source.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lpm_keys_are_masked_network_order() {
+        let k = lpm4(Ipv4Addr::new(198, 51, 100, 77), 24);
+        assert_eq!(k.prefixlen, 24);
+        assert_eq!(k.addr.to_ne_bytes(), [198, 51, 100, 0]);
+        let k = lpm4(Ipv4Addr::new(1, 2, 3, 4), 0);
+        assert_eq!(k.addr, 0);
+        let k = lpm6("2001:db8:1:2::5".parse().unwrap(), 48);
+        assert_eq!(Ipv6Addr::from(k.addr), "2001:db8:1::".parse::<Ipv6Addr>().unwrap());
+    }
+
+    #[test]
+    fn neigh_key_round_trips() {
+        for a in ["192.0.2.1", "2001:db8::1"] {
+            let k = NeighKey { ifindex: 7, addr: a.parse().unwrap() };
+            assert_eq!(decode_neigh_key(&neigh_key(&k)), Some(k));
+        }
+    }
+
+    #[test]
+    fn route_conversion() {
+        let r = route(&RouteEntry { action: RouteAction::Punt { reason: 22 }, mtu: 1400 });
+        assert_eq!(r.type_, intf::fp_route_type::FP_RT_PUNT as u8);
+        assert_eq!(r.punt_reason, 22);
+        assert_eq!(r.mtu, 1400);
+        let r = route(&RouteEntry { action: RouteAction::Forward { nh_id: 5 }, mtu: 0 });
+        assert_eq!((r.type_, r.nh_id), (intf::fp_route_type::FP_RT_FORWARD as u8, 5));
+    }
+}

@@ -1,0 +1,102 @@
+//! Everything `fastpath run` checks before it touches the system. Each
+//! failure is one error whose message is the whole story, so the user sees
+//! one clean line and nothing was attached or half-applied.
+
+use std::collections::HashSet;
+use std::io::ErrorKind;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use fastpath_bpf::intf;
+
+use crate::links::{self, XdpAttach, ARPHRD_ETHER};
+use crate::RunArgs;
+
+/// An interface the daemon will manage.
+#[derive(Debug, Clone)]
+pub struct Iface {
+    pub name: String,
+    pub ifindex: u32,
+    /// fp_stats slot: 1.. in command-line order (0 counts unknown ingress).
+    pub slot: u32,
+}
+
+/// What the socket path holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SocketState {
+    Free,
+    /// A file nobody answers on: a crashed daemon left it; safe to replace.
+    Stale,
+}
+
+pub struct Checked {
+    pub ifaces: Vec<Iface>,
+    pub socket: SocketState,
+}
+
+pub fn check(args: &RunArgs) -> Result<Checked> {
+    if !nix::unistd::geteuid().is_root() {
+        bail!("must run as root (loads BPF programs and attaches XDP)");
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        bail!("kernel has no BTF (/sys/kernel/btf/vmlinux missing); fastpath needs CONFIG_DEBUG_INFO_BTF=y");
+    }
+    if args.interfaces.is_empty() {
+        bail!("no interface given (use -i IFACE, once per interface)");
+    }
+    let max = intf::FP_MAX_IFACES as usize - 1;
+    if args.interfaces.len() > max {
+        bail!("too many interfaces: {} given, at most {max} supported", args.interfaces.len());
+    }
+    let mut seen = HashSet::new();
+    for name in &args.interfaces {
+        if !seen.insert(name.as_str()) {
+            bail!("interface {name} given more than once");
+        }
+    }
+
+    let all = links::dump().context("reading interfaces")?;
+    let mut ifaces = Vec::new();
+    for (i, name) in args.interfaces.iter().enumerate() {
+        let Some(l) = all.iter().find(|l| &l.name == name) else {
+            bail!("unknown interface {name}");
+        };
+        if l.arphrd != ARPHRD_ETHER {
+            bail!("interface {name} does not support XDP forwarding (not an Ethernet device, link type {})", l.arphrd);
+        }
+        if let Some(m) = l.master {
+            let master = all.iter().find(|x| x.ifindex == m).map(|x| x.name.as_str()).unwrap_or("?");
+            bail!("interface {name} is a port of {master} (bridge/bond/VRF member); run fastpath on {master} or detach the port");
+        }
+        if l.xdp != XdpAttach::None || l.xdp_prog_id.is_some() {
+            match l.xdp_prog_id {
+                Some(id) => bail!("interface {name} already has an XDP program attached (prog id {id}); detach it first"),
+                None => bail!("interface {name} already has an XDP program attached; detach it first"),
+            }
+        }
+        ifaces.push(Iface { name: name.clone(), ifindex: l.ifindex, slot: i as u32 + 1 });
+    }
+
+    let socket = socket_state(&args.socket)?;
+    Ok(Checked { ifaces, socket })
+}
+
+/// A live daemon answers connect(); a stale file refuses it.
+pub fn socket_state(path: &Path) -> Result<SocketState> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(SocketState::Free),
+        Err(e) => return Err(e).with_context(|| format!("checking socket path {}", path.display())),
+        Ok(md) => {
+            use std::os::unix::fs::FileTypeExt;
+            if !md.file_type().is_socket() {
+                bail!("socket path {} exists and is not a socket; refusing to replace it", path.display());
+            }
+        }
+    }
+    match UnixStream::connect(path) {
+        Ok(_) => bail!("another fastpath daemon is already serving {}", path.display()),
+        Err(e) if e.kind() == ErrorKind::ConnectionRefused => Ok(SocketState::Stale),
+        Err(e) => Err(e).with_context(|| format!("checking socket {}", path.display())),
+    }
+}

@@ -1,0 +1,175 @@
+//! Text output of the CLI clients: aligned tables for humans. Scripts use
+//! `--json`, whose shapes are documented in api.rs.
+
+use std::fmt::Write;
+
+use fastpath_bpf::intf::REASON_NAMES;
+
+use crate::api::{NeighbourJson, PacketsBytes, RouteJson, Status};
+
+/// Left-aligned columns, right-aligned where every cell is a number.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let n = headers.len();
+    let mut width: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    let mut numeric = vec![true; n];
+    for r in rows {
+        for (i, c) in r.iter().enumerate().take(n) {
+            width[i] = width[i].max(c.chars().count());
+            if c.parse::<f64>().is_err() && c != "-" {
+                numeric[i] = false;
+            }
+        }
+    }
+    let line = |cells: Vec<&str>, out: &mut String| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            let w = width[i];
+            if i > 0 {
+                s.push_str("  ");
+            }
+            if numeric[i] {
+                let _ = write!(s, "{c:>w$}");
+            } else {
+                let _ = write!(s, "{c:<w$}");
+            }
+        }
+        out.push_str(s.trim_end());
+        out.push('\n');
+    };
+    let mut out = String::new();
+    line(headers.to_vec(), &mut out);
+    for r in rows {
+        line(r.iter().map(String::as_str).collect(), &mut out);
+    }
+    out
+}
+
+fn yes(b: bool) -> String {
+    if b { "yes" } else { "no" }.to_string()
+}
+
+fn counter_rows(rows: &mut Vec<Vec<String>>, who: &str, c: &std::collections::BTreeMap<String, PacketsBytes>, all: bool) {
+    for name in REASON_NAMES {
+        let v = c.get(*name).copied().unwrap_or_default();
+        if all || v.packets != 0 || v.bytes != 0 {
+            rows.push(vec![who.to_string(), name.to_string(), v.packets.to_string(), v.bytes.to_string()]);
+        }
+    }
+}
+
+pub fn status(s: &Status, all: bool) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "generation {}   netlink resyncs {}   neighbour keep-alives {}",
+        s.generation, s.netlink_resyncs, s.neigh_keepalives
+    );
+    for (fam, f) in [("ipv4", &s.families.ipv4), ("ipv6", &s.families.ipv6)] {
+        let state = if f.fast_path { "fast path" } else { "PUNTED to the kernel" };
+        let _ = writeln!(out, "{fam}: {state}");
+        for p in &f.problems {
+            let _ = writeln!(out, "  problem: {p}");
+        }
+    }
+    out.push('\n');
+
+    let rows: Vec<Vec<String>> = s
+        .interfaces
+        .iter()
+        .map(|i| {
+            vec![
+                i.name.clone(),
+                i.ifindex.to_string(),
+                i.xdp_mode.clone(),
+                i.mac.clone(),
+                i.mtu.to_string(),
+                yes(i.up),
+                yes(i.fwd4),
+                yes(i.fwd6),
+                i.rp_filter.to_string(),
+            ]
+        })
+        .collect();
+    out.push_str(&table(&["INTERFACE", "IFINDEX", "XDP", "MAC", "MTU", "UP", "FWD4", "FWD6", "RP_FILTER"], &rows));
+    out.push('\n');
+
+    let t = &s.tables;
+    let rows: Vec<Vec<String>> = [
+        ("fib4", t.fib4),
+        ("fib6", t.fib6),
+        ("nexthops", t.nexthops),
+        ("neighbours", t.neighbours),
+        ("interfaces", t.interfaces),
+    ]
+    .iter()
+    .map(|(n, o)| vec![n.to_string(), o.used.to_string(), o.capacity.to_string()])
+    .collect();
+    out.push_str(&table(&["TABLE", "USED", "CAPACITY"], &rows));
+    out.push('\n');
+
+    let mut rows = Vec::new();
+    for i in &s.interfaces {
+        counter_rows(&mut rows, &i.name, &i.counters, all);
+    }
+    counter_rows(&mut rows, "(total)", &s.totals, all);
+    if rows.is_empty() {
+        out.push_str("no packets seen yet\n");
+    } else {
+        out.push_str(&table(&["INTERFACE", "REASON", "PACKETS", "BYTES"], &rows));
+    }
+    out
+}
+
+pub fn routes(r: &[RouteJson]) -> String {
+    let rows: Vec<Vec<String>> = r
+        .iter()
+        .map(|r| {
+            let (via, dev) = match &r.nexthop {
+                Some(n) => (
+                    n.gateway.clone().unwrap_or_else(|| "on-link".into()),
+                    n.dev.clone().unwrap_or_else(|| format!("#{}", n.ifindex)),
+                ),
+                None => ("-".into(), "-".into()),
+            };
+            let action = match &r.reason {
+                Some(reason) => format!("{} ({reason})", r.action),
+                None => r.action.clone(),
+            };
+            let mtu = if r.mtu == 0 { "-".to_string() } else { r.mtu.to_string() };
+            vec![r.prefix.clone(), action, via, dev, mtu]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "no routes\n".into();
+    }
+    table(&["PREFIX", "ACTION", "VIA", "DEV", "MTU"], &rows)
+}
+
+pub fn neighbours(n: &[NeighbourJson]) -> String {
+    let rows: Vec<Vec<String>> = n
+        .iter()
+        .map(|n| {
+            vec![
+                n.address.clone(),
+                n.dev.clone().unwrap_or_else(|| format!("#{}", n.ifindex)),
+                n.mac.clone(),
+                n.used_ms_ago.map(|m| m.to_string()).unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "no neighbours\n".into();
+    }
+    table(&["ADDRESS", "DEV", "MAC", "USED_MS_AGO"], &rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_align() {
+        let t = table(&["A", "NUM"], &[vec!["long-name".into(), "5".into()], vec!["x".into(), "123".into()]]);
+        assert_eq!(t, "A          NUM\nlong-name    5\nx          123\n");
+    }
+}
