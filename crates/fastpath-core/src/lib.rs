@@ -6,5 +6,7 @@
 pub mod desired;
 pub mod mirror;
 pub mod model;
+pub mod parse;
 pub mod reconcile;
+pub mod sysctl;
 pub mod tables;

@@ -1,11 +1,29 @@
 //! Netlink mirror: dump the kernel's forwarding state, then follow it.
-//! STUB: signatures are the contract; bodies being implemented.
+//!
+//! Synchronous on purpose: an overrun of the event socket (ENOBUFS) means
+//! events were lost, and we must see that ourselves to resync. The event
+//! socket subscribes before the first dump, so nothing is missed; events that
+//! queue up during a dump are applied afterwards (they are idempotent by key).
+//!
+//! The kernel does not notify every change: IPv4 flushes routes silently when
+//! a link goes down or an address goes away, IPv6 marks or drops routes on
+//! link down, deleting one member of an IPv6 multipath route announces only
+//! that member, and deleting a next-hop object takes its routes with it. Those
+//! events make us re-dump routes, next-hop objects and neighbours.
 
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::io;
 use std::net::IpAddr;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use crate::model::KernelState;
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+
+use crate::model::{Family, KernelState, Route};
+use crate::parse::{self, Msg};
+use crate::sysctl::SysctlReader;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MirrorError {
@@ -18,7 +36,7 @@ pub enum MirrorError {
 /// What one `poll` did to the state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PollOutcome {
-    /// Nothing arrived before the timeout.
+    /// Nothing arrived before the timeout, or nothing that changed the state.
     Idle,
     /// Events were applied to the state.
     Changed,
@@ -26,39 +44,570 @@ pub enum PollOutcome {
     Resynced,
 }
 
+const GROUPS: [u32; 11] = [
+    libc::RTNLGRP_LINK,
+    libc::RTNLGRP_NEIGH,
+    libc::RTNLGRP_IPV4_IFADDR,
+    libc::RTNLGRP_IPV6_IFADDR,
+    libc::RTNLGRP_IPV4_ROUTE,
+    libc::RTNLGRP_IPV6_ROUTE,
+    libc::RTNLGRP_IPV4_RULE,
+    libc::RTNLGRP_IPV6_RULE,
+    libc::RTNLGRP_NEXTHOP,
+    libc::RTNLGRP_IPV4_NETCONF,
+    libc::RTNLGRP_IPV6_NETCONF,
+];
+
+/// Big enough for any single rtnetlink message and for a dump batch (<= 32 KiB).
+const RECV_BUF: usize = 256 * 1024;
+const DUMP_RETRIES: usize = 16;
+/// Datagrams applied per `poll`, so a storm cannot hold the caller forever.
+const DRAIN_LIMIT: usize = 8192;
+const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+const NEIGH_ACK_TIMEOUT: Duration = Duration::from_secs(1);
+
+const AF_UNSPEC: u8 = libc::AF_UNSPEC as u8;
+const AF_INET: u8 = libc::AF_INET as u8;
+const AF_INET6: u8 = libc::AF_INET6 as u8;
+const NLM_F_REQUEST: u16 = libc::NLM_F_REQUEST as u16;
+const NLM_F_ACK: u16 = libc::NLM_F_ACK as u16;
+const NLM_F_DUMP: u16 = libc::NLM_F_DUMP as u16;
+const NTF_USE: u8 = 0x01;
+const NDA_DST: u16 = 1;
+
+/// What the kernel may have changed without telling us, collected while
+/// applying a batch of events and acted upon once at the end.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Followups {
+    /// Re-dump routes, next-hop objects and neighbours.
+    pub fib: bool,
+    /// Re-dump the policy rules.
+    pub rules: bool,
+    /// Re-read the sysctls of every link.
+    pub all_sysctls: bool,
+    /// Re-read the sysctls of these links.
+    pub link_sysctls: BTreeSet<u32>,
+    /// Re-dump everything (an event we could not decode).
+    pub full: bool,
+}
+
+/// Applies one decoded message to `state`; true if the state changed.
+/// Work the message implies beyond itself is recorded in `f`.
+pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
+    match msg {
+        Msg::NewLink(link) => {
+            let idx = link.ifindex;
+            f.link_sysctls.insert(idx);
+            match state.links.insert(idx, link.clone()) {
+                Some(old) => {
+                    // IPv4/IPv6 flush or mark routes and neighbours on these without a message each.
+                    if old.admin_up != link.admin_up || old.running != link.running || old.mtu != link.mtu {
+                        f.fib = true;
+                    }
+                    old != link
+                }
+                None => true,
+            }
+        }
+        Msg::DelLink(idx) => {
+            let mut changed = state.links.remove(&idx).is_some();
+            let addrs = state.addrs.len();
+            state.addrs.retain(|a, _| a.ifindex != idx);
+            let neighs = state.neighbours.len();
+            state.neighbours.retain(|(i, _), _| *i != idx);
+            changed |= addrs != state.addrs.len() || neighs != state.neighbours.len();
+            changed |= state.if_sysctl.remove(&idx).is_some();
+            f.link_sysctls.remove(&idx);
+            f.fib = true;
+            changed
+        }
+        Msg::NewAddr(a) => state.addrs.insert(a, ()).is_none(),
+        Msg::DelAddr(a) => {
+            f.fib = true;
+            state.addrs.remove(&a).is_some()
+        }
+        Msg::NewRoute(fam, route) => insert_route(state, fam, route),
+        Msg::DelRoute(fam, route) => {
+            let key = (fam, route.key.clone());
+            match state.routes.get(&key) {
+                None => false,
+                Some(old) if old.kind == route.kind && old.target == route.target => {
+                    // An opaque entry may have been hiding a plain route with the same key.
+                    if parse::is_opaque(old) {
+                        f.fib = true;
+                    }
+                    state.routes.remove(&key);
+                    true
+                }
+                Some(_) => {
+                    // One member of a multipath route, or a route we hold differently: ask the kernel.
+                    f.fib = true;
+                    false
+                }
+            }
+        }
+        Msg::NewNexthop(nh) => {
+            let changed = state.nexthops.get(&nh.id) != Some(&nh);
+            state.nexthops.insert(nh.id, nh);
+            changed
+        }
+        Msg::DelNexthop(id) => {
+            // Routes using the object vanish with it, not always with a message.
+            f.fib = true;
+            state.nexthops.remove(&id).is_some()
+        }
+        Msg::NewNeigh(n) => {
+            let key = (n.ifindex, n.addr);
+            let changed = state.neighbours.get(&key) != Some(&n);
+            state.neighbours.insert(key, n);
+            changed
+        }
+        Msg::DelNeigh(ifindex, addr) => state.neighbours.remove(&(ifindex, addr)).is_some(),
+        Msg::NewRule(_) | Msg::DelRule(_) => {
+            // Our Rule drops the selectors, so distinct kernel rules can look alike;
+            // the few rules there are get re-dumped instead of patched.
+            f.rules = true;
+            false
+        }
+        Msg::Netconf => {
+            f.all_sysctls = true;
+            false
+        }
+        Msg::Ignored => false,
+    }
+}
+
+fn insert_route(state: &mut KernelState, fam: Family, route: Route) -> bool {
+    let key = (fam, route.key.clone());
+    if let Some(old) = state.routes.get(&key) {
+        if *old == route || (parse::is_opaque(old) && !parse::is_opaque(&route)) {
+            return false;
+        }
+    }
+    state.routes.insert(key, route);
+    true
+}
+
+/// Field-wise equality (KernelState itself has no PartialEq).
+pub fn same_state(a: &KernelState, b: &KernelState) -> bool {
+    a.links == b.links
+        && a.addrs == b.addrs
+        && a.routes == b.routes
+        && a.nexthops == b.nexthops
+        && a.neighbours == b.neighbours
+        && a.rules == b.rules
+        && a.if_sysctl == b.if_sysctl
+        && a.sysctl == b.sysctl
+}
+
+fn recv(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
+    // SAFETY: buf is valid for buf.len() bytes; MSG_TRUNC makes the return value
+    // the real datagram length, which we compare against buf.len().
+    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), flags | libc::MSG_TRUNC) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+fn setsockopt_int(fd: RawFd, level: libc::c_int, opt: libc::c_int, val: libc::c_int) -> io::Result<()> {
+    // SAFETY: passes a pointer to a live c_int and its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            opt,
+            (&val as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn set_recv_timeout(fd: RawFd, t: Duration) -> io::Result<()> {
+    let tv = libc::timeval { tv_sec: t.as_secs() as libc::time_t, tv_usec: t.subsec_micros() as libc::suseconds_t };
+    // SAFETY: passes a pointer to a live timeval and its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Waits until `fd` is readable or `timeout` passes; true if it may be readable.
+fn wait_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: one valid pollfd.
+    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        // A signal: let the caller drain (non-blocking) and come back.
+        return if e.kind() == io::ErrorKind::Interrupted { Ok(true) } else { Err(e) };
+    }
+    Ok(rc > 0)
+}
+
+fn request_socket() -> io::Result<Socket> {
+    let mut s = Socket::new(NETLINK_ROUTE)?;
+    s.bind_auto()?;
+    set_recv_timeout(s.as_raw_fd(), REPLY_TIMEOUT)?;
+    Ok(s)
+}
+
+fn errno_error(code: i32) -> MirrorError {
+    MirrorError::Io(io::Error::from_raw_os_error(-code))
+}
+
 pub struct Mirror {
-    _private: (),
+    events: Socket,
+    dumper: Socket,
+    seq: u32,
+    resyncs: u64,
+    buf: Vec<u8>,
+    sysctl: SysctlReader,
 }
 
 impl Mirror {
     /// Opens the event socket, subscribed to every group we follow, with this receive buffer.
-    pub fn open(_rcvbuf: usize) -> Result<Mirror, MirrorError> {
-        todo!()
+    pub fn open(rcvbuf: usize) -> Result<Mirror, MirrorError> {
+        let mut events = Socket::new(NETLINK_ROUTE)?;
+        let size = libc::c_int::try_from(rcvbuf).unwrap_or(libc::c_int::MAX);
+        // SO_RCVBUFFORCE ignores rmem_max but needs CAP_NET_ADMIN.
+        if let Err(e) = setsockopt_int(events.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, size) {
+            log::debug!("SO_RCVBUFFORCE: {e}; falling back to SO_RCVBUF (capped by net.core.rmem_max)");
+            events.set_rx_buf_sz(size)?;
+        }
+        events.bind_auto()?;
+        for group in GROUPS {
+            // NEXTHOP is group 32: beyond the bind() bitmask, so always by membership.
+            events.add_membership(group)?;
+        }
+        Ok(Mirror {
+            events,
+            dumper: request_socket()?,
+            seq: 0,
+            resyncs: 0,
+            buf: vec![0; RECV_BUF],
+            sysctl: SysctlReader::default(),
+        })
     }
+
     /// A full dump of links, addresses, routes (all tables), next-hop objects,
     /// neighbours, rules and the sysctls we need.
     pub fn dump(&mut self) -> Result<KernelState, MirrorError> {
-        todo!()
+        let mut st = KernelState::default();
+        let mut f = Followups::default();
+        for m in self.dump_msgs(parse::RTM_GETLINK, AF_UNSPEC, 16)? {
+            apply(&mut st, m, &mut f);
+        }
+        for m in self.dump_msgs(parse::RTM_GETADDR, AF_UNSPEC, 8)? {
+            apply(&mut st, m, &mut f);
+        }
+        self.dump_fib_into(&mut st)?;
+        st.rules = self.dump_rules()?;
+        let (per_link, global) = self.sysctl.read_all(&st.links);
+        st.if_sysctl = per_link;
+        st.sysctl = global;
+        Ok(st)
     }
+
     /// Waits up to `timeout` for events and applies them all to `state`.
-    pub fn poll(&mut self, _state: &mut KernelState, _timeout: Duration) -> Result<PollOutcome, MirrorError> {
-        todo!()
+    pub fn poll(&mut self, state: &mut KernelState, timeout: Duration) -> Result<PollOutcome, MirrorError> {
+        if !wait_readable(self.events.as_raw_fd(), timeout)? {
+            return Ok(PollOutcome::Idle);
+        }
+        let mut changed = false;
+        let mut f = Followups::default();
+        for _ in 0..DRAIN_LIMIT {
+            let n = match recv(self.events.as_raw_fd(), &mut self.buf, libc::MSG_DONTWAIT) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    log::warn!("netlink event socket overran; full resync");
+                    *state = self.resync()?;
+                    self.resyncs += 1;
+                    return Ok(PollOutcome::Resynced);
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if n > self.buf.len() {
+                log::warn!("netlink event of {n} bytes truncated; full re-dump");
+                f.full = true;
+                continue;
+            }
+            for frame in parse::frames(&self.buf[..n]) {
+                let frame = match frame {
+                    Ok(fr) => fr,
+                    Err(e) => {
+                        log::warn!("bad netlink datagram ({e}); full re-dump");
+                        f.full = true;
+                        break;
+                    }
+                };
+                match parse::decode(frame.msg_type, frame.payload) {
+                    Ok(m) => changed |= apply(state, m, &mut f),
+                    Err(e) => {
+                        log::warn!("undecodable event ({e}); full re-dump");
+                        f.full = true;
+                    }
+                }
+            }
+        }
+        if f.full {
+            let fresh = self.resync()?;
+            let changed = !same_state(state, &fresh);
+            *state = fresh;
+            return Ok(if changed { PollOutcome::Changed } else { PollOutcome::Idle });
+        }
+        if f.fib {
+            changed |= self.refresh_fib(state)?;
+        }
+        if f.rules {
+            let rules = self.dump_rules()?;
+            if rules != state.rules {
+                state.rules = rules;
+                changed = true;
+            }
+        }
+        if f.all_sysctls {
+            changed |= self.refresh_sysctls(state);
+        } else if !f.link_sysctls.is_empty() {
+            let all_rp = self.sysctl.all_rp_filter();
+            for idx in f.link_sysctls {
+                let Some(link) = state.links.get(&idx) else { continue };
+                let s = self.sysctl.link(&link.name, all_rp);
+                if state.if_sysctl.get(&idx) != Some(&s) {
+                    state.if_sysctl.insert(idx, s);
+                    changed = true;
+                }
+            }
+        }
+        Ok(if changed { PollOutcome::Changed } else { PollOutcome::Idle })
     }
+
     /// Re-reads the sysctls of every link into `state`; true if anything changed.
-    pub fn refresh_sysctls(&mut self, _state: &mut KernelState) -> bool {
-        todo!()
+    pub fn refresh_sysctls(&mut self, state: &mut KernelState) -> bool {
+        let (per_link, global) = self.sysctl.read_all(&state.links);
+        let changed = per_link != state.if_sysctl || global != state.sysctl;
+        state.if_sysctl = per_link;
+        state.sysctl = global;
+        changed
     }
+
     /// Full resyncs done after overruns.
     pub fn resyncs(&self) -> u64 {
-        todo!()
+        self.resyncs
     }
+
     pub fn fd(&self) -> RawFd {
-        todo!()
+        self.events.as_raw_fd()
+    }
+
+    /// Drops what is queued (older than the dump we are about to take), then dumps.
+    fn resync(&mut self) -> Result<KernelState, MirrorError> {
+        for _ in 0..DRAIN_LIMIT {
+            match recv(self.events.as_raw_fd(), &mut self.buf, libc::MSG_DONTWAIT) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted || e.raw_os_error() == Some(libc::ENOBUFS) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.dump()
+    }
+
+    /// Re-dumps routes, next-hop objects and neighbours; true if they changed.
+    fn refresh_fib(&mut self, state: &mut KernelState) -> Result<bool, MirrorError> {
+        let mut fresh = KernelState::default();
+        self.dump_fib_into(&mut fresh)?;
+        let changed =
+            fresh.routes != state.routes || fresh.nexthops != state.nexthops || fresh.neighbours != state.neighbours;
+        state.routes = fresh.routes;
+        state.nexthops = fresh.nexthops;
+        state.neighbours = fresh.neighbours;
+        Ok(changed)
+    }
+
+    fn dump_fib_into(&mut self, st: &mut KernelState) -> Result<(), MirrorError> {
+        let mut f = Followups::default();
+        let nexthops = match self.dump_msgs(parse::RTM_GETNEXTHOP, AF_UNSPEC, 8) {
+            Ok(msgs) => msgs,
+            Err(MirrorError::Io(e))
+                if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL | libc::EAFNOSUPPORT)) =>
+            {
+                log::debug!("no next-hop objects in this kernel: {e}");
+                Vec::new()
+            }
+            Err(e) => return Err(e),
+        };
+        for m in nexthops {
+            apply(st, m, &mut f);
+        }
+        for family in [AF_INET, AF_INET6] {
+            for m in self.dump_msgs(parse::RTM_GETROUTE, family, 12)? {
+                apply(st, m, &mut f);
+            }
+        }
+        for family in [AF_INET, AF_INET6] {
+            for m in self.dump_msgs(parse::RTM_GETNEIGH, family, 12)? {
+                apply(st, m, &mut f);
+            }
+        }
+        Ok(())
+    }
+
+    fn dump_rules(&mut self) -> Result<Vec<crate::model::Rule>, MirrorError> {
+        let mut rules = Vec::new();
+        for family in [AF_INET, AF_INET6] {
+            for m in self.dump_msgs(parse::RTM_GETRULE, family, 12)? {
+                if let Msg::NewRule(r) = m {
+                    rules.push(r);
+                }
+            }
+        }
+        Ok(rules)
+    }
+
+    /// One dump request; redone while the kernel flags it inconsistent (NLM_F_DUMP_INTR).
+    fn dump_msgs(&mut self, msg_type: u16, family: u8, hdr_len: usize) -> Result<Vec<Msg>, MirrorError> {
+        let mut hdr = vec![0u8; hdr_len];
+        hdr[0] = family;
+        for _ in 0..DUMP_RETRIES {
+            self.seq = self.seq.wrapping_add(1);
+            let seq = self.seq;
+            let req = parse::request(msg_type, NLM_F_REQUEST | NLM_F_DUMP, seq, &hdr);
+            self.dumper.send_to(&req, &SocketAddr::new(0, 0), 0)?;
+            let mut out = Vec::new();
+            let mut interrupted = false;
+            'recv: loop {
+                let n = match recv(self.dumper.as_raw_fd(), &mut self.buf, 0) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        return Err(MirrorError::Protocol(format!("dump type {msg_type}: no reply from the kernel")))
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                if n > self.buf.len() {
+                    return Err(MirrorError::Protocol(format!("dump type {msg_type}: {n}-byte reply truncated")));
+                }
+                for frame in parse::frames(&self.buf[..n]) {
+                    let frame = frame.map_err(|e| MirrorError::Protocol(e.to_string()))?;
+                    if frame.seq != seq {
+                        continue; // a late reply to an earlier, abandoned request
+                    }
+                    if frame.flags & parse::NLM_F_DUMP_INTR != 0 {
+                        interrupted = true;
+                    }
+                    match frame.msg_type {
+                        parse::NLMSG_DONE => {
+                            let code = parse::status_code(frame.payload);
+                            if code < 0 {
+                                return Err(errno_error(code));
+                            }
+                            break 'recv;
+                        }
+                        parse::NLMSG_ERROR => {
+                            let code = parse::status_code(frame.payload);
+                            if code < 0 {
+                                return Err(errno_error(code));
+                            }
+                        }
+                        parse::NLMSG_NOOP | parse::NLMSG_OVERRUN => {}
+                        t => match parse::decode(t, frame.payload) {
+                            Ok(m) => out.push(m),
+                            Err(e) => log::warn!("dump: skipping undecodable message ({e})"),
+                        },
+                    }
+                }
+            }
+            if !interrupted {
+                return Ok(out);
+            }
+            log::debug!("dump type {msg_type} family {family} interrupted by a change; redoing it");
+        }
+        Err(MirrorError::Protocol(format!("dump type {msg_type} interrupted {DUMP_RETRIES} times in a row")))
     }
 }
 
 /// Tells the kernel a neighbour is in use (RTM_NEWNEIGH with NTF_USE), so it
 /// keeps it alive and re-probes it exactly as if it had sent traffic to it.
-pub fn neigh_use(_ifindex: u32, _addr: IpAddr) -> Result<(), MirrorError> {
-    todo!()
+///
+/// The kernel (neigh_add) calls neigh_event_send() for NTF_USE instead of
+/// updating the entry: it refreshes `used`, and a STALE entry goes to DELAY,
+/// then PROBE (unicast) and back to REACHABLE when the neighbour answers.
+/// Without NLM_F_CREATE a missing entry is ENOENT rather than created.
+pub fn neigh_use(ifindex: u32, addr: IpAddr) -> Result<(), MirrorError> {
+    thread_local! {
+        static SOCK: RefCell<Option<Socket>> = const { RefCell::new(None) };
+    }
+    static SEQ: AtomicU32 = AtomicU32::new(1);
+
+    let (family, dst): (u8, Vec<u8>) = match addr {
+        IpAddr::V4(a) => (AF_INET, a.octets().to_vec()),
+        IpAddr::V6(a) => (AF_INET6, a.octets().to_vec()),
+    };
+    // struct ndmsg { u8 family, pad1; u16 pad2; s32 ifindex; u16 state; u8 flags; u8 type; }
+    let mut body = vec![family, 0, 0, 0];
+    body.extend_from_slice(&(ifindex as i32).to_ne_bytes());
+    body.extend_from_slice(&0u16.to_ne_bytes());
+    body.push(NTF_USE);
+    body.push(0);
+    parse::push_attr(&mut body, NDA_DST, &dst);
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+    let req = parse::request(parse::RTM_NEWNEIGH, NLM_F_REQUEST | NLM_F_ACK, seq, &body);
+
+    SOCK.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            let s = request_socket()?;
+            set_recv_timeout(s.as_raw_fd(), NEIGH_ACK_TIMEOUT)?;
+            *slot = Some(s);
+        }
+        let Some(sock) = slot.as_ref() else {
+            return Err(MirrorError::Protocol("no netlink socket".into()));
+        };
+        let result = send_and_ack(sock, &req, seq);
+        if matches!(result, Err(MirrorError::Io(_))) {
+            // Drop a socket in an unknown state; the next call opens a fresh one.
+            *slot = None;
+        }
+        result
+    })
+}
+
+fn send_and_ack(sock: &Socket, req: &[u8], seq: u32) -> Result<(), MirrorError> {
+    sock.send_to(req, &SocketAddr::new(0, 0), 0)?;
+    let mut buf = vec![0u8; 8192];
+    loop {
+        let n = match recv(sock.as_raw_fd(), &mut buf, 0) {
+            Ok(n) => n.min(buf.len()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.into()),
+        };
+        for frame in parse::frames(&buf[..n]) {
+            let frame = frame.map_err(|e| MirrorError::Protocol(e.to_string()))?;
+            if frame.seq != seq || frame.msg_type != parse::NLMSG_ERROR {
+                continue;
+            }
+            let code = parse::status_code(frame.payload);
+            return if code < 0 { Err(errno_error(code)) } else { Ok(()) };
+        }
+    }
 }
