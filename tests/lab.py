@@ -339,11 +339,13 @@ class Lab:
 
         Raw packets sent from the client would otherwise make its kernel answer
         replies with RSTs or learn PMTUs, adding frames that are not ours.
+        ARP and neighbour discovery still work, so the router can reach it.
         """
         table = f"fpquiet{random.randrange(1 << 16)}"
         self.run(ns, "nft", "-f", "-", input=(
-            f"table inet {table} {{ chain in {{ type filter hook input priority -300; "
-            f"policy drop; }} }}\n"))
+            f"table inet {table} {{\n chain quiet_input {{\n"
+            f"  type filter hook input priority -300; policy drop;\n"
+            f"  icmpv6 type {{ nd-neighbor-solicit, nd-neighbor-advert }} accept\n }}\n}}\n"))
         try:
             yield
         finally:

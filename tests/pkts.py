@@ -20,19 +20,19 @@ def eth(lab: Lab):
 
 
 def payload(seq: int = 0, size: int = 32) -> bytes:
-    head = f"fastpath-{seq:08d}-".encode()
-    return (head + b"." * size)[:max(size, len(head))]
+    """Exactly `size` bytes, starting with a readable sequence number."""
+    return (f"fastpath-{seq:08d}-".encode() + b"." * size)[:size]
 
 
 def udp4(lab: Lab, dst: str | None = None, ttl: int = 64, sport: int = 40000, dport: int = 9,
          seq: int = 0, size: int = 32, **ip):
-    return eth(lab) / IP(src=lab.C4, dst=dst or lab.FAR4, ttl=ttl, **ip) / \
+    return eth(lab) / IP(**{"src": lab.C4, **ip}, dst=dst or lab.FAR4, ttl=ttl) / \
         UDP(sport=sport, dport=dport) / Raw(payload(seq, size))
 
 
 def udp6(lab: Lab, dst: str | None = None, hlim: int = 64, sport: int = 40000, dport: int = 9,
          seq: int = 0, size: int = 32, **ip):
-    return eth(lab) / IPv6(src=lab.C6, dst=dst or lab.FAR6, hlim=hlim, **ip) / \
+    return eth(lab) / IPv6(**{"src": lab.C6, **ip}, dst=dst or lab.FAR6, hlim=hlim) / \
         UDP(sport=sport, dport=dport) / Raw(payload(seq, size))
 
 
@@ -49,7 +49,7 @@ def tcp6(lab: Lab, dst: str | None = None, hlim: int = 64, flags: str = "S", dpo
 
 
 def ping4(lab: Lab, dst: str | None = None, ttl: int = 64, seq: int = 1, size: int = 32, **ip):
-    return eth(lab) / IP(src=lab.C4, dst=dst or lab.FAR4, ttl=ttl, **ip) / \
+    return eth(lab) / IP(**{"src": lab.C4, **ip}, dst=dst or lab.FAR4, ttl=ttl) / \
         ICMP(id=0x4650, seq=seq) / Raw(payload(seq, size))
 
 
