@@ -160,6 +160,7 @@ class Lab:
 
     def __post_init__(self) -> None:
         self._undo: list[Callable[[], None]] = []
+        self.daemon: "Daemon | None" = None  # set while a fastpath daemon runs on the router
         self.client = f"{self.prefix}-client"
         self.router = f"{self.prefix}-router"
         self.server = f"{self.prefix}-server"
@@ -505,6 +506,7 @@ class Daemon:
             if self.sock.exists():
                 p = self.cli("status", "--json", check=False)
                 if p.returncode == 0:
+                    self.lab.daemon = self
                     return self
             time.sleep(0.1)
         raise RuntimeError(f"fastpath status did not answer within {timeout}s:\n{self.log_text()}")
@@ -518,6 +520,7 @@ class Daemon:
     def stop(self, timeout: float = 10.0) -> int:
         """SIGTERM; returns the exit code (tests assert 0 and nothing left attached)."""
         assert self.proc is not None
+        self.lab.daemon = None
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGTERM)
         try:

@@ -1,0 +1,218 @@
+"""Live changes to the kernel's state while traffic flows.
+
+Each test first proves the fast path carried the traffic (counters), then
+changes routes/neighbours/links/addresses with iproute2 and checks that the
+frames leaving the router are what the kernel alone produces.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+
+import pytest
+
+from lab import Capture, Daemon, Lab, Sender, counter_delta
+from oracle import assert_counts, differential
+from pkts import Ether, ping4, ping6, udp4, udp6
+
+SETTLE = 0.15  # the daemon gets 100 ms to mirror a change; a little slack on top
+
+
+def both(lab: Lab, n: int, seq0: int = 0):
+    return [udp4(lab, seq=seq0 + i) for i in range(n)] + [udp6(lab, seq=seq0 + i) for i in range(n)]
+
+
+def fp_counters(lab: Lab, iface: str = "r0"):
+    return lab.daemon.counters(iface) if getattr(lab, "daemon", None) else None
+
+
+# ------------------------------------------------------------ route change
+
+def seq_of(frame: bytes) -> int | None:
+    # payload() puts b"fastpath-%08d-" first; find it wherever the headers end
+    k = frame.find(b"fastpath-")
+    return int(frame[k + 9:k + 17]) if k >= 0 else None
+
+
+def stream_route_change(lab: Lab, family: int, daemon: Daemon | None, pps: int = 1000,
+                        seconds: float = 1.5, change_after: float = 0.6):
+    """Steady numbered stream; the gateway route flips from s0's path to s1's mid-way."""
+    mk = udp4 if family == 4 else udp6
+    prefix = lab.REMOTE4 if family == 4 else lab.REMOTE6
+    new_gw = lab.S1_4 if family == 4 else lab.S1_6
+    fam = "-4" if family == 4 else "-6"
+    n = int(pps * seconds)
+    frames = [bytes(mk(lab, seq=i)) for i in range(n)]
+    sent_at = [0.0] * n
+    change = {}
+    fwd_before_change = {}
+
+    def sender():
+        tx = Sender(lab.c0)
+        try:
+            t0 = time.monotonic()
+            for i, f in enumerate(frames):
+                target = t0 + i / pps
+                while time.monotonic() < target:
+                    pass
+                tx.send(f)
+                sent_at[i] = time.monotonic()
+                if i == int(pps * change_after):
+                    if daemon:
+                        fwd_before_change.update(daemon.counters("r0"))
+                    change["start"] = time.monotonic()
+                    lab.ip(lab.router, fam, "route", "replace", prefix, "via", new_gw)
+                    change["end"] = time.monotonic()
+        finally:
+            tx.close()
+
+    with Capture([lab.s0, lab.s1]) as cap:
+        t = threading.Thread(target=sender)
+        t.start()
+        while t.is_alive():
+            cap.poll(0.01)
+        t.join()
+        got = cap.collect()
+    where = {}
+    for iface in ("s0", "s1"):
+        for f in got[iface]:
+            s = seq_of(f)
+            if s is not None:
+                assert s not in where, f"seq {s} arrived twice"
+                where[s] = iface
+    return sent_at, change, where, fwd_before_change
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", [4, 6])
+@pytest.mark.parametrize("mode", ["kernel", "fastpath"])
+def test_route_change_mid_stream(lab2, family, mode, request):
+    lab = lab2
+    lab.resolve_neighbours()
+    daemon = None
+    if mode == "fastpath":
+        request.getfixturevalue("fastpath_bin")
+        daemon = Daemon(lab).start()
+        daemon.wait_converged()
+    try:
+        before = daemon.counters("r0") if daemon else {}
+        sent_at, change, where, at_change = stream_route_change(lab, family, daemon)
+        after = daemon.counters("r0") if daemon else {}
+    finally:
+        if daemon:
+            rc = daemon.stop()
+            assert rc == 0 and not lab.xdp_attached(), daemon.log_text()
+    n = len(sent_at)
+    lost = [i for i in range(n) if i not in where]
+    assert not lost, f"{len(lost)} packets lost, first {lost[:10]}"
+    late_old = [i for i in range(n) if where[i] == "s0" and sent_at[i] > change["end"]]
+    switch_ms = (max((sent_at[i] for i in late_old), default=change["end"]) - change["end"]) * 1000
+    print(f"\n{mode} v{family}: `ip route replace` took {(change['end'] - change['start']) * 1000:.1f} ms; "
+          f"old path still used {switch_ms:.1f} ms after it returned ({len(late_old)} packets)")
+    assert switch_ms <= 100, f"old route used {switch_ms:.1f} ms after the change"
+    early_new = [i for i in range(n) if where[i] == "s1" and sent_at[i] < change["start"]]
+    assert not early_new, f"packets took the new path before the change: {early_new[:10]}"
+    if daemon:
+        used = counter_delta(before, at_change).get("forwarded", 0)
+        assert used >= 0.9 * int(1000 * 0.6), f"fast path not used before the change: {used}"
+        total = counter_delta(before, after).get("forwarded", 0)
+        assert total >= 0.9 * n, f"fast path not used after the change: {total} of {n}"
+
+
+# ------------------------------------------------------------ differential live changes
+
+def test_route_delete(lab, fastpath_bin):
+    def scenario(lab, send):
+        send(both(lab, 3))
+        lab.ip(lab.router, "route", "del", lab.REMOTE4)
+        lab.ip(lab.router, "-6", "route", "del", lab.REMOTE6)
+        time.sleep(SETTLE)
+        send(both(lab, 3, seq0=10))  # now the kernel answers: network unreachable
+
+    _, fp = differential(lab, scenario, restore=lab.gateway_routes)
+    assert_counts(fp, "r0", {"forwarded": 6, "no_route": 6})
+
+
+def test_neighbour_mac_change(lab, fastpath_bin):
+    new_mac = "02:00:00:00:02:99"
+
+    def set_mac(mac):
+        lab.ip(lab.server, "link", "set", "s0", "address", mac)
+        lab.ip(lab.router, "neigh", "replace", lab.S4, "lladdr", mac, "dev", "r1", "nud", "reachable")
+        lab.ip(lab.router, "-6", "neigh", "replace", lab.S6, "lladdr", mac, "dev", "r1", "nud", "reachable")
+
+    def scenario(lab, send):
+        send(both(lab, 3))
+        set_mac(new_mac)
+        time.sleep(SETTLE)
+        send(both(lab, 3, seq0=10))
+
+    _, fp = differential(lab, scenario, rx=[lab.s0], restore=lambda: set_mac(lab.s0.mac))
+    assert_counts(fp, "r0", {"forwarded": 12})
+    dst = [Ether(f).dst for f in fp.frames["s0"]]
+    assert dst == [lab.s0.mac] * 6 + [new_mac] * 6, dst
+
+
+def test_link_down_and_up(lab, fastpath_bin):
+    mid = {}
+
+    def scenario(lab, send):
+        send(both(lab, 2))
+        lab.ip(lab.router, "link", "set", "r1", "down")
+        time.sleep(SETTLE)
+        mid["down"] = fp_counters(lab)
+        send(both(lab, 2, seq0=10))  # no route any more: the kernel answers unreachable
+        mid["down_sent"] = fp_counters(lab)
+        lab.ip(lab.router, "link", "set", "r1", "up")
+        lab.wait_ready()
+        lab.gateway_routes()  # the kernel deleted them with the link
+        time.sleep(SETTLE)
+        send(both(lab, 2, seq0=20))  # first ones wait for ARP/ND again
+        time.sleep(SETTLE)
+        mid["up"] = fp_counters(lab)
+        send(both(lab, 2, seq0=30))
+
+    _, fp = differential(lab, scenario, gap=0.02)
+    if mid["down"] is not None:
+        down = counter_delta(mid["down"], mid["down_sent"])
+        assert down.get("forwarded", 0) == 0, f"forwarded while r1 was down: {down}"
+    assert fp.counters["r0"].get("forwarded", 0) >= 8, fp.counters  # 4 before down, 4 after recovery
+
+
+def test_address_add_remove(lab, fastpath_bin):
+    """The destination becoming the router's own address makes it local, and back."""
+    def addrs(op):
+        lab.ip(lab.router, "addr", op, f"{lab.FAR4}/32", "dev", "lo")
+        lab.ip(lab.router, "addr", op, f"{lab.FAR6}/128", "dev", "lo")
+
+    def traffic(seq0):
+        return [ping4(lab, seq=seq0), udp4(lab, seq=seq0), ping6(lab, seq=seq0), udp6(lab, seq=seq0)]
+
+    def scenario(lab, send):
+        send(traffic(1))
+        addrs("add")
+        time.sleep(SETTLE)
+        send(traffic(2))  # answered by the router itself
+        addrs("del")
+        time.sleep(SETTLE)
+        send(traffic(3))
+
+    _, fp = differential(lab, scenario)
+    assert_counts(fp, "r0", {"forwarded": 8, "local": 4})
+
+
+def test_egress_carrier_loss(lab, fastpath_bin):
+    """The server side of the link goes down: the router's r1 loses carrier."""
+    def scenario(lab, send):
+        send(both(lab, 2))
+        lab.ip(lab.server, "link", "set", "s0", "down")
+        time.sleep(SETTLE)
+        send(both(lab, 2, seq0=10))
+        lab.ip(lab.server, "link", "set", "s0", "up")
+        lab.wait_ready()
+        time.sleep(SETTLE)
+
+    _, fp = differential(lab, scenario, rx=[lab.c0])
+    assert fp.counters["r0"].get("forwarded", 0) == 4, fp.counters
