@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* fib.h — FIB lookups, route verdicts and the IPv4 reverse-path check. */
+#ifndef FP_FIB_H
+#define FP_FIB_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "maps.h"
+
+static __always_inline struct fp_route *fp_fib4_lookup(__be32 addr)
+{
+	struct fp_lpm4_key key = { .prefixlen = 32, .addr = addr };
+
+	return bpf_map_lookup_elem(&fp_fib4, &key);
+}
+
+/* The key doubles as the caller's stack copy of the address. */
+static __always_inline struct fp_route *fp_fib6_lookup(struct fp_lpm6_key *key)
+{
+	key->prefixlen = 128;
+	return bpf_map_lookup_elem(&fp_fib6, key);
+}
+
+/*
+ * FP_R_FORWARDED for a route we may forward by, otherwise why not. A PUNT
+ * route carrying a reason that is out of range, or "forwarded" itself, is a
+ * daemon bug; it still must not be forwarded, so it becomes "unsupported".
+ */
+static __always_inline __u32 fp_route_reason(const struct fp_route *rt)
+{
+	__u32 r;
+
+	switch (rt->type) {
+	case FP_RT_FORWARD:
+		return FP_R_FORWARDED;
+	case FP_RT_LOCAL:
+		return FP_R_LOCAL;
+	case FP_RT_BLACKHOLE:
+		return FP_R_BLACKHOLE;
+	case FP_RT_UNREACHABLE:
+		return FP_R_UNREACHABLE;
+	case FP_RT_PROHIBIT:
+		return FP_R_PROHIBIT;
+	case FP_RT_PUNT:
+		r = rt->punt_reason;
+		if (r == FP_R_FORWARDED || r >= FP_R__COUNT)
+			return FP_R_ROUTE_UNSUPPORTED;
+		return r;
+	}
+	return FP_R_ROUTE_UNSUPPORTED;
+}
+
+static __always_inline struct fp_nexthop *fp_nexthop_lookup(__u32 nh_id)
+{
+	return bpf_map_lookup_elem(&fp_nexthops, &nh_id);
+}
+
+/*
+ * The source half of fib_validate_source(). With rp_filter on, the source
+ * must have a unicast route we understand (ECMP routes are PUNT here, so
+ * they fail: conservative), and in strict mode through the ingress. With it
+ * off the kernel still refuses a source that is one of its own addresses
+ * (inet_lookup_ifaddr_rcu(), accept_local=0): that is a LOCAL route in the
+ * merged FIB, so the one lookup serves both cases. Returns a reason or 0.
+ */
+static __always_inline __u32 fp_ip4_rpf_reason(const struct fp_iface *in, __u32 in_ifindex, __be32 saddr)
+{
+	struct fp_route *rt = fp_fib4_lookup(saddr);
+	struct fp_nexthop *nh;
+
+	if (!(in->flags & (FP_IF_RPF_STRICT | FP_IF_RPF_LOOSE))) {
+		if (rt && rt->type == FP_RT_LOCAL)
+			return FP_R_MARTIAN;
+		return 0;
+	}
+	if (!rt || rt->type != FP_RT_FORWARD)
+		return FP_R_RP_FILTER;
+	if (!(in->flags & FP_IF_RPF_STRICT))
+		return 0;
+	nh = fp_nexthop_lookup(rt->nh_id);
+	if (!nh || nh->ifindex != in_ifindex)
+		return FP_R_RP_FILTER;
+	return 0;
+}
+
+#endif /* FP_FIB_H */

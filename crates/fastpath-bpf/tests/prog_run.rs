@@ -1,0 +1,475 @@
+//! BPF_PROG_RUN table tests of the forwarding program (`bpf/xdp_fwd.bpf.c`).
+//!
+//! Each case is {name, table contents, input frame, expected verdict, expected
+//! output bytes, expected counter}: a fresh program is loaded per case, the
+//! tables written, one frame run, and the verdict, the exact output bytes and
+//! the whole fp_stats map (exactly one packet, under the expected slot and
+//! reason, with the expected byte count) checked.
+//!
+//! Needs root. Every test moves its own thread into a private network
+//! namespace with a veth pair (see `support::netns`), so the tests may run
+//! in parallel; `--test-threads=1` works as well.
+//!
+//!   CARGO_TARGET_DIR=/work/tgt-dp cargo test --release -p fastpath-bpf --test prog_run
+
+mod support;
+
+use std::collections::BTreeSet;
+
+use fastpath_bpf::intf::fp_reason::{self, *};
+use fastpath_bpf::intf::*;
+
+use support::netns::{require_root, Lab};
+use support::packet::*;
+use support::runner::*;
+use support::world::*;
+
+fn c4() -> Ip4 {
+    Ip4::new(v4("192.0.2.10"), v4("203.0.113.20"))
+}
+
+fn c6() -> Ip6 {
+    Ip6::new(v6("2001:db8:a::10"), v6("2001:db8:2::20"))
+}
+
+fn f4(p: &Ip4) -> Vec<u8> {
+    p.frame(MAC_A, MAC_CLIENT)
+}
+
+fn f6(p: &Ip6) -> Vec<u8> {
+    p.frame(MAC_A, MAC_CLIENT)
+}
+
+fn with4(f: impl FnOnce(&mut Ip4)) -> Ip4 {
+    let mut p = c4();
+    f(&mut p);
+    p
+}
+
+fn with6(f: impl FnOnce(&mut Ip6)) -> Ip6 {
+    let mut p = c6();
+    f(&mut p);
+    p
+}
+
+/// What the kernel would send for `p` out of port b to `mac`: TTL - 1 and a
+/// header checksum recomputed from scratch by `Ip4::bytes`.
+fn out4(p: &Ip4, mac: Mac) -> Vec<u8> {
+    let mut o = p.clone();
+    o.ttl -= 1;
+    o.frame(mac, MAC_B)
+}
+
+fn out6(p: &Ip6, mac: Mac) -> Vec<u8> {
+    let mut o = p.clone();
+    o.hop -= 1;
+    o.frame(mac, MAC_B)
+}
+
+/// Recomputes the IPv4 header checksum of a frame after patching a field,
+/// so that the case fails only on the field it is about.
+fn fix4(mut f: Vec<u8>) -> Vec<u8> {
+    let hlen = usize::from(f[14] & 0xF) * 4;
+    f[24..26].copy_from_slice(&[0, 0]);
+    let c = csum(&f[14..14 + hlen.min(f.len() - 14)]);
+    f[24..26].copy_from_slice(&c.to_be_bytes());
+    f
+}
+
+fn lab(test: &str) -> Option<(Lab, World)> {
+    if !require_root(test) {
+        return None;
+    }
+    let lab = Lab::new().expect("private netns with a veth pair");
+    let world = World::new(lab.a, lab.b);
+    Some((lab, world))
+}
+
+fn flags_mut(w: &mut World, ifindex: u32) -> &mut u16 {
+    &mut w.iface_mut(ifindex).flags
+}
+
+#[test]
+fn forward_ipv4() {
+    let Some((_lab, world)) = lab("forward_ipv4") else { return };
+    let (a, b) = (world.a, world.b);
+    let p = c4();
+    let onlink = Ip4::new(v4("192.0.2.10"), v4("198.51.100.7"));
+    let short = with4(|p| p.payload = udp(0));
+    let via6 = Ip4::new(v4("192.0.2.10"), v4("203.0.113.200"));
+    let ttl2 = with4(|p| p.ttl = 2);
+    let no_df = with4(|p| p.frag = 0);
+    let tos = with4(|p| p.tos = 0xb8);
+    let big = with4(|p| p.payload = udp(1500 - 28));
+    let cases = vec![
+        Case::forward("via gateway", same, f4(&p), out4(&p, MAC_GW4)),
+        Case::forward("on-link destination", same, f4(&onlink), out4(&onlink, MAC_HOST_B)),
+        Case::forward(
+            "ethernet padding trimmed to tot_len",
+            same,
+            pad_to(f4(&short), 60, 0),
+            out4(&short, MAC_GW4),
+        ),
+        Case::forward(
+            "non-zero padding trimmed too",
+            same,
+            pad_to(f4(&short), 60, 0xAA),
+            out4(&short, MAC_GW4),
+        ),
+        Case::forward(
+            "v4 via v6 gateway (RFC 5549)",
+            |w| w.set_route4(lpm4("203.0.113.128", 25), route(fp_route_type::FP_RT_FORWARD, NH_V4_VIA_V6)),
+            f4(&via6),
+            out4(&via6, MAC_GW6LL),
+        ),
+        Case::forward("ttl 2 leaves with 1", same, f4(&ttl2), out4(&ttl2, MAC_GW4)),
+        Case::forward("DF clear", same, f4(&no_df), out4(&no_df, MAC_GW4)),
+        Case::forward("tos/ecn kept", same, f4(&tos), out4(&tos, MAC_GW4)),
+        Case::forward("datagram == egress mtu", same, f4(&big), out4(&big, MAC_GW4)),
+        Case::forward(
+            "route mtu equal to datagram",
+            |w| w.set_route4(lpm4("203.0.113.0", 24), fp_route { mtu: 46, ..route(fp_route_type::FP_RT_FORWARD, NH_GW4) }),
+            f4(&p),
+            out4(&p, MAC_GW4),
+        ),
+        Case::forward("rp_filter strict, source via ingress", move |w| *flags_mut(w, a) |= FP_IF_RPF_STRICT as u16, f4(&p), out4(&p, MAC_GW4)),
+        Case::forward("rp_filter loose, source routed", move |w| *flags_mut(w, a) |= FP_IF_RPF_LOOSE as u16, f4(&p), out4(&p, MAC_GW4)),
+        Case::forward(
+            "rp_filter loose, source routed via another port",
+            move |w| {
+                *flags_mut(w, a) |= FP_IF_RPF_LOOSE as u16;
+                w.set_route4(lpm4("192.0.2.0", 24), route(fp_route_type::FP_RT_FORWARD, NH_ONLINK_B));
+            },
+            f4(&p),
+            out4(&p, MAC_GW4),
+        ),
+        Case::forward("v6 switches leave v4 alone", |w| { w.rt.policy_punt = FP_FAM_V6; w.rt.table_full = FP_FAM_V6 }, f4(&p), out4(&p, MAC_GW4)),
+        Case::forward("ipv6 forwarding off leaves v4 alone", move |w| *flags_mut(w, a) &= !(FP_IF_FWD6 as u16), f4(&p), out4(&p, MAC_GW4)),
+        Case::forward("egress forwarding flags do not matter", move |w| *flags_mut(w, b) = FP_IF_UP as u16, f4(&p), out4(&p, MAC_GW4)),
+    ];
+    run_all(&world, &cases);
+}
+
+#[test]
+fn forward_ipv6() {
+    let Some((_lab, world)) = lab("forward_ipv6") else { return };
+    let (a, b) = (world.a, world.b);
+    let p = c6();
+    let esp = with6(|p| p.nexthdr = 50);
+    let nonext = with6(|p| {
+        p.nexthdr = 59;
+        p.payload = vec![];
+    });
+    let onlink = Ip6::new(v6("2001:db8:a::10"), v6("2001:db8:b::7"));
+    let hop2 = with6(|p| p.hop = 2);
+    let min_mtu = with6(|p| p.payload = vec![0x5A; 1280 - 40]);
+    let cases = vec![
+        Case::forward("via gateway", same, f6(&p), out6(&p, MAC_GW6)),
+        Case::forward("ESP is not punted as an extension header", same, f6(&esp), out6(&esp, MAC_GW6)),
+        Case::forward("no next header, padding trimmed", same, pad_to(f6(&nonext), 60, 0), out6(&nonext, MAC_GW6)),
+        Case::forward(
+            "on-link destination",
+            move |w| w.neigh.push((neigh_key(b, AF_INET6, &v6("2001:db8:b::7")), neigh(MAC_HOST_B))),
+            f6(&onlink),
+            out6(&onlink, MAC_HOST_B),
+        ),
+        Case::forward("hop limit 2 leaves with 1", same, f6(&hop2), out6(&hop2, MAC_GW6)),
+        Case::forward(
+            "mtu6 below 1280 counts as 1280",
+            move |w| w.iface_mut(b).mtu6 = 1000,
+            f6(&min_mtu),
+            out6(&min_mtu, MAC_GW6),
+        ),
+        Case::forward(
+            "mtu6 0 falls back to mtu",
+            move |w| {
+                w.iface_mut(b).mtu6 = 0;
+                w.iface_mut(b).mtu = 1280;
+            },
+            f6(&min_mtu),
+            out6(&min_mtu, MAC_GW6),
+        ),
+        Case::forward("v4 switches leave v6 alone", |w| { w.rt.policy_punt = FP_FAM_V4; w.rt.table_full = FP_FAM_V4 }, f6(&p), out6(&p, MAC_GW6)),
+        Case::forward("ipv4 forwarding off leaves v6 alone", move |w| *flags_mut(w, a) &= !(FP_IF_FWD4 as u16), f6(&p), out6(&p, MAC_GW6)),
+        Case::forward("rp_filter is IPv4 only", move |w| *flags_mut(w, a) |= FP_IF_RPF_STRICT as u16, f6(&p), out6(&p, MAC_GW6)),
+    ];
+    run_all(&world, &cases);
+}
+
+/// Every reason the program can punt with, each at least once.
+fn punt_cases(world: &World) -> Vec<Case> {
+    let (a, b) = (world.a, world.b);
+    let p4 = c4();
+    let p6 = c6();
+    let ip4 = |src: &str, dst: &str| f4(&Ip4::new(v4(src), v4(dst)));
+    let ip6 = |src: &str, dst: &str| f6(&Ip6::new(v6(src), v6(dst)));
+    let mut arp = eth(MAC_A, MAC_CLIENT, ETH_P_ARP);
+    arp.extend([0, 1, 8, 0, 6, 4, 0, 1]);
+    arp.extend(MAC_CLIENT);
+    arp.extend(v4("192.0.2.10"));
+    arp.extend([0; 6]);
+    arp.extend(v4("192.0.2.1"));
+    let tagged = |tpid: u16| {
+        let mut f = eth(MAC_A, MAC_CLIENT, tpid);
+        f.extend([0x00, 0x05, 0x08, 0x00]);
+        f.extend(p4.bytes());
+        f
+    };
+    let ext = |nh: u8| f6(&with6(|p| p.nexthdr = nh));
+    let rt4 = |rt: fp_route| move |w: &mut World| w.set_route4(lpm4("203.0.113.0", 24), rt);
+    let rt6 = |rt: fp_route| move |w: &mut World| w.set_route6(lpm6("2001:db8:2::", 48), rt);
+    let long4 = f4(&with4(|p| p.payload = udp(1500 - 28)));
+
+    vec![
+        // L2
+        Case::punt("ARP", same, pad_to(arp, 60, 0), FP_R_NOT_IP),
+        Case::punt("LLDP", same, pad_to(eth([0x01, 0x80, 0xc2, 0, 0, 0x0e], MAC_CLIENT, 0x88CC), 60, 0), FP_R_NOT_IP),
+        Case::punt("802.1Q", same, tagged(ETH_P_8021Q), FP_R_VLAN),
+        Case::punt("802.1ad", same, tagged(ETH_P_8021AD), FP_R_VLAN),
+        Case::punt("broadcast MAC", same, p4.frame([0xff; 6], MAC_CLIENT), FP_R_MULTICAST),
+        Case::punt("multicast MAC", same, p4.frame([0x01, 0, 0x5e, 0, 0, 5], MAC_CLIENT), FP_R_MULTICAST),
+        Case::punt("v6 multicast MAC", same, p6.frame([0x33, 0x33, 0, 0, 0, 1], MAC_CLIENT), FP_R_MULTICAST),
+        Case::punt("other host's MAC", same, p4.frame([0x02, 0, 0, 0, 0, 0x99], MAC_CLIENT), FP_R_L2_OTHER_HOST),
+        Case::punt("other host's MAC v6", same, p6.frame(MAC_B, MAC_CLIENT), FP_R_L2_OTHER_HOST),
+        // IPv4 header
+        Case::punt("v4 bad checksum", same, patch(f4(&p4), 24, &[0xde, 0xad]), FP_R_MALFORMED),
+        Case::punt("v4 version 5", same, fix4(patch(f4(&p4), 14, &[0x55])), FP_R_MALFORMED),
+        Case::punt("v4 ihl 4", same, patch(f4(&p4), 14, &[0x44]), FP_R_MALFORMED),
+        Case::punt("v4 tot_len beyond frame", same, fix4(patch(f4(&p4), 16, &[0, 47])), FP_R_MALFORMED),
+        Case::punt("v4 tot_len below header", same, fix4(patch(f4(&p4), 16, &[0, 19])), FP_R_MALFORMED),
+        Case::punt("v4 truncated header", same, f4(&p4)[..14 + 19].to_vec(), FP_R_MALFORMED),
+        Case::punt("v4 options", same, f4(&with4(|p| p.options = vec![1, 1, 1, 0])), FP_R_IP_OPTIONS),
+        Case::punt("v4 MF", same, f4(&with4(|p| p.frag = 0x2000)), FP_R_FRAGMENT),
+        Case::punt("v4 fragment offset", same, f4(&with4(|p| p.frag = 0x0001)), FP_R_FRAGMENT),
+        // IPv6 header
+        Case::punt("v6 version 4", same, patch(f6(&p6), 14, &[0x40]), FP_R_MALFORMED),
+        Case::punt("v6 truncated header", same, f6(&p6)[..14 + 39].to_vec(), FP_R_MALFORMED),
+        Case::punt("v6 payload_len beyond frame", same, patch(f6(&p6), 18, &[0, 27]), FP_R_MALFORMED),
+        Case::punt("v6 hop-by-hop", same, ext(0), FP_R_IPV6_EXT_HDR),
+        Case::punt("v6 routing header", same, ext(43), FP_R_IPV6_EXT_HDR),
+        Case::punt("v6 fragment header", same, ext(44), FP_R_IPV6_EXT_HDR),
+        Case::punt("v6 AH", same, ext(51), FP_R_IPV6_EXT_HDR),
+        Case::punt("v6 destination options", same, ext(60), FP_R_IPV6_EXT_HDR),
+        Case::punt("v6 mobility", same, ext(135), FP_R_IPV6_EXT_HDR),
+        Case::punt("v6 experimental 253", same, ext(253), FP_R_IPV6_EXT_HDR),
+        // addresses
+        Case::punt("v4 src loopback", same, ip4("127.0.0.1", "203.0.113.20"), FP_R_MARTIAN),
+        Case::punt("v4 src 0/8", same, ip4("0.0.0.0", "203.0.113.20"), FP_R_MARTIAN),
+        Case::punt("v4 src multicast", same, ip4("224.0.0.1", "203.0.113.20"), FP_R_MARTIAN),
+        Case::punt("v4 src limited broadcast", same, ip4("255.255.255.255", "203.0.113.20"), FP_R_MARTIAN),
+        Case::punt("v4 dst 0/8", same, ip4("192.0.2.10", "0.1.2.3"), FP_R_MARTIAN),
+        Case::punt("v4 dst loopback", same, ip4("192.0.2.10", "127.0.0.2"), FP_R_MARTIAN),
+        Case::punt("v4 src is a local address", same, ip4("198.51.100.254", "203.0.113.20"), FP_R_MARTIAN),
+        Case::punt("v4 dst multicast", same, ip4("192.0.2.10", "224.0.0.5"), FP_R_MULTICAST),
+        Case::punt("v4 dst limited broadcast", same, ip4("192.0.2.10", "255.255.255.255"), FP_R_MULTICAST),
+        Case::punt("v4 src link-local", same, ip4("169.254.1.1", "203.0.113.20"), FP_R_LINK_LOCAL),
+        Case::punt("v4 dst link-local", same, ip4("192.0.2.10", "169.254.9.9"), FP_R_LINK_LOCAL),
+        Case::punt("v6 src loopback", same, ip6("::1", "2001:db8:2::20"), FP_R_MARTIAN),
+        Case::punt("v6 src unspecified", same, ip6("::", "2001:db8:2::20"), FP_R_MARTIAN),
+        Case::punt("v6 src multicast", same, ip6("ff02::1", "2001:db8:2::20"), FP_R_MARTIAN),
+        Case::punt("v6 dst loopback", same, ip6("2001:db8:a::10", "::1"), FP_R_MARTIAN),
+        Case::punt("v6 dst unspecified", same, ip6("2001:db8:a::10", "::"), FP_R_MARTIAN),
+        Case::punt("v6 dst multicast", same, ip6("2001:db8:a::10", "ff0e::1"), FP_R_MULTICAST),
+        Case::punt("v6 src link-local", same, ip6("fe80::1", "2001:db8:2::20"), FP_R_LINK_LOCAL),
+        Case::punt("v6 dst link-local", same, ip6("2001:db8:a::10", "febf::2"), FP_R_LINK_LOCAL),
+        // runtime switches
+        Case::punt("v4 policy routing", |w| w.rt.policy_punt = FP_FAM_V4, f4(&p4), FP_R_POLICY_ROUTING),
+        Case::punt("v6 policy routing", |w| w.rt.policy_punt = FP_FAM_V6, f6(&p6), FP_R_POLICY_ROUTING),
+        Case::punt("v4 table full", |w| w.rt.table_full = FP_FAM_V4, f4(&p4), FP_R_TABLE_FULL),
+        Case::punt("v6 table full", |w| w.rt.table_full = FP_FAM_V6 | FP_FAM_V4, f6(&p6), FP_R_TABLE_FULL),
+        // FIB
+        Case::punt("v4 local", same, ip4("192.0.2.10", "192.0.2.1"), FP_R_LOCAL),
+        Case::punt("v4 local wins over ttl 1", same, f4(&Ip4 { ttl: 1, ..Ip4::new(v4("192.0.2.10"), v4("192.0.2.1")) }), FP_R_LOCAL),
+        Case::punt("v6 local", same, ip6("2001:db8:a::10", "2001:db8:a::1"), FP_R_LOCAL),
+        Case::punt("v4 no route", same, ip4("192.0.2.10", "203.0.114.1"), FP_R_NO_ROUTE),
+        Case::punt("v6 no route", same, ip6("2001:db8:a::10", "2001:db8:3::1"), FP_R_NO_ROUTE),
+        Case::punt("next hop never written", rt4(route(fp_route_type::FP_RT_FORWARD, 99)), f4(&p4), FP_R_NO_ROUTE),
+        Case::punt("next hop beyond the table", rt4(route(fp_route_type::FP_RT_FORWARD, 1 << 20)), f4(&p4), FP_R_NO_ROUTE),
+        Case::punt("v4 blackhole", rt4(route(fp_route_type::FP_RT_BLACKHOLE, 0)), f4(&p4), FP_R_BLACKHOLE),
+        Case::punt("v6 blackhole", rt6(route(fp_route_type::FP_RT_BLACKHOLE, 0)), f6(&p6), FP_R_BLACKHOLE),
+        Case::punt("v4 unreachable", rt4(route(fp_route_type::FP_RT_UNREACHABLE, 0)), f4(&p4), FP_R_UNREACHABLE),
+        Case::punt("v6 unreachable", rt6(route(fp_route_type::FP_RT_UNREACHABLE, 0)), f6(&p6), FP_R_UNREACHABLE),
+        Case::punt("v4 prohibit", rt4(route(fp_route_type::FP_RT_PROHIBIT, 0)), f4(&p4), FP_R_PROHIBIT),
+        Case::punt("v6 prohibit", rt6(route(fp_route_type::FP_RT_PROHIBIT, 0)), f6(&p6), FP_R_PROHIBIT),
+        Case::punt("v4 punt route: ecmp", rt4(punt_route(FP_R_ECMP as u8)), f4(&p4), FP_R_ECMP),
+        Case::punt("v6 punt route: ecmp", rt6(punt_route(FP_R_ECMP as u8)), f6(&p6), FP_R_ECMP),
+        Case::punt("punt route: unsupported", rt4(punt_route(FP_R_ROUTE_UNSUPPORTED as u8)), f4(&p4), FP_R_ROUTE_UNSUPPORTED),
+        Case::punt("punt route: broadcast", rt4(punt_route(FP_R_MULTICAST as u8)), f4(&p4), FP_R_MULTICAST),
+        Case::punt("punt route claiming 'forwarded'", rt4(punt_route(FP_R_FORWARDED as u8)), f4(&p4), FP_R_ROUTE_UNSUPPORTED),
+        Case::punt("punt route reason out of range", rt4(punt_route(200)), f4(&p4), FP_R_ROUTE_UNSUPPORTED),
+        Case::punt("unknown route type", rt4(fp_route { type_: 99, ..Default::default() }), f4(&p4), FP_R_ROUTE_UNSUPPORTED),
+        // ingress
+        Case::punt("v4 forwarding off", move |w| *flags_mut(w, a) &= !(FP_IF_FWD4 as u16), f4(&p4), FP_R_FORWARDING_DISABLED),
+        Case::punt("v6 forwarding off", move |w| *flags_mut(w, a) &= !(FP_IF_FWD6 as u16), f6(&p6), FP_R_FORWARDING_DISABLED),
+        Case::punt(
+            "rp_filter strict, source via another port",
+            move |w| {
+                *flags_mut(w, a) |= FP_IF_RPF_STRICT as u16;
+                w.set_route4(lpm4("192.0.2.0", 24), route(fp_route_type::FP_RT_FORWARD, NH_ONLINK_B));
+            },
+            f4(&p4),
+            FP_R_RP_FILTER,
+        ),
+        Case::punt(
+            "rp_filter loose, no route back",
+            move |w| {
+                *flags_mut(w, a) |= FP_IF_RPF_LOOSE as u16;
+                w.fib4.retain(|(k, _)| *k != lpm4("192.0.2.0", 24));
+            },
+            f4(&p4),
+            FP_R_RP_FILTER,
+        ),
+        Case::punt(
+            "rp_filter strict, source on an ECMP route",
+            move |w| {
+                *flags_mut(w, a) |= FP_IF_RPF_STRICT as u16;
+                w.set_route4(lpm4("192.0.2.0", 24), punt_route(FP_R_ECMP as u8));
+            },
+            f4(&p4),
+            FP_R_RP_FILTER,
+        ),
+        Case::punt(
+            "rp_filter loose, source is local",
+            move |w| *flags_mut(w, a) |= FP_IF_RPF_LOOSE as u16,
+            ip4("198.51.100.254", "203.0.113.20"),
+            FP_R_RP_FILTER,
+        ),
+        Case::punt("v4 ttl 1", same, f4(&with4(|p| p.ttl = 1)), FP_R_TTL_EXCEEDED),
+        Case::punt("v4 ttl 0", same, f4(&with4(|p| p.ttl = 0)), FP_R_TTL_EXCEEDED),
+        Case::punt("v4 ttl 1, padded frame left alone", same, pad_to(f4(&with4(|p| { p.ttl = 1; p.payload = udp(0) })), 60, 0), FP_R_TTL_EXCEEDED),
+        Case::punt("v6 hop limit 1", same, f6(&with6(|p| p.hop = 1)), FP_R_TTL_EXCEEDED),
+        Case::punt("v6 hop limit 0", same, f6(&with6(|p| p.hop = 0)), FP_R_TTL_EXCEEDED),
+        Case::punt("ingress not managed", move |w| w.ifaces.retain(|(i, _)| *i != a), f4(&p4), FP_R_INGRESS_UNKNOWN),
+        // egress
+        Case::punt("egress not in fp_ifaces", move |w| w.ifaces.retain(|(i, _)| *i != b), f4(&p4), FP_R_EGRESS_NOT_MANAGED),
+        Case::punt("egress not in fp_tx_ports", move |w| w.tx_ports.retain(|i| *i != b), f4(&p4), FP_R_EGRESS_NOT_MANAGED),
+        Case::punt("v6 egress not in fp_tx_ports", move |w| w.tx_ports.retain(|i| *i != b), f6(&p6), FP_R_EGRESS_NOT_MANAGED),
+        Case::punt("egress down", move |w| *flags_mut(w, b) &= !(FP_IF_UP as u16), f4(&p4), FP_R_EGRESS_DOWN),
+        Case::punt("v6 egress down", move |w| *flags_mut(w, b) &= !(FP_IF_UP as u16), f6(&p6), FP_R_EGRESS_DOWN),
+        Case::punt(
+            "egress is the ingress",
+            move |w| *w.nexthop_mut(NH_GW4) = gw_nh(a, AF_INET, &v4("192.0.2.99")),
+            f4(&p4),
+            FP_R_SAME_IFACE,
+        ),
+        Case::punt(
+            "v6 egress is the ingress",
+            move |w| *w.nexthop_mut(NH_GW6) = gw_nh(a, AF_INET6, &v6("2001:db8:a::99")),
+            f6(&p6),
+            FP_R_SAME_IFACE,
+        ),
+        Case::punt("v4 above egress mtu", move |w| w.iface_mut(b).mtu = 1499, long4.clone(), FP_R_MTU),
+        Case::punt(
+            "v4 above route mtu",
+            rt4(fp_route { mtu: 45, ..route(fp_route_type::FP_RT_FORWARD, NH_GW4) }),
+            f4(&p4),
+            FP_R_MTU,
+        ),
+        Case::punt(
+            "v6 above mtu6",
+            move |w| w.iface_mut(b).mtu6 = 1280,
+            f6(&with6(|p| p.payload = vec![0x5A; 1281 - 40])),
+            FP_R_MTU,
+        ),
+        Case::punt(
+            "v6 above mtu when mtu6 is 0",
+            move |w| {
+                w.iface_mut(b).mtu6 = 0;
+                w.iface_mut(b).mtu = 1300;
+            },
+            f6(&with6(|p| p.payload = vec![0x5A; 1301 - 40])),
+            FP_R_MTU,
+        ),
+        Case::punt(
+            "v6 above route mtu",
+            rt6(fp_route { mtu: 1280, ..route(fp_route_type::FP_RT_FORWARD, NH_GW6) }),
+            f6(&with6(|p| p.payload = vec![0x5A; 1281 - 40])),
+            FP_R_MTU,
+        ),
+        Case::punt("no neighbour for the gateway", move |w| w.neigh.retain(|(k, _)| *k != neigh_key(b, AF_INET, &v4("198.51.100.1"))), f4(&p4), FP_R_NO_NEIGH),
+        Case::punt("no neighbour for an on-link destination", same, ip4("192.0.2.10", "198.51.100.8"), FP_R_NO_NEIGH),
+        Case::punt(
+            "neighbour known on another port only",
+            move |w| {
+                w.neigh.retain(|(k, _)| *k != neigh_key(b, AF_INET, &v4("198.51.100.1")));
+                w.neigh.push((neigh_key(a, AF_INET, &v4("198.51.100.1")), neigh(MAC_GW4)));
+            },
+            f4(&p4),
+            FP_R_NO_NEIGH,
+        ),
+        Case::punt(
+            "v4 via v6 needs the v6 neighbour",
+            move |w| {
+                w.set_route4(lpm4("203.0.113.0", 24), route(fp_route_type::FP_RT_FORWARD, NH_V4_VIA_V6));
+                w.neigh.retain(|(k, _)| *k != neigh_key(b, AF_INET6, &v6("fe80::d6")));
+            },
+            f4(&p4),
+            FP_R_NO_NEIGH,
+        ),
+        Case::punt("v6 no neighbour for the gateway", move |w| w.neigh.retain(|(k, _)| *k != neigh_key(b, AF_INET6, &v6("2001:db8:b::1"))), f6(&p6), FP_R_NO_NEIGH),
+    ]
+}
+
+/// FP_R_REDIRECT_FAILED needs bpf_xdp_adjust_tail() to refuse shrinking a
+/// frame to at least 34 bytes, which it does not do: there is no input that
+/// produces it, so it is the one reason left out of the table.
+const UNREACHABLE_IN_TESTS: &[fp_reason] = &[FP_R_REDIRECT_FAILED];
+
+#[test]
+fn punt_reasons() {
+    let Some((_lab, world)) = lab("punt_reasons") else { return };
+    let cases = punt_cases(&world);
+    let covered: BTreeSet<usize> = cases
+        .iter()
+        .filter_map(|c| match c.expect {
+            Expect::Punt(r) => Some(r as usize),
+            Expect::Forward(_) => None,
+        })
+        .collect();
+    let missing: Vec<&str> = (1..FP_R__COUNT as usize)
+        .filter(|r| !covered.contains(r) && !UNREACHABLE_IN_TESTS.iter().any(|u| *u as usize == *r))
+        .map(reason_name)
+        .collect();
+    assert!(missing.is_empty(), "punt reasons without a case: {missing:?}");
+    run_all(&world, &cases);
+}
+
+/// The incremental TTL update against a full recomputation, over every
+/// 16-bit value the identification field (and so the checksum) can take.
+#[test]
+fn ttl_checksum_sweep() {
+    let Some((_lab, world)) = lab("ttl_checksum_sweep") else { return };
+    let loaded = Loaded::new(&world).expect("load");
+    for id in 0..=u16::MAX {
+        let p = with4(|p| {
+            p.id = id;
+            p.ttl = 2 + (id % 250) as u8;
+        });
+        let (verdict, out) = loaded.run(world.a, &f4(&p)).expect("run");
+        assert_eq!(verdict, XDP_REDIRECT, "id {id:#06x}");
+        assert_eq!(csum(&out[14..34]), 0, "id {id:#06x}: header does not verify");
+        assert_eq!(out, out4(&p, MAC_GW4), "id {id:#06x}");
+    }
+    let s = loaded.stats(SLOT_A).expect("stats");
+    assert_eq!(s.packets[FP_R_FORWARDED as usize], 65536);
+}
+
+/// used_ns is refreshed on use, but at most about once a second.
+#[test]
+fn neighbour_use_is_recorded() {
+    let Some((_lab, world)) = lab("neighbour_use_is_recorded") else { return };
+    let loaded = Loaded::new(&world).expect("load");
+    let key = neigh_key(world.b, AF_INET, &v4("198.51.100.1"));
+    let used = || -> u64 {
+        use libbpf_rs::{MapCore, MapFlags};
+        let raw_val = loaded.skel.maps.fp_neigh.lookup(raw(&key), MapFlags::ANY).expect("lookup").expect("neighbour");
+        from_raw::<fp_neigh>(&raw_val).used_ns
+    };
+    assert_eq!(used(), 0);
+    let pkt = f4(&c4());
+    assert_eq!(loaded.run(world.a, &pkt).expect("run").0, XDP_REDIRECT);
+    let first = used();
+    assert_ne!(first, 0, "forwarding did not record the neighbour's use");
+    assert_eq!(loaded.run(world.a, &pkt).expect("run").0, XDP_REDIRECT);
+    assert_eq!(used(), first, "refreshed again within a second");
+}

@@ -1,0 +1,152 @@
+//! Loads a fresh program per case, writes the case's tables, runs one packet
+//! through BPF_PROG_RUN and checks verdict, output bytes and counters.
+
+use std::mem::MaybeUninit;
+
+use anyhow::{bail, ensure, Context, Result};
+use fastpath_bpf::intf::{fp_reason, fp_stats, reason_name, FP_MAX_IFACES};
+use fastpath_bpf::skel::xdp_fwd::{XdpFwdSkel, XdpFwdSkelBuilder};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, OpenObject, ProgramInput};
+
+use super::world::{from_raw, World};
+
+pub const XDP_PASS: u32 = 2;
+pub const XDP_REDIRECT: u32 = 4;
+
+pub enum Expect {
+    /// XDP_PASS, output == input, counted once under this reason.
+    Punt(fp_reason),
+    /// XDP_REDIRECT with exactly these bytes, counted as forwarded.
+    Forward(Vec<u8>),
+}
+
+pub struct Case {
+    pub name: &'static str,
+    pub world: Box<dyn Fn(&mut World)>,
+    pub pkt: Vec<u8>,
+    pub expect: Expect,
+}
+
+impl Case {
+    pub fn punt(name: &'static str, world: impl Fn(&mut World) + 'static, pkt: Vec<u8>, r: fp_reason) -> Self {
+        Case { name, world: Box::new(world), pkt, expect: Expect::Punt(r) }
+    }
+
+    pub fn forward(name: &'static str, world: impl Fn(&mut World) + 'static, pkt: Vec<u8>, out: Vec<u8>) -> Self {
+        Case { name, world: Box::new(world), pkt, expect: Expect::Forward(out) }
+    }
+}
+
+pub fn same(_: &mut World) {}
+
+/// One loaded program; dropped (maps and all) at the end of its case.
+pub struct Loaded {
+    // Field order is drop order: the skeleton must go before its object.
+    pub skel: XdpFwdSkel<'static>,
+    _obj: Box<MaybeUninit<OpenObject>>,
+}
+
+impl Loaded {
+    pub fn new(world: &World) -> Result<Self> {
+        let mut obj = Box::new(MaybeUninit::uninit());
+        // The skeleton borrows the object; the box keeps its address stable
+        // and is dropped after the skeleton (see the field order).
+        let obj_ref: &'static mut MaybeUninit<OpenObject> = unsafe { &mut *(obj.as_mut() as *mut _) };
+        let open = XdpFwdSkelBuilder::default().open(obj_ref).context("open xdp_fwd")?;
+        let skel = open.load().context("load xdp_fwd (verifier)")?;
+        world.apply(&skel)?;
+        Ok(Loaded { skel, _obj: obj })
+    }
+
+    /// Runs one frame arriving on `ingress`; returns (verdict, output frame).
+    pub fn run(&self, ingress: u32, pkt: &[u8]) -> Result<(u32, Vec<u8>)> {
+        // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex
+        let mut ctx = [0u8; 24];
+        ctx[4..8].copy_from_slice(&(pkt.len() as u32).to_ne_bytes());
+        ctx[12..16].copy_from_slice(&ingress.to_ne_bytes());
+        let mut out = vec![0u8; 4096];
+        let mut input = ProgramInput::default();
+        input.data_in = Some(pkt);
+        input.context_in = Some(&mut ctx);
+        input.data_out = Some(&mut out);
+        let res = self.skel.progs.fp_xdp_fwd.test_run(input).context("BPF_PROG_RUN")?;
+        let data = res.data.context("no data out")?.to_vec();
+        Ok((res.return_value, data))
+    }
+
+    /// Counters of one slot, summed over CPUs.
+    pub fn stats(&self, slot: u32) -> Result<fp_stats> {
+        let per_cpu = self
+            .skel
+            .maps
+            .fp_stats
+            .lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY)
+            .context("fp_stats lookup")?
+            .context("fp_stats slot missing")?;
+        let mut sum = fp_stats::default();
+        for raw in per_cpu {
+            let s: fp_stats = from_raw(&raw);
+            for i in 0..s.packets.len() {
+                sum.packets[i] += s.packets[i];
+                sum.bytes[i] += s.bytes[i];
+            }
+        }
+        Ok(sum)
+    }
+
+    /// Every (slot, reason, packets, bytes) with a non-zero count.
+    pub fn counted(&self) -> Result<Vec<(u32, usize, u64, u64)>> {
+        let mut v = Vec::new();
+        for slot in 0..FP_MAX_IFACES {
+            let s = self.stats(slot)?;
+            for r in 0..s.packets.len() {
+                if s.packets[r] != 0 || s.bytes[r] != 0 {
+                    v.push((slot, r, s.packets[r], s.bytes[r]));
+                }
+            }
+        }
+        Ok(v)
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect::<Vec<_>>().join(" ")
+}
+
+/// Runs one case from a fresh program and checks everything it promises.
+pub fn check(base: &World, case: &Case) -> Result<()> {
+    let mut world = base.clone();
+    (case.world)(&mut world);
+    let loaded = Loaded::new(&world)?;
+    let (verdict, out) = loaded.run(world.a, &case.pkt)?;
+    let slot = world.ifaces.iter().find(|(i, _)| *i == world.a).map(|(_, f)| f.slot).unwrap_or(0);
+    let (want_verdict, want_out, want_reason) = match &case.expect {
+        Expect::Punt(r) => (XDP_PASS, &case.pkt, *r as usize),
+        Expect::Forward(o) => (XDP_REDIRECT, o, fp_reason::FP_R_FORWARDED as usize),
+    };
+    let counted = loaded.counted()?;
+    let want_counted = vec![(slot, want_reason, 1, want_out.len() as u64)];
+    if counted != want_counted {
+        let show = |v: &[(u32, usize, u64, u64)]| {
+            v.iter().map(|(s, r, p, b)| format!("slot {s} {} {p} pkts {b} B", reason_name(*r))).collect::<Vec<_>>()
+        };
+        bail!("counters: got {:?}, want {:?}", show(&counted), show(&want_counted));
+    }
+    ensure!(verdict == want_verdict, "verdict {verdict}, want {want_verdict}");
+    if out != *want_out {
+        bail!("output bytes differ\n got  {}\n want {}", hex(&out), hex(want_out));
+    }
+    Ok(())
+}
+
+/// Runs all cases, each in its own program, and reports every failure at once.
+pub fn run_all(base: &World, cases: &[Case]) {
+    let mut failed = Vec::new();
+    for case in cases {
+        if let Err(e) = check(base, case) {
+            failed.push(format!("{}: {e:#}", case.name));
+        }
+    }
+    assert!(failed.is_empty(), "{} of {} cases failed:\n{}", failed.len(), cases.len(), failed.join("\n"));
+}

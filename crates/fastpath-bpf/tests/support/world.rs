@@ -1,0 +1,183 @@
+//! The table contents of one case: a small, fixed topology that each case
+//! bends a little (drop a neighbour, flip a flag, ...).
+//!
+//! Topology (router ports `a` = ingress, `b` = egress):
+//!   a: 192.0.2.0/24, 2001:db8:a::/64, router 192.0.2.1 / 2001:db8:a::1, client .10
+//!   b: 198.51.100.0/24, 2001:db8:b::/64, router 198.51.100.254, gateways
+//!      198.51.100.1 and 2001:db8:b::1 (and fe80::d6 for v4-via-v6)
+//!   203.0.113.0/24 and 2001:db8:2::/48 via those gateways.
+
+use std::mem::size_of;
+
+use anyhow::{Context, Result};
+use fastpath_bpf::intf::*;
+use fastpath_bpf::skel::xdp_fwd::XdpFwdSkel;
+use libbpf_rs::{MapCore, MapFlags};
+
+use super::packet::{v4, v6, Mac};
+
+pub const AF_INET: u8 = 2;
+pub const AF_INET6: u8 = 10;
+
+pub const MAC_A: Mac = [0x02, 0, 0, 0, 0x01, 0x0a];
+pub const MAC_B: Mac = [0x02, 0, 0, 0, 0x01, 0x0b];
+pub const MAC_CLIENT: Mac = [0x02, 0, 0, 0, 0, 0xc1];
+pub const MAC_GW4: Mac = [0x02, 0, 0, 0, 0, 0xd4];
+pub const MAC_GW6: Mac = [0x02, 0, 0, 0, 0, 0xd6];
+pub const MAC_GW6LL: Mac = [0x02, 0, 0, 0, 0, 0xe6];
+pub const MAC_HOST_B: Mac = [0x02, 0, 0, 0, 0, 0xb7];
+
+pub const SLOT_A: u32 = 1;
+pub const SLOT_B: u32 = 2;
+
+pub const NH_GW4: u32 = 1;
+pub const NH_ONLINK_A: u32 = 2;
+pub const NH_ONLINK_B: u32 = 3;
+pub const NH_GW6: u32 = 4;
+pub const NH_V4_VIA_V6: u32 = 5;
+
+/// Byte view of a bindgen struct. All interface structs have explicit
+/// padding fields, so there are no uninitialised bytes to read.
+pub fn raw<T: Copy>(v: &T) -> &[u8] {
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
+}
+
+pub fn from_raw<T: Copy + Default>(b: &[u8]) -> T {
+    assert_eq!(b.len(), size_of::<T>());
+    let mut v = T::default();
+    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), (&mut v as *mut T).cast::<u8>(), b.len()) };
+    v
+}
+
+pub fn route(type_: fp_route_type, nh_id: u32) -> fp_route {
+    fp_route { type_: type_ as u8, nh_id, ..Default::default() }
+}
+
+pub fn punt_route(reason: u8) -> fp_route {
+    fp_route { type_: fp_route_type::FP_RT_PUNT as u8, punt_reason: reason, ..Default::default() }
+}
+
+pub fn lpm4(addr: &str, len: u32) -> fp_lpm4_key {
+    fp_lpm4_key { prefixlen: len, addr: u32::from_ne_bytes(v4(addr)) }
+}
+
+pub fn lpm6(addr: &str, len: u32) -> fp_lpm6_key {
+    fp_lpm6_key { prefixlen: len, addr: v6(addr) }
+}
+
+pub fn gw_nh(ifindex: u32, family: u8, gw: &[u8]) -> fp_nexthop {
+    let mut nh = fp_nexthop { ifindex, gw_family: family, ..Default::default() };
+    nh.gw[..gw.len()].copy_from_slice(gw);
+    nh
+}
+
+pub fn neigh_key(ifindex: u32, family: u8, addr: &[u8]) -> fp_neigh_key {
+    let mut k = fp_neigh_key { ifindex, family, ..Default::default() };
+    k.addr[..addr.len()].copy_from_slice(addr);
+    k
+}
+
+pub fn neigh(mac: Mac) -> fp_neigh {
+    fp_neigh { mac, ..Default::default() }
+}
+
+#[derive(Clone)]
+pub struct World {
+    pub a: u32,
+    pub b: u32,
+    pub ifaces: Vec<(u32, fp_iface)>,
+    pub fib4: Vec<(fp_lpm4_key, fp_route)>,
+    pub fib6: Vec<(fp_lpm6_key, fp_route)>,
+    pub nexthops: Vec<(u32, fp_nexthop)>,
+    pub neigh: Vec<(fp_neigh_key, fp_neigh)>,
+    pub tx_ports: Vec<u32>,
+    pub rt: fp_runtime,
+}
+
+impl World {
+    pub fn new(a: u32, b: u32) -> Self {
+        let up_fwd = (FP_IF_UP | FP_IF_FWD4 | FP_IF_FWD6) as u16;
+        let iface = |mac, slot| fp_iface { mac, flags: up_fwd, mtu: 1500, mtu6: 1500, slot };
+        World {
+            a,
+            b,
+            ifaces: vec![(a, iface(MAC_A, SLOT_A)), (b, iface(MAC_B, SLOT_B))],
+            fib4: vec![
+                (lpm4("192.0.2.0", 24), route(fp_route_type::FP_RT_FORWARD, NH_ONLINK_A)),
+                (lpm4("192.0.2.1", 32), route(fp_route_type::FP_RT_LOCAL, 0)),
+                (lpm4("198.51.100.0", 24), route(fp_route_type::FP_RT_FORWARD, NH_ONLINK_B)),
+                (lpm4("198.51.100.254", 32), route(fp_route_type::FP_RT_LOCAL, 0)),
+                (lpm4("203.0.113.0", 24), route(fp_route_type::FP_RT_FORWARD, NH_GW4)),
+            ],
+            fib6: vec![
+                (lpm6("2001:db8:a::", 64), route(fp_route_type::FP_RT_FORWARD, NH_ONLINK_A)),
+                (lpm6("2001:db8:a::1", 128), route(fp_route_type::FP_RT_LOCAL, 0)),
+                (lpm6("2001:db8:b::", 64), route(fp_route_type::FP_RT_FORWARD, NH_ONLINK_B)),
+                (lpm6("2001:db8:2::", 48), route(fp_route_type::FP_RT_FORWARD, NH_GW6)),
+            ],
+            nexthops: vec![
+                (NH_GW4, gw_nh(b, AF_INET, &v4("198.51.100.1"))),
+                (NH_ONLINK_A, gw_nh(a, 0, &[])),
+                (NH_ONLINK_B, gw_nh(b, 0, &[])),
+                (NH_GW6, gw_nh(b, AF_INET6, &v6("2001:db8:b::1"))),
+                (NH_V4_VIA_V6, gw_nh(b, AF_INET6, &v6("fe80::d6"))),
+            ],
+            neigh: vec![
+                (neigh_key(b, AF_INET, &v4("198.51.100.1")), neigh(MAC_GW4)),
+                (neigh_key(b, AF_INET, &v4("198.51.100.7")), neigh(MAC_HOST_B)),
+                (neigh_key(b, AF_INET6, &v6("2001:db8:b::1")), neigh(MAC_GW6)),
+                (neigh_key(b, AF_INET6, &v6("fe80::d6")), neigh(MAC_GW6LL)),
+                (neigh_key(a, AF_INET, &v4("192.0.2.10")), neigh(MAC_CLIENT)),
+            ],
+            tx_ports: vec![a, b],
+            rt: fp_runtime::default(),
+        }
+    }
+
+    pub fn iface_mut(&mut self, ifindex: u32) -> &mut fp_iface {
+        &mut self.ifaces.iter_mut().find(|(i, _)| *i == ifindex).expect("iface in world").1
+    }
+
+    pub fn nexthop_mut(&mut self, id: u32) -> &mut fp_nexthop {
+        &mut self.nexthops.iter_mut().find(|(i, _)| *i == id).expect("nexthop in world").1
+    }
+
+    /// Replaces the route for exactly this prefix, or adds it.
+    pub fn set_route4(&mut self, key: fp_lpm4_key, rt: fp_route) {
+        self.fib4.retain(|(k, _)| *k != key);
+        self.fib4.push((key, rt));
+    }
+
+    pub fn set_route6(&mut self, key: fp_lpm6_key, rt: fp_route) {
+        self.fib6.retain(|(k, _)| *k != key);
+        self.fib6.push((key, rt));
+    }
+
+    pub fn apply(&self, skel: &XdpFwdSkel<'_>) -> Result<()> {
+        let m = &skel.maps;
+        for (k, v) in &self.ifaces {
+            m.fp_ifaces.update(&k.to_ne_bytes(), raw(v), MapFlags::ANY).context("fp_ifaces")?;
+        }
+        for (k, v) in &self.fib4 {
+            m.fp_fib4.update(raw(k), raw(v), MapFlags::ANY).context("fp_fib4")?;
+        }
+        for (k, v) in &self.fib6 {
+            m.fp_fib6.update(raw(k), raw(v), MapFlags::ANY).context("fp_fib6")?;
+        }
+        for (k, v) in &self.nexthops {
+            m.fp_nexthops.update(&k.to_ne_bytes(), raw(v), MapFlags::ANY).context("fp_nexthops")?;
+        }
+        for (k, v) in &self.neigh {
+            m.fp_neigh.update(raw(k), raw(v), MapFlags::ANY).context("fp_neigh")?;
+        }
+        for ifindex in &self.tx_ports {
+            // struct bpf_devmap_val: ifindex, then a program fd (0: none).
+            let mut val = [0u8; 8];
+            val[..4].copy_from_slice(&ifindex.to_ne_bytes());
+            m.fp_tx_ports.update(&ifindex.to_ne_bytes(), &val, MapFlags::ANY).context("fp_tx_ports")?;
+        }
+        // The daemon's way: the whole .bss as one value at key 0.
+        m.bss.update(&0u32.to_ne_bytes(), raw(&self.rt), MapFlags::ANY).context(".bss (fp_rt)")?;
+        Ok(())
+    }
+}
