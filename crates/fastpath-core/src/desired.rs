@@ -543,8 +543,7 @@ pub fn compute(
     d.fib6 = fib6.into_iter().map(|(p, i)| (p.v6(), entry(i))).collect();
     if ids.starved() {
         d.problems.push(format!(
-            "next-hop ids exhausted ({} reserved, capacity {}): some routes punted until ids are released",
-            ids.reserved(),
+            "next-hop ids exhausted (capacity {}): some routes punted until ids are released",
             ids.capacity()
         ));
     }
@@ -592,49 +591,1297 @@ pub fn compute(
         }
     }
 
-    let mut full = |fam_bits: u32, what: &str, need: usize, cap: u32, punted: &str| {
+    // Every distinct next hop counts, including those that found no id;
+    // +1 because id 0 is never used.
+    let checks = [
+        (
+            Family::V4.bit(),
+            "IPv4 FIB",
+            d.fib4.len(),
+            caps.fib4,
+            "IPv4",
+        ),
+        (
+            Family::V6.bit(),
+            "IPv6 FIB",
+            d.fib6.len(),
+            caps.fib6,
+            "IPv6",
+        ),
+        (
+            BOTH,
+            "next-hop table",
+            hops.len() + 1,
+            caps.nexthops,
+            "IPv4 and IPv6",
+        ),
+        (
+            BOTH,
+            "neighbour table",
+            d.neigh.len(),
+            caps.neigh,
+            "IPv4 and IPv6",
+        ),
+        (
+            BOTH,
+            "interface table",
+            d.ifaces.len(),
+            caps.ifaces,
+            "IPv4 and IPv6",
+        ),
+    ];
+    for (bits, what, need, cap, punted) in checks {
         if need > cap as usize {
-            d.switches.table_full |= fam_bits;
+            d.switches.table_full |= bits;
             d.problems.push(format!(
                 "{what} needs {need} entries, capacity {cap}: {punted} punted"
             ));
         }
-    };
-    full(
-        Family::V4.bit(),
-        "IPv4 FIB",
-        d.fib4.len(),
-        caps.fib4,
-        "IPv4",
-    );
-    full(
-        Family::V6.bit(),
-        "IPv6 FIB",
-        d.fib6.len(),
-        caps.fib6,
-        "IPv6",
-    );
-    // +1: id 0 is never used.
-    full(
-        BOTH,
-        "next-hop table",
-        d.nexthops.len() + 1,
-        caps.nexthops,
-        "IPv4 and IPv6",
-    );
-    full(
-        BOTH,
-        "neighbour table",
-        d.neigh.len(),
-        caps.neigh,
-        "IPv4 and IPv6",
-    );
-    full(
-        BOTH,
-        "interface table",
-        d.ifaces.len(),
-        caps.ifaces,
-        "IPv4 and IPv6",
-    );
+    }
     d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{
+        IfSysctl, Link, Neighbour, NexthopObject, RouteKey, NUD_DELAY, NUD_FAILED, NUD_INCOMPLETE,
+        NUD_NOARP, NUD_PERMANENT, NUD_PROBE, NUD_REACHABLE, NUD_STALE, RT_TABLE_DEFAULT,
+    };
+
+    const FASTPATH_H: &str = include_str!("../../../bpf/include/fastpath.h");
+
+    // ---- drift checks against the C header ----
+
+    /// The enumerators of `enum fp_reason`, in order.
+    fn header_reasons() -> Vec<String> {
+        let start = FASTPATH_H
+            .find("enum fp_reason {")
+            .expect("enum fp_reason in fastpath.h");
+        let body = &FASTPATH_H[start..];
+        let body = &body[body.find('{').unwrap() + 1..body.find("};").unwrap()];
+        let mut out = Vec::new();
+        for line in body.lines() {
+            let code = line.split("/*").next().unwrap().trim();
+            for item in code.split(',') {
+                let item = item.trim();
+                if item.is_empty() {
+                    continue;
+                }
+                let (name, value) = match item.split_once('=') {
+                    Some((n, v)) => (n.trim(), Some(v.trim().parse::<usize>().unwrap())),
+                    None => (item, None),
+                };
+                if let Some(v) = value {
+                    assert_eq!(
+                        v,
+                        out.len(),
+                        "{name} has an explicit value that breaks the sequence"
+                    );
+                }
+                out.push(name.to_string());
+            }
+        }
+        out
+    }
+
+    fn header_define(name: &str) -> u32 {
+        for line in FASTPATH_H.lines() {
+            let mut words = line.split_whitespace();
+            if words.next() == Some("#define") && words.next() == Some(name) {
+                let expr: String = words.take_while(|w| !w.starts_with("/*")).collect();
+                let shift = expr.strip_prefix("(1U<<").and_then(|e| e.strip_suffix(')'));
+                return shift
+                    .expect("(1U << n)")
+                    .parse::<u32>()
+                    .map(|n| 1 << n)
+                    .unwrap();
+            }
+        }
+        panic!("{name} not in fastpath.h");
+    }
+
+    #[test]
+    fn reason_values_match_header() {
+        let names = header_reasons();
+        assert_eq!(names[0], "FP_R_FORWARDED");
+        for (name, value) in reason::ALL {
+            let pos = names
+                .iter()
+                .position(|n| n == name)
+                .unwrap_or_else(|| panic!("{name} missing"));
+            assert_eq!(pos, *value as usize, "{name}");
+        }
+    }
+
+    #[test]
+    fn iface_flags_and_families_match_header() {
+        for (name, bit) in if_flags::ALL {
+            assert_eq!(header_define(name), u32::from(*bit), "{name}");
+        }
+        assert_eq!(header_define("FP_FAM_V4"), Family::V4.bit());
+        assert_eq!(header_define("FP_FAM_V6"), Family::V6.bit());
+    }
+
+    // ---- builders ----
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn mac(n: u8) -> [u8; 6] {
+        [2, 0, 0, 0, 0, n]
+    }
+
+    fn link(ifindex: u32, name: &str) -> Link {
+        Link {
+            ifindex,
+            name: name.into(),
+            mac: Some(mac(ifindex as u8)),
+            mtu: 1500,
+            admin_up: true,
+            running: true,
+            arphrd: 1,
+            kind: Some("veth".into()),
+            master: None,
+        }
+    }
+
+    fn rule(family: Family, priority: u32, table: u32) -> Rule {
+        Rule {
+            family,
+            priority,
+            table,
+            action: 1,
+            has_selectors: false,
+            invert: false,
+        }
+    }
+
+    fn default_rule_set() -> Vec<Rule> {
+        vec![
+            rule(Family::V4, 0, 255),
+            rule(Family::V4, 32766, 254),
+            rule(Family::V4, 32767, 253),
+            rule(Family::V6, 0, 255),
+            rule(Family::V6, 32766, 254),
+        ]
+    }
+
+    /// lo (1), eth0 (2), eth1 (3), eth2 (4, unmanaged); forwarding on; default rules.
+    fn base() -> KernelState {
+        let mut st = KernelState::default();
+        let mut lo = link(1, "lo");
+        lo.mac = None;
+        lo.arphrd = 772;
+        lo.kind = None;
+        lo.mtu = 65536;
+        for l in [lo, link(2, "eth0"), link(3, "eth1"), link(4, "eth2")] {
+            st.if_sysctl.insert(
+                l.ifindex,
+                IfSysctl {
+                    forwarding4: true,
+                    forwarding6: true,
+                    rp_filter: 0,
+                    mtu6: l.mtu,
+                    disable_ipv6: false,
+                },
+            );
+            st.links.insert(l.ifindex, l);
+        }
+        st.sysctl.forwarding6_all = true;
+        st.rules = default_rule_set();
+        st
+    }
+
+    fn managed() -> BTreeMap<u32, u32> {
+        [(2, 1), (3, 2)].into_iter().collect()
+    }
+
+    fn caps() -> Capacities {
+        Capacities {
+            fib4: 1000,
+            fib6: 1000,
+            nexthops: 100,
+            neigh: 1000,
+            ifaces: 256,
+        }
+    }
+
+    fn hop(ifindex: u32, gw: Option<&str>) -> NextHop {
+        NextHop {
+            ifindex,
+            gateway: gw.map(ip),
+            flags: 0,
+            weight: 1,
+        }
+    }
+
+    /// A unicast main-table route to `dst/len` with no target yet.
+    fn rt(dst: &str, len: u8) -> Route {
+        Route {
+            key: RouteKey {
+                table: RT_TABLE_MAIN,
+                dst: ip(dst),
+                prefix_len: len,
+                tos: 0,
+                priority: 0,
+            },
+            kind: RouteKind::Unicast,
+            target: RouteTarget::None,
+            mtu: 0,
+            mtu_locked: false,
+            encap: false,
+        }
+    }
+
+    fn via(mut r: Route, ifindex: u32, gw: Option<&str>) -> Route {
+        r.target = RouteTarget::Single(hop(ifindex, gw));
+        r
+    }
+
+    fn kind(mut r: Route, k: RouteKind) -> Route {
+        r.kind = k;
+        r
+    }
+
+    fn table(mut r: Route, t: u32) -> Route {
+        r.key.table = t;
+        r
+    }
+
+    fn prio(mut r: Route, p: u32) -> Route {
+        r.key.priority = p;
+        r
+    }
+
+    fn add(st: &mut KernelState, r: Route) {
+        st.routes.insert((Family::of(&r.key.dst), r.key.clone()), r);
+    }
+
+    fn run(st: &KernelState) -> Desired {
+        compute(
+            st,
+            &managed(),
+            &caps(),
+            &mut NexthopIds::new(caps().nexthops),
+        )
+    }
+
+    fn r4(d: &Desired, dst: &str, len: u8) -> Option<RouteEntry> {
+        let IpAddr::V4(a) = ip(dst) else { panic!() };
+        d.fib4.get(&(a, len)).copied()
+    }
+
+    fn r6(d: &Desired, dst: &str, len: u8) -> Option<RouteEntry> {
+        let IpAddr::V6(a) = ip(dst) else { panic!() };
+        d.fib6.get(&(a, len)).copied()
+    }
+
+    fn act(d: &Desired, dst: &str, len: u8) -> RouteAction {
+        let e = if dst.contains(':') {
+            r6(d, dst, len)
+        } else {
+            r4(d, dst, len)
+        };
+        e.unwrap_or_else(|| panic!("no entry for {dst}/{len}"))
+            .action
+    }
+
+    /// The next hop a Forward entry resolves to.
+    fn fwd(d: &Desired, dst: &str, len: u8) -> NexthopEntry {
+        match act(d, dst, len) {
+            RouteAction::Forward { nh_id } => {
+                d.nexthops.get(&nh_id).cloned().expect("nh in desired")
+            }
+            a => panic!("{dst}/{len}: expected forward, got {a:?}"),
+        }
+    }
+
+    fn p(reason: u8) -> RouteAction {
+        RouteAction::Punt { reason }
+    }
+
+    fn nh(ifindex: u32, gw: Option<&str>) -> NexthopEntry {
+        NexthopEntry {
+            ifindex,
+            gateway: gw.map(ip),
+        }
+    }
+
+    // ---- interfaces ----
+
+    #[test]
+    fn iface_flags_table() {
+        struct Case {
+            up: bool,
+            running: bool,
+            fwd4: bool,
+            fwd6: bool,
+            all6: bool,
+            dis6: bool,
+            rpf: u8,
+            want: u16,
+        }
+        use if_flags::*;
+        let c = |up, running, fwd4, fwd6, all6, dis6, rpf, want| Case {
+            up,
+            running,
+            fwd4,
+            fwd6,
+            all6,
+            dis6,
+            rpf,
+            want,
+        };
+        let cases = [
+            c(true, true, true, true, true, false, 0, UP | FWD4 | FWD6),
+            c(true, false, true, true, true, false, 0, FWD4 | FWD6),
+            c(false, true, true, true, true, false, 0, FWD4 | FWD6),
+            c(true, true, false, true, true, false, 0, UP | FWD6),
+            c(true, true, true, false, true, false, 0, UP | FWD4),
+            c(true, true, true, true, false, false, 0, UP | FWD4),
+            c(true, true, true, true, true, true, 0, UP | FWD4),
+            c(
+                true,
+                true,
+                true,
+                true,
+                true,
+                false,
+                1,
+                UP | FWD4 | FWD6 | RPF_STRICT,
+            ),
+            c(
+                true,
+                true,
+                true,
+                true,
+                true,
+                false,
+                2,
+                UP | FWD4 | FWD6 | RPF_LOOSE,
+            ),
+            c(false, false, false, false, false, false, 1, RPF_STRICT),
+        ];
+        for (i, k) in cases.iter().enumerate() {
+            let mut st = base();
+            let l = st.links.get_mut(&2).unwrap();
+            l.admin_up = k.up;
+            l.running = k.running;
+            st.if_sysctl.insert(
+                2,
+                IfSysctl {
+                    forwarding4: k.fwd4,
+                    forwarding6: k.fwd6,
+                    rp_filter: k.rpf,
+                    mtu6: 1400,
+                    disable_ipv6: k.dis6,
+                },
+            );
+            st.sysctl.forwarding6_all = k.all6;
+            let d = run(&st);
+            assert_eq!(d.ifaces[&2].flags, k.want, "case {i}");
+        }
+    }
+
+    #[test]
+    fn iface_entries() {
+        let mut st = base();
+        st.if_sysctl.get_mut(&3).unwrap().mtu6 = 0;
+        st.links.get_mut(&3).unwrap().mtu = 9000;
+        st.if_sysctl.get_mut(&2).unwrap().mtu6 = 1280;
+        let mut m = managed();
+        m.insert(1, 7); // lo: no MAC, no entry
+        m.insert(99, 8); // vanished link
+        let d = compute(&st, &m, &caps(), &mut NexthopIds::new(100));
+        assert_eq!(d.ifaces.keys().copied().collect::<Vec<_>>(), vec![2, 3]);
+        assert_eq!(
+            d.ifaces[&2],
+            IfaceEntry {
+                mac: mac(2),
+                flags: 7,
+                mtu: 1500,
+                mtu6: 1280,
+                slot: 1
+            }
+        );
+        assert_eq!(
+            d.ifaces[&3].mtu6, 9000,
+            "mtu6 0 falls back to the device MTU"
+        );
+        assert_eq!(d.ifaces[&3].slot, 2);
+        // no sysctls known: no forwarding flags
+        st.if_sysctl.remove(&2);
+        let d = run(&st);
+        assert_eq!(d.ifaces[&2].flags, if_flags::UP);
+        assert_eq!(d.switches, Default::default());
+    }
+
+    // ---- routes ----
+
+    #[test]
+    fn connected_and_gateway_routes() {
+        let mut st = base();
+        add(&mut st, via(rt("192.0.2.0", 24), 2, None));
+        add(&mut st, via(rt("0.0.0.0", 0), 2, Some("192.0.2.1")));
+        add(&mut st, via(rt("198.51.100.0", 24), 3, None));
+        add(&mut st, via(rt("203.0.113.0", 24), 2, Some("192.0.2.1")));
+        add(&mut st, via(rt("2001:db8:1::", 64), 2, None));
+        add(&mut st, via(rt("::", 0), 3, Some("fe80::1")));
+        // RFC 5549: IPv4 route via an IPv6 gateway
+        add(&mut st, via(rt("203.0.113.128", 25), 3, Some("fe80::1")));
+        let d = run(&st);
+        assert_eq!(fwd(&d, "192.0.2.0", 24), nh(2, None));
+        assert_eq!(fwd(&d, "0.0.0.0", 0), nh(2, Some("192.0.2.1")));
+        assert_eq!(fwd(&d, "198.51.100.0", 24), nh(3, None));
+        assert_eq!(fwd(&d, "2001:db8:1::", 64), nh(2, None));
+        assert_eq!(fwd(&d, "::", 0), nh(3, Some("fe80::1")));
+        assert_eq!(fwd(&d, "203.0.113.128", 25), nh(3, Some("fe80::1")));
+        // identical next hops share one id, across families too
+        assert_eq!(act(&d, "0.0.0.0", 0), act(&d, "203.0.113.0", 24));
+        assert_eq!(act(&d, "::", 0), act(&d, "203.0.113.128", 25));
+        assert_eq!(act(&d, "192.0.2.0", 24), act(&d, "2001:db8:1::", 64));
+        assert_eq!(d.nexthops.len(), 4);
+        assert!(!d.nexthops.contains_key(&0));
+        assert_eq!(d.fib4.len(), 5);
+        assert_eq!(d.fib6.len(), 2);
+        assert_eq!(d.switches, Default::default());
+        assert!(d.problems.is_empty(), "{:?}", d.problems);
+    }
+
+    #[test]
+    fn host_bits_are_masked() {
+        let mut st = base();
+        add(&mut st, via(rt("192.0.2.77", 24), 2, None));
+        let d = run(&st);
+        assert!(r4(&d, "192.0.2.0", 24).is_some());
+    }
+
+    #[test]
+    fn forward_via_unmanaged_interface_still_forwards() {
+        let mut st = base();
+        add(&mut st, via(rt("203.0.113.0", 24), 4, Some("203.0.113.1")));
+        let d = run(&st);
+        assert_eq!(fwd(&d, "203.0.113.0", 24), nh(4, Some("203.0.113.1")));
+    }
+
+    #[test]
+    fn route_kinds() {
+        use RouteKind::*;
+        let cases = [
+            (Local, RouteAction::Local),
+            (Anycast, RouteAction::Local),
+            (Broadcast, p(reason::MULTICAST)),
+            (Multicast, p(reason::MULTICAST)),
+            (Blackhole, RouteAction::Blackhole),
+            (Unreachable, RouteAction::Unreachable),
+            (Prohibit, RouteAction::Prohibit),
+            (Throw, p(reason::ROUTE_UNSUPPORTED)),
+            (Other(10), p(reason::ROUTE_UNSUPPORTED)),
+        ];
+        for (k, want) in cases {
+            for (dst, len) in [("198.51.100.0", 24), ("2001:db8:5::", 48)] {
+                for t in [RT_TABLE_MAIN, RT_TABLE_LOCAL] {
+                    let mut st = base();
+                    add(&mut st, table(kind(rt(dst, len), k), t));
+                    let d = run(&st);
+                    assert_eq!(act(&d, dst, len), want, "{k:?} {dst} table {t}");
+                    assert!(d.nexthops.is_empty());
+                }
+            }
+        }
+        // a unicast route with no next hop at all
+        let mut st = base();
+        add(&mut st, rt("198.51.100.0", 24));
+        assert_eq!(
+            act(&run(&st), "198.51.100.0", 24),
+            p(reason::ROUTE_UNSUPPORTED)
+        );
+    }
+
+    #[test]
+    fn typical_local_table() {
+        let mut st = base();
+        let local = |dst, len, k| table(kind(via(rt(dst, len), 2, None), k), RT_TABLE_LOCAL);
+        add(&mut st, local("192.0.2.10", 32, RouteKind::Local));
+        add(&mut st, local("192.0.2.255", 32, RouteKind::Broadcast));
+        add(&mut st, local("127.0.0.0", 8, RouteKind::Local));
+        add(&mut st, local("2001:db8:1::10", 128, RouteKind::Local));
+        add(&mut st, local("2001:db8:1::", 128, RouteKind::Anycast));
+        add(&mut st, local("ff00::", 8, RouteKind::Multicast));
+        add(&mut st, via(rt("192.0.2.0", 24), 2, None));
+        add(&mut st, via(rt("2001:db8:1::", 64), 2, None));
+        let d = run(&st);
+        assert_eq!(act(&d, "192.0.2.10", 32), RouteAction::Local);
+        assert_eq!(act(&d, "192.0.2.255", 32), p(reason::MULTICAST));
+        assert_eq!(act(&d, "127.0.0.0", 8), RouteAction::Local);
+        assert_eq!(act(&d, "2001:db8:1::10", 128), RouteAction::Local);
+        assert_eq!(act(&d, "2001:db8:1::", 128), RouteAction::Local);
+        assert_eq!(act(&d, "ff00::", 8), p(reason::MULTICAST));
+        assert_eq!(fwd(&d, "192.0.2.0", 24), nh(2, None));
+        assert_eq!(fwd(&d, "2001:db8:1::", 64), nh(2, None));
+        assert_eq!(d.nexthops.len(), 1, "local routes need no next hop");
+    }
+
+    #[test]
+    fn local_table_covers_longer_main_routes() {
+        let mut st = base();
+        let local = |dst, len| {
+            table(
+                kind(via(rt(dst, len), 1, None), RouteKind::Local),
+                RT_TABLE_LOCAL,
+            )
+        };
+        // AnyIP: a whole /24 (and a /48) local
+        add(&mut st, local("198.51.100.0", 24));
+        add(&mut st, local("2001:db8:7::", 48));
+        // main routes inside them, equal to them, and around them
+        add(&mut st, via(rt("198.51.100.128", 25), 2, Some("192.0.2.1")));
+        add(&mut st, via(rt("198.51.100.7", 32), 3, None));
+        add(&mut st, via(rt("198.51.100.0", 24), 2, Some("192.0.2.1")));
+        add(&mut st, via(rt("198.51.0.0", 16), 2, Some("192.0.2.1")));
+        add(&mut st, via(rt("2001:db8:7:1::", 64), 2, Some("fe80::1")));
+        add(&mut st, via(rt("2001:db8::", 32), 2, Some("fe80::1")));
+        // a host local route longer than a main one: plain LPM already right
+        add(&mut st, local("192.0.2.10", 32));
+        add(&mut st, via(rt("192.0.2.0", 24), 2, None));
+        let d = run(&st);
+        assert_eq!(
+            act(&d, "198.51.100.0", 24),
+            RouteAction::Local,
+            "local wins an identical prefix"
+        );
+        assert_eq!(act(&d, "198.51.100.128", 25), RouteAction::Local);
+        assert_eq!(act(&d, "198.51.100.7", 32), RouteAction::Local);
+        assert_eq!(
+            fwd(&d, "198.51.0.0", 16),
+            nh(2, Some("192.0.2.1")),
+            "shorter main route stays"
+        );
+        assert_eq!(act(&d, "2001:db8:7::", 48), RouteAction::Local);
+        assert_eq!(act(&d, "2001:db8:7:1::", 64), RouteAction::Local);
+        assert_eq!(fwd(&d, "2001:db8::", 32), nh(2, Some("fe80::1")));
+        assert_eq!(act(&d, "192.0.2.10", 32), RouteAction::Local);
+        assert_eq!(fwd(&d, "192.0.2.0", 24), nh(2, None));
+        assert_eq!(d.fib4.len(), 6);
+        assert_eq!(d.fib6.len(), 3);
+        // only next hops of entries that still forward are wanted
+        assert_eq!(d.nexthops.len(), 3);
+    }
+
+    #[test]
+    fn local_cover_takes_the_longest_local_prefix() {
+        let mut st = base();
+        let lt = |r| table(r, RT_TABLE_LOCAL);
+        add(&mut st, lt(kind(rt("10.0.0.0", 8), RouteKind::Local)));
+        add(&mut st, lt(kind(rt("10.1.0.0", 16), RouteKind::Broadcast)));
+        add(&mut st, via(rt("10.1.2.0", 24), 2, None));
+        add(&mut st, via(rt("10.2.2.0", 24), 2, None));
+        let d = run(&st);
+        assert_eq!(act(&d, "10.1.2.0", 24), p(reason::MULTICAST));
+        assert_eq!(act(&d, "10.2.2.0", 24), RouteAction::Local);
+    }
+
+    #[test]
+    fn forwarding_local_table_route_over_main_route() {
+        // A unicast route someone put in table local, covering a different
+        // main route: IPv6 takes local first; IPv4 depends on whether the
+        // tables are merged (invisible to netlink), so punt.
+        let mut st = base();
+        add(
+            &mut st,
+            table(
+                via(rt("198.51.100.0", 24), 2, Some("192.0.2.1")),
+                RT_TABLE_LOCAL,
+            ),
+        );
+        add(&mut st, via(rt("198.51.100.0", 25), 3, Some("203.0.113.1")));
+        add(&mut st, via(rt("198.51.100.128", 25), 2, Some("192.0.2.1"))); // same as local: fine
+        add(
+            &mut st,
+            table(
+                via(rt("2001:db8:9::", 48), 2, Some("fe80::1")),
+                RT_TABLE_LOCAL,
+            ),
+        );
+        add(&mut st, via(rt("2001:db8:9:1::", 64), 3, Some("fe80::2")));
+        let d = run(&st);
+        assert_eq!(fwd(&d, "198.51.100.0", 24), nh(2, Some("192.0.2.1")));
+        assert_eq!(act(&d, "198.51.100.0", 25), p(reason::ROUTE_UNSUPPORTED));
+        assert_eq!(fwd(&d, "198.51.100.128", 25), nh(2, Some("192.0.2.1")));
+        assert_eq!(fwd(&d, "2001:db8:9:1::", 64), nh(2, Some("fe80::1")));
+        assert!(
+            !d.nexthops.values().any(|n| n.ifindex == 3),
+            "unused next hops are not wanted"
+        );
+    }
+
+    #[test]
+    fn other_tables_are_ignored() {
+        let mut st = base();
+        add(&mut st, table(via(rt("198.51.100.0", 24), 2, None), 100));
+        add(
+            &mut st,
+            table(
+                via(rt("0.0.0.0", 0), 2, Some("192.0.2.1")),
+                RT_TABLE_DEFAULT,
+            ),
+        );
+        add(&mut st, table(via(rt("2001:db8::", 32), 2, None), 100));
+        let d = run(&st);
+        assert!(d.fib4.is_empty() && d.fib6.is_empty() && d.nexthops.is_empty());
+        assert_eq!(
+            d.switches,
+            Default::default(),
+            "routes in table 253 do not matter"
+        );
+    }
+
+    #[test]
+    fn lowest_metric_wins() {
+        let mut st = base();
+        add(
+            &mut st,
+            prio(via(rt("198.51.100.0", 24), 2, Some("192.0.2.1")), 200),
+        );
+        add(
+            &mut st,
+            prio(via(rt("198.51.100.0", 24), 3, Some("203.0.113.1")), 100),
+        );
+        add(
+            &mut st,
+            prio(kind(rt("198.51.100.0", 24), RouteKind::Unreachable), 300),
+        );
+        add(&mut st, prio(via(rt("2001:db8:1::", 64), 2, None), 1024));
+        add(
+            &mut st,
+            prio(kind(rt("2001:db8:1::", 64), RouteKind::Blackhole), 256),
+        );
+        let d = run(&st);
+        assert_eq!(fwd(&d, "198.51.100.0", 24), nh(3, Some("203.0.113.1")));
+        assert_eq!(act(&d, "2001:db8:1::", 64), RouteAction::Blackhole);
+        assert_eq!(d.nexthops.len(), 1);
+    }
+
+    #[test]
+    fn equal_metric_in_one_table_is_ecmp() {
+        let st = base();
+        let a = prio(via(rt("2001:db8:1::", 64), 2, Some("fe80::1")), 1024);
+        let b = prio(via(rt("2001:db8:1::", 64), 3, Some("fe80::2")), 1024);
+        let c = prio(via(rt("2001:db8:1::", 64), 3, Some("fe80::3")), 2048);
+        assert_eq!(select(Family::V6, &[&a, &b, &c], &st), punt(reason::ECMP));
+        assert!(matches!(
+            select(Family::V6, &[&a, &c], &st),
+            Intent::Forward { .. }
+        ));
+        assert_eq!(
+            select(Family::V6, &[], &st),
+            punt(reason::ROUTE_UNSUPPORTED)
+        );
+    }
+
+    #[test]
+    fn tos_routes_punt_the_prefix() {
+        let mut st = base();
+        let mut t = via(rt("198.51.100.0", 24), 3, None);
+        t.key.tos = 0x10;
+        add(&mut st, t);
+        add(&mut st, via(rt("198.51.100.0", 24), 2, None));
+        add(&mut st, via(rt("198.51.0.0", 16), 2, None));
+        let d = run(&st);
+        assert_eq!(act(&d, "198.51.100.0", 24), p(reason::ROUTE_UNSUPPORTED));
+        assert_eq!(fwd(&d, "198.51.0.0", 16), nh(2, None));
+        // only a tos route for the prefix: still punted, never the /16
+        let mut st = base();
+        let mut t = via(rt("198.51.100.0", 24), 3, None);
+        t.key.tos = 0x10;
+        add(&mut st, t);
+        add(&mut st, via(rt("198.51.0.0", 16), 2, None));
+        assert_eq!(
+            act(&run(&st), "198.51.100.0", 24),
+            p(reason::ROUTE_UNSUPPORTED)
+        );
+    }
+
+    fn obj(id: u32) -> NexthopObject {
+        NexthopObject {
+            id,
+            blackhole: false,
+            hop: None,
+            group: vec![],
+            resilient: false,
+            unsupported: false,
+        }
+    }
+
+    #[test]
+    fn targets() {
+        let mut st = base();
+        st.nexthops.insert(
+            10,
+            NexthopObject {
+                hop: Some(hop(2, Some("192.0.2.1"))),
+                ..obj(10)
+            },
+        );
+        st.nexthops.insert(
+            11,
+            NexthopObject {
+                hop: Some(hop(3, Some("203.0.113.1"))),
+                ..obj(11)
+            },
+        );
+        st.nexthops.insert(
+            12,
+            NexthopObject {
+                group: vec![(10, 1), (11, 1)],
+                ..obj(12)
+            },
+        );
+        st.nexthops.insert(
+            13,
+            NexthopObject {
+                blackhole: true,
+                ..obj(13)
+            },
+        );
+        st.nexthops.insert(
+            14,
+            NexthopObject {
+                hop: Some(hop(2, None)),
+                unsupported: true,
+                ..obj(14)
+            },
+        );
+        st.nexthops.insert(
+            15,
+            NexthopObject {
+                group: vec![(10, 1)],
+                resilient: true,
+                ..obj(15)
+            },
+        );
+        let mut dead = hop(2, Some("192.0.2.9"));
+        dead.flags = RTNH_F_DEAD;
+        st.nexthops.insert(
+            16,
+            NexthopObject {
+                hop: Some(dead),
+                ..obj(16)
+            },
+        );
+        st.nexthops.insert(17, obj(17)); // neither hop nor group
+
+        let with = |dst: &str, t: RouteTarget| {
+            let mut r = rt(dst, 24);
+            r.target = t;
+            r
+        };
+        let mut linkdown = hop(3, Some("203.0.113.1"));
+        linkdown.flags = RTNH_F_LINKDOWN;
+        let mut dead = hop(3, Some("203.0.113.1"));
+        dead.flags = RTNH_F_DEAD | 4;
+        let mut onlink = hop(3, Some("198.51.100.1"));
+        onlink.flags = 4; // RTNH_F_ONLINK is fine
+        let fwd_a = RouteAction::Forward { nh_id: 0 }; // placeholder: compared by next hop below
+        let cases: Vec<(&str, RouteTarget, Result<NexthopEntry, RouteAction>)> = vec![
+            (
+                "10.0.1.0",
+                RouteTarget::Single(hop(2, Some("192.0.2.1"))),
+                Ok(nh(2, Some("192.0.2.1"))),
+            ),
+            (
+                "10.0.2.0",
+                RouteTarget::Single(linkdown),
+                Err(p(reason::ROUTE_UNSUPPORTED)),
+            ),
+            (
+                "10.0.3.0",
+                RouteTarget::Single(dead),
+                Err(p(reason::ROUTE_UNSUPPORTED)),
+            ),
+            (
+                "10.0.4.0",
+                RouteTarget::Single(hop(0, Some("192.0.2.1"))),
+                Err(p(reason::ROUTE_UNSUPPORTED)),
+            ),
+            (
+                "10.0.5.0",
+                RouteTarget::Single(onlink),
+                Ok(nh(3, Some("198.51.100.1"))),
+            ),
+            (
+                "10.0.6.0",
+                RouteTarget::Multipath(vec![
+                    hop(2, Some("192.0.2.1")),
+                    hop(3, Some("203.0.113.1")),
+                ]),
+                Err(p(reason::ECMP)),
+            ),
+            (
+                "10.0.7.0",
+                RouteTarget::Multipath(vec![hop(3, None)]),
+                Ok(nh(3, None)),
+            ),
+            (
+                "10.0.8.0",
+                RouteTarget::Multipath(vec![]),
+                Err(p(reason::ROUTE_UNSUPPORTED)),
+            ),
+            (
+                "10.1.0.0",
+                RouteTarget::Object(10),
+                Ok(nh(2, Some("192.0.2.1"))),
+            ),
+            ("10.1.1.0", RouteTarget::Object(12), Err(p(reason::ECMP))),
+            (
+                "10.1.2.0",
+                RouteTarget::Object(13),
+                Err(RouteAction::Blackhole),
+            ),
+            (
+                "10.1.3.0",
+                RouteTarget::Object(14),
+                Err(p(reason::ROUTE_UNSUPPORTED)),
+            ),
+            ("10.1.4.0", RouteTarget::Object(15), Err(p(reason::ECMP))),
+            (
+                "10.1.5.0",
+                RouteTarget::Object(16),
+                Err(p(reason::ROUTE_UNSUPPORTED)),
+            ),
+            (
+                "10.1.6.0",
+                RouteTarget::Object(17),
+                Err(p(reason::ROUTE_UNSUPPORTED)),
+            ),
+            (
+                "10.1.7.0",
+                RouteTarget::Object(99),
+                Err(p(reason::ROUTE_UNSUPPORTED)),
+            ),
+        ];
+        let _ = fwd_a;
+        for (dst, target, _) in &cases {
+            add(&mut st, with(dst, target.clone()));
+        }
+        let d = run(&st);
+        for (dst, _, want) in &cases {
+            match want {
+                Ok(n) => assert_eq!(&fwd(&d, dst, 24), n, "{dst}"),
+                Err(a) => assert_eq!(act(&d, dst, 24), *a, "{dst}"),
+            }
+        }
+        // the object's hop and the inline hop with the same content share an id
+        assert_eq!(act(&d, "10.0.1.0", 24), act(&d, "10.1.0.0", 24));
+        assert_eq!(d.nexthops.len(), 3);
+    }
+
+    #[test]
+    fn mtu_lock_pmtu_and_encap() {
+        let mut st = base();
+        let mut m = via(rt("198.51.100.0", 24), 2, None);
+        m.mtu = 1400;
+        add(&mut st, m.clone());
+        let mut m6 = via(rt("2001:db8:1::", 64), 2, None);
+        m6.mtu = 1400;
+        add(&mut st, m6.clone());
+        let mut locked = via(rt("203.0.113.0", 24), 2, None);
+        locked.mtu = 1300;
+        locked.mtu_locked = true;
+        add(&mut st, locked);
+        let mut locked6 = via(rt("2001:db8:2::", 64), 2, None);
+        locked6.mtu_locked = true;
+        add(&mut st, locked6);
+        let mut enc = via(rt("192.0.2.0", 24), 2, None);
+        enc.encap = true;
+        add(&mut st, enc);
+        let mut enc6 = via(rt("2001:db8:3::", 64), 2, None);
+        enc6.encap = true;
+        add(&mut st, enc6);
+        let d = run(&st);
+        assert_eq!(
+            r4(&d, "198.51.100.0", 24).unwrap().mtu,
+            1400,
+            "IPv4 honours the route MTU"
+        );
+        assert_eq!(
+            r6(&d, "2001:db8:1::", 64).unwrap().mtu,
+            0,
+            "IPv6 forwards by the device mtu6"
+        );
+        assert_eq!(act(&d, "2001:db8:1::", 64), act(&d, "198.51.100.0", 24));
+        assert_eq!(act(&d, "203.0.113.0", 24), p(reason::ROUTE_UNSUPPORTED));
+        assert_eq!(act(&d, "2001:db8:2::", 64), p(reason::ROUTE_UNSUPPORTED));
+        assert_eq!(act(&d, "192.0.2.0", 24), p(reason::ROUTE_UNSUPPORTED));
+        assert_eq!(act(&d, "2001:db8:3::", 64), p(reason::ROUTE_UNSUPPORTED));
+
+        // ip_forward_use_pmtu: every IPv4 forward punts, IPv6 and non-forward routes do not care
+        st.sysctl.ip_forward_use_pmtu = true;
+        add(&mut st, kind(rt("10.9.0.0", 16), RouteKind::Blackhole));
+        let d = run(&st);
+        assert_eq!(act(&d, "198.51.100.0", 24), p(reason::ROUTE_UNSUPPORTED));
+        assert_eq!(act(&d, "10.9.0.0", 16), RouteAction::Blackhole);
+        assert!(matches!(
+            act(&d, "2001:db8:1::", 64),
+            RouteAction::Forward { .. }
+        ));
+    }
+
+    // ---- neighbours ----
+
+    #[test]
+    fn neighbour_states() {
+        let cases = [
+            (NUD_REACHABLE, true),
+            (NUD_STALE, true),
+            (NUD_DELAY, true),
+            (NUD_PROBE, true),
+            (NUD_PERMANENT, true),
+            (NUD_INCOMPLETE, false),
+            (NUD_FAILED, false),
+            (NUD_NOARP, false),
+            (0, false),
+        ];
+        for (state, usable) in cases {
+            for addr in ["192.0.2.1", "fe80::1"] {
+                let mut st = base();
+                st.neighbours.insert(
+                    (2, ip(addr)),
+                    Neighbour {
+                        ifindex: 2,
+                        addr: ip(addr),
+                        mac: Some(mac(9)),
+                        state,
+                        flags: 0,
+                    },
+                );
+                let d = run(&st);
+                let k = NeighKey {
+                    ifindex: 2,
+                    addr: ip(addr),
+                };
+                assert_eq!(d.neigh.get(&k).is_some(), usable, "state {state:#x} {addr}");
+                if usable {
+                    assert_eq!(d.neigh[&k], NeighEntry { mac: mac(9) });
+                }
+            }
+        }
+        let mut st = base();
+        let n = |ifindex, m| Neighbour {
+            ifindex,
+            addr: ip("192.0.2.1"),
+            mac: m,
+            state: NUD_REACHABLE,
+            flags: 0,
+        };
+        st.neighbours.insert((2, ip("192.0.2.1")), n(2, None));
+        st.neighbours
+            .insert((4, ip("192.0.2.1")), n(4, Some(mac(9))));
+        st.neighbours
+            .insert((3, ip("192.0.2.1")), n(3, Some(mac(8))));
+        let d = run(&st);
+        assert_eq!(
+            d.neigh.keys().map(|k| k.ifindex).collect::<Vec<_>>(),
+            vec![3],
+            "no MAC / unmanaged dropped"
+        );
+    }
+
+    // ---- policy ----
+
+    #[test]
+    fn policy_rules() {
+        let both = Family::V4.bit() | Family::V6.bit();
+        let mut cases: Vec<(&str, Vec<Rule>, u32)> = vec![("defaults", default_rule_set(), 0)];
+        let mut extra4 = default_rule_set();
+        extra4.push(rule(Family::V4, 100, 10));
+        cases.push(("extra v4 rule", extra4, Family::V4.bit()));
+        let mut extra6 = default_rule_set();
+        extra6.push(rule(Family::V6, 32765, 254));
+        cases.push(("extra v6 rule", extra6, Family::V6.bit()));
+        let mut missing4 = default_rule_set();
+        missing4.retain(|r| !(r.family == Family::V4 && r.priority == 32767));
+        cases.push(("v4 default rule deleted", missing4, Family::V4.bit()));
+        let mut missing6 = default_rule_set();
+        missing6.retain(|r| r.family != Family::V6);
+        cases.push(("no v6 rules", missing6, Family::V6.bit()));
+        let mut sel = default_rule_set();
+        sel[1].has_selectors = true;
+        cases.push(("selector on main rule", sel, Family::V4.bit()));
+        let mut inv = default_rule_set();
+        inv[3].invert = true;
+        cases.push(("inverted v6 local rule", inv, Family::V6.bit()));
+        let mut goto = default_rule_set();
+        goto[1].action = 2;
+        cases.push(("goto instead of lookup", goto, Family::V4.bit()));
+        let mut dup = default_rule_set();
+        dup.push(rule(Family::V4, 32766, 254));
+        cases.push(("duplicate rule", dup, Family::V4.bit()));
+        let mut moved = default_rule_set();
+        moved[1].priority = 1000;
+        cases.push(("main rule moved", moved, Family::V4.bit()));
+        let mut bh = default_rule_set();
+        bh.push(Rule {
+            action: 6,
+            ..rule(Family::V6, 10, 0)
+        });
+        bh.push(rule(Family::V4, 5, 100));
+        cases.push(("both", bh, both));
+        for (name, rules, want) in cases {
+            let mut st = base();
+            st.rules = rules;
+            add(&mut st, via(rt("198.51.100.0", 24), 2, None));
+            let d = run(&st);
+            assert_eq!(d.switches.policy_punt, want, "{name}");
+            assert_eq!(d.switches.table_full, 0, "{name}");
+            assert_eq!(
+                d.problems.len(),
+                want.count_ones() as usize,
+                "{name}: {:?}",
+                d.problems
+            );
+            assert_eq!(d.fib4.len(), 1, "{name}: tables are still computed");
+        }
+        let mut st = base();
+        st.rules.push(rule(Family::V4, 100, 10));
+        let d = run(&st);
+        assert!(d.problems[0].contains("100: table 10"), "{:?}", d.problems);
+        assert!(d.problems[0].ends_with("IPv4 punted"), "{:?}", d.problems);
+    }
+
+    #[test]
+    fn vrf_slave_punts_both_families() {
+        let mut st = base();
+        let mut vrf = link(10, "blue");
+        vrf.kind = Some("vrf".into());
+        st.links.insert(10, vrf);
+        let mut br = link(11, "br0");
+        br.kind = Some("bridge".into());
+        st.links.insert(11, br);
+        st.links.get_mut(&3).unwrap().master = Some(11);
+        let d = run(&st);
+        assert_eq!(d.switches.policy_punt, 0, "a bridge master is not a VRF");
+        st.links.get_mut(&4).unwrap().master = Some(10);
+        assert_eq!(run(&st).switches.policy_punt, 0, "unmanaged VRF slave");
+        st.links.get_mut(&2).unwrap().master = Some(10);
+        let d = run(&st);
+        assert_eq!(d.switches.policy_punt, 3);
+        assert_eq!(
+            d.problems,
+            vec!["eth0 is enslaved to VRF blue: IPv4 and IPv6 punted".to_string()]
+        );
+    }
+
+    // ---- capacity ----
+
+    fn many_routes(st: &mut KernelState, n4: u32, n6: u32, hops: u32) {
+        for i in 0..n4 {
+            let gw = format!("192.0.2.{}", i % hops + 1);
+            add(
+                st,
+                via(
+                    rt(&format!("10.{}.{}.0", i / 256, i % 256), 24),
+                    2,
+                    Some(&gw),
+                ),
+            );
+        }
+        for i in 0..n6 {
+            add(st, via(rt(&format!("2001:db8:{i:x}::"), 48), 3, None));
+        }
+    }
+
+    #[test]
+    fn capacity_overflow() {
+        let mut st = base();
+        many_routes(&mut st, 10, 4, 3);
+        let c = Capacities {
+            fib4: 10,
+            fib6: 4,
+            nexthops: 5,
+            neigh: 2,
+            ifaces: 2,
+        };
+        let d = compute(&st, &managed(), &c, &mut NexthopIds::new(5));
+        assert_eq!(d.switches.table_full, 0, "{:?}", d.problems);
+
+        let c9 = Capacities { fib4: 9, ..c };
+        let d = compute(&st, &managed(), &c9, &mut NexthopIds::new(5));
+        assert_eq!(d.switches.table_full, Family::V4.bit());
+        assert_eq!(
+            d.problems,
+            vec!["IPv4 FIB needs 10 entries, capacity 9: IPv4 punted".to_string()]
+        );
+        assert_eq!(d.fib4.len(), 10, "the full table is still computed");
+
+        let c3 = Capacities { fib6: 3, ..c };
+        let d = compute(&st, &managed(), &c3, &mut NexthopIds::new(5));
+        assert_eq!(d.switches.table_full, Family::V6.bit());
+        assert_eq!(
+            d.problems,
+            vec!["IPv6 FIB needs 4 entries, capacity 3: IPv6 punted".to_string()]
+        );
+
+        // 4 next hops + the unused id 0 do not fit 4
+        let c4 = Capacities { nexthops: 4, ..c };
+        let d = compute(&st, &managed(), &c4, &mut NexthopIds::new(4));
+        assert_eq!(d.switches.table_full, 3);
+        assert!(d
+            .problems
+            .iter()
+            .any(|p| p == "next-hop table needs 5 entries, capacity 4: IPv4 and IPv6 punted"));
+        // routes whose next hop found no id punt by themselves too
+        let punted = d
+            .fib4
+            .values()
+            .chain(d.fib6.values())
+            .filter(|e| e.action == p(reason::TABLE_FULL))
+            .count();
+        assert!(punted > 0);
+        assert!(d.nexthops.keys().all(|id| *id >= 1 && *id < 4));
+
+        for i in 0..3u8 {
+            let a = ip(&format!("192.0.2.{}", i + 1));
+            st.neighbours.insert(
+                (2, a),
+                Neighbour {
+                    ifindex: 2,
+                    addr: a,
+                    mac: Some(mac(i)),
+                    state: NUD_STALE,
+                    flags: 0,
+                },
+            );
+        }
+        let d = compute(&st, &managed(), &c, &mut NexthopIds::new(5));
+        assert_eq!(d.switches.table_full, 3);
+        assert_eq!(
+            d.problems,
+            vec!["neighbour table needs 3 entries, capacity 2: IPv4 and IPv6 punted".to_string()]
+        );
+        assert_eq!(d.neigh.len(), 3);
+    }
+
+    // ---- next-hop ids ----
+
+    #[test]
+    fn nexthop_ids_are_stable_and_never_repointed_while_applied() {
+        let mut ids = NexthopIds::new(8);
+        let mut st = base();
+        add(&mut st, via(rt("10.0.1.0", 24), 2, Some("192.0.2.1")));
+        add(&mut st, via(rt("10.0.2.0", 24), 2, Some("192.0.2.2")));
+        let d1 = compute(&st, &managed(), &caps(), &mut ids);
+        let id_a = match act(&d1, "10.0.1.0", 24) {
+            RouteAction::Forward { nh_id } => nh_id,
+            a => panic!("{a:?}"),
+        };
+        let applied = d1.nexthops.clone();
+
+        // stable across recomputes
+        let d1b = compute(&st, &managed(), &caps(), &mut ids);
+        assert_eq!(d1b.nexthops, d1.nexthops);
+
+        // A's route goes away, a new next hop C appears: C must not get A's id
+        // while the applied tables still hold it
+        st.routes.retain(|_, r| r.key.dst != ip("10.0.1.0"));
+        add(&mut st, via(rt("10.0.3.0", 24), 3, Some("203.0.113.1")));
+        let d2 = compute(&st, &managed(), &caps(), &mut ids);
+        assert!(!d2.nexthops.contains_key(&id_a));
+        let id_c = match act(&d2, "10.0.3.0", 24) {
+            RouteAction::Forward { nh_id } => nh_id,
+            a => panic!("{a:?}"),
+        };
+        assert_ne!(id_c, id_a);
+        ids.release_unused(&applied); // A still applied: stays reserved
+        let d2b = compute(&st, &managed(), &caps(), &mut ids);
+        assert_eq!(d2b.nexthops, d2.nexthops);
+
+        // A comes back before it was ever released: same id again
+        add(&mut st, via(rt("10.0.1.0", 24), 2, Some("192.0.2.1")));
+        let d3 = compute(&st, &managed(), &caps(), &mut ids);
+        assert_eq!(d3.nexthops.get(&id_a), Some(&nh(2, Some("192.0.2.1"))));
+        st.routes.retain(|_, r| r.key.dst != ip("10.0.1.0"));
+        let d4 = compute(&st, &managed(), &caps(), &mut ids);
+        assert!(!d4.nexthops.contains_key(&id_a));
+
+        // once the maps no longer hold A, its id can be reused
+        ids.release_unused(&d4.nexthops);
+        assert_eq!(ids.reserved(), d4.nexthops.len());
+        add(&mut st, via(rt("10.0.4.0", 24), 3, Some("203.0.113.9")));
+        let d5 = compute(&st, &managed(), &caps(), &mut ids);
+        assert_eq!(d5.nexthops.get(&id_a), Some(&nh(3, Some("203.0.113.9"))));
+    }
+
+    #[test]
+    fn nexthop_id_starvation_punts_and_recovers() {
+        let mut ids = NexthopIds::new(3); // ids 1 and 2
+        let mut st = base();
+        add(&mut st, via(rt("10.0.1.0", 24), 2, Some("192.0.2.1")));
+        add(&mut st, via(rt("10.0.2.0", 24), 2, Some("192.0.2.2")));
+        let c = Capacities {
+            nexthops: 3,
+            ..caps()
+        };
+        let d1 = compute(&st, &managed(), &c, &mut ids);
+        assert!(!ids.starved());
+        ids.release_unused(&d1.nexthops);
+        // replace both next hops: the old ids are still in the maps
+        st.routes.clear();
+        add(&mut st, via(rt("10.0.1.0", 24), 3, Some("203.0.113.1")));
+        add(&mut st, via(rt("10.0.2.0", 24), 3, Some("203.0.113.2")));
+        let d2 = compute(&st, &managed(), &c, &mut ids);
+        assert!(ids.starved());
+        assert_eq!(act(&d2, "10.0.1.0", 24), p(reason::TABLE_FULL));
+        assert_eq!(act(&d2, "10.0.2.0", 24), p(reason::TABLE_FULL));
+        assert!(d2.nexthops.is_empty());
+        assert!(d2
+            .problems
+            .iter()
+            .any(|p| p.starts_with("next-hop ids exhausted")));
+        assert_eq!(d2.switches.table_full, 0, "the table itself fits");
+        // the reconciler wrote d2 (old ids deleted), release, compute again
+        ids.release_unused(&d2.nexthops);
+        let d3 = compute(&st, &managed(), &c, &mut ids);
+        assert!(!ids.starved());
+        assert_eq!(fwd(&d3, "10.0.1.0", 24), nh(3, Some("203.0.113.1")));
+        assert_eq!(fwd(&d3, "10.0.2.0", 24), nh(3, Some("203.0.113.2")));
+    }
+
+    #[test]
+    fn nexthop_ids_adopt_what_the_maps_hold() {
+        let mut ids = NexthopIds::new(8);
+        let applied: BTreeMap<u32, NexthopEntry> =
+            [(1, nh(2, None)), (2, nh(3, None))].into_iter().collect();
+        ids.release_unused(&applied);
+        let mut st = base();
+        add(&mut st, via(rt("10.0.1.0", 24), 3, None));
+        add(&mut st, via(rt("10.0.2.0", 24), 2, Some("192.0.2.1")));
+        let d = compute(&st, &managed(), &caps(), &mut ids);
+        assert_eq!(
+            d.nexthops.get(&2),
+            Some(&nh(3, None)),
+            "adopted id reused for its own entry"
+        );
+        assert!(
+            !d.nexthops.contains_key(&1),
+            "id 1 is still in the maps with other content"
+        );
+        assert_eq!(d.nexthops.get(&3), Some(&nh(2, Some("192.0.2.1"))));
+    }
+
+    #[test]
+    fn compute_is_deterministic() {
+        let mut st = base();
+        many_routes(&mut st, 300, 50, 7);
+        let a = run(&st);
+        let mut st2 = st.clone();
+        // rebuild the hash maps in another order
+        let routes: Vec<_> = st2.routes.drain().collect();
+        for (k, v) in routes.into_iter().rev() {
+            st2.routes.insert(k, v);
+        }
+        assert_eq!(run(&st2), a);
+    }
 }
