@@ -168,8 +168,10 @@ pub fn run(args: RunArgs) -> Result<()> {
 
     info!("signal received: detaching and exiting");
     drop(server);
+    let names: Vec<String> = attachments.iter().map(|a| a.name.clone()).collect();
     drop(attachments);
     drop(tx);
+    info!("detached from {}; exiting", names.join(", "));
     Ok(())
 }
 

@@ -61,7 +61,8 @@ pub struct Attachment {
 
 impl Drop for Attachment {
     fn drop(&mut self) {
-        log::info!("detaching XDP from {} (link fd {})", self.name, self.link.as_raw_fd());
+        // Debug only: a refused start must print nothing but its one error line.
+        log::debug!("detaching XDP from {} (link fd {})", self.name, self.link.as_raw_fd());
     }
 }
 
