@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * sink.bpf.c — the benchmark's receiver: counts every frame arriving on the
+ * sink's veth and drops it. Being an XDP program on that veth is also what
+ * makes the router's veth accept XDP-redirected frames towards it.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+
+struct sink_count {
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* Frames seen by the sink, per CPU (the bench sums and zeroes them). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sink_count);
+} sink_stats SEC(".maps");
+
+SEC("xdp")
+int fp_bench_sink(struct xdp_md *ctx)
+{
+	__u32 zero = 0;
+	struct sink_count *c = bpf_map_lookup_elem(&sink_stats, &zero);
+
+	if (c) {
+		c->packets++;
+		c->bytes += ctx->data_end - ctx->data;
+	}
+	return XDP_DROP;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

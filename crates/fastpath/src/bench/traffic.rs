@@ -1,0 +1,319 @@
+//! Both ends of the measurement: the generator (`bpf/bench/gen.bpf.c` run by
+//! BPF_PROG_RUN in live-frames mode from inside the generator namespace) and
+//! the sink (`bpf/bench/sink.bpf.c`, XDP on s0, per-CPU counters).
+
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use fastpath_bpf::skel::gen::{GenSkel, GenSkelBuilder};
+use fastpath_bpf::skel::sink::{SinkSkel, SinkSkelBuilder};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{libbpf_sys, Link, MapCore, MapFlags, OpenObject};
+use nix::sched::{sched_setaffinity, CpuSet};
+use nix::unistd::Pid;
+
+use super::topo;
+
+/// BPF_F_TEST_XDP_LIVE_FRAMES: frames the program XDP_TXes really leave.
+const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
+const HDR_LEN: usize = 42;
+const FCS_LEN: usize = 4;
+const UDP_DPORT: u16 = 9;
+pub const SPORT_BASE: u16 = 10000;
+
+/// A frame of `size` bytes as counted on Ethernet (FCS included, as RFC 2544
+/// sizes are): veth carries no FCS, so the generator emits `size - 4` bytes.
+pub fn frame(size: usize) -> Result<Vec<u8>> {
+    if !(64..=1518).contains(&size) {
+        bail!("frame size {size} outside 64..=1518");
+    }
+    let len = size - FCS_LEN;
+    let mut f = vec![0u8; len];
+    f[0..6].copy_from_slice(&topo::MAC_R0);
+    f[6..12].copy_from_slice(&topo::MAC_G0);
+    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    let ip_len = (len - 14) as u16;
+    let ip = &mut f[14..34];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
+    ip[8] = 64; // TTL
+    ip[9] = 17; // UDP
+    ip[12..16].copy_from_slice(&topo::IP_G0);
+    ip[16..20].copy_from_slice(&topo::IP_S0);
+    let csum = ipv4_checksum(ip);
+    ip[10..12].copy_from_slice(&csum.to_be_bytes());
+    let udp = &mut f[34..42];
+    udp[0..2].copy_from_slice(&SPORT_BASE.to_be_bytes());
+    udp[2..4].copy_from_slice(&UDP_DPORT.to_be_bytes());
+    udp[4..6].copy_from_slice(&(ip_len - 20).to_be_bytes());
+    // UDP checksum 0: "none" is legal for IPv4 and independent of the port.
+    Ok(f)
+}
+
+fn ipv4_checksum(hdr: &[u8]) -> u16 {
+    let mut sum: u32 = hdr
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// The generator program, loaded with one frame template and flow count.
+///
+/// Every BPF_PROG_RUN of an XDP program adds it to the kernel's XDP
+/// dispatcher on entry and removes it on exit, and each change costs a
+/// synchronize_rcu() — tens of milliseconds on a busy box, during which
+/// nothing is sent, so the rate would depend on RCU, not on forwarding. A
+/// program that is attached somewhere stays in the dispatcher and the
+/// per-run changes become reference counting: hence the attachment to the
+/// idle gx0, which never carries traffic.
+pub struct Generator<'obj> {
+    skel: GenSkel<'obj>,
+    frame: Vec<u8>,
+    _pin: Link,
+}
+
+pub struct GenRun {
+    pub sent: u64,
+    pub elapsed: Duration,
+    /// CPU time of the generator thread, which includes the router's and the
+    /// sink's softirq work done in its context: on a busy box this, not
+    /// `elapsed`, is the time the packets actually got.
+    pub cpu_time: Duration,
+}
+
+impl<'obj> Generator<'obj> {
+    pub fn load(
+        storage: &'obj mut MaybeUninit<OpenObject>,
+        t: &topo::Topology,
+        size: usize,
+        flows: u32,
+    ) -> Result<Self> {
+        if flows == 0 || flows > u32::from(u16::MAX - SPORT_BASE) {
+            bail!("flows must be 1..={}", u16::MAX - SPORT_BASE);
+        }
+        let frame = frame(size)?;
+        let mut open = GenSkelBuilder::default()
+            .open(storage)
+            .context("opening gen.bpf.o")?;
+        let ro = open
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .context("gen.bpf.o has no .rodata")?;
+        for (i, w) in frame[..HDR_LEN].chunks(2).enumerate() {
+            // The program stores the words as they are in memory: keep wire order.
+            ro.gen_hdr[i] = u16::from_ne_bytes([w[0], w[1]]);
+        }
+        ro.gen_sport_base = SPORT_BASE;
+        ro.gen_flows = flows;
+        let skel = open.load().context("loading gen.bpf.o")?;
+        let gx0 = t.ifindex(&t.gen, topo::GX0)?;
+        let pin = topo::in_netns(&t.gen, || skel.progs.fp_bench_gen.attach_xdp(gx0 as i32))?
+            .context("attaching the generator to the idle gx0")?;
+        Ok(Generator {
+            skel,
+            frame,
+            _pin: pin,
+        })
+    }
+
+    /// Sends frames out of g0 for `duration` from a thread that lives in the
+    /// generator namespace and on `cpu` only; the router's and the sink's
+    /// softirq work then runs on that CPU too, in the same thread's
+    /// `local_bh_enable()` after each batch.
+    pub fn run(
+        &self,
+        gen_ns: &str,
+        g0_ifindex: u32,
+        cpu: usize,
+        duration: Duration,
+        stop: &AtomicBool,
+    ) -> Result<GenRun> {
+        let fd = self.skel.progs.fp_bench_gen.as_fd();
+        let frame = self.frame.as_slice();
+        std::thread::scope(|s| {
+            s.spawn(|| -> Result<GenRun> {
+                topo::enter_netns(gen_ns)?;
+                pin_to(cpu)?;
+                generate(fd, frame, g0_ifindex, duration, stop)
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("generator thread panicked"))?
+        })
+    }
+}
+
+pub fn pin_to(cpu: usize) -> Result<()> {
+    let mut set = CpuSet::new();
+    set.set(cpu)
+        .with_context(|| format!("CPU {cpu} out of range"))?;
+    sched_setaffinity(Pid::from_raw(0), &set).with_context(|| format!("pinning to CPU {cpu}"))
+}
+
+/// Fails early on a --cpu the bench could not pin to, without pinning the
+/// caller (its children, the daemon among them, must not inherit it).
+pub fn check_cpu(cpu: usize) -> Result<()> {
+    std::thread::spawn(move || pin_to(cpu))
+        .join()
+        .map_err(|_| anyhow::anyhow!("CPU check thread panicked"))?
+        .context("--cpu")
+}
+
+fn generate(
+    fd: BorrowedFd<'_>,
+    frame: &[u8],
+    ifindex: u32,
+    duration: Duration,
+    stop: &AtomicBool,
+) -> Result<GenRun> {
+    // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex
+    let mut ctx = [0u8; 24];
+    ctx[4..8].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
+    ctx[12..16].copy_from_slice(&ifindex.to_ne_bytes());
+
+    let start = Instant::now();
+    let cpu_start = thread_cpu_time()?;
+    let mut sent = 0u64;
+    let mut chunk: u32 = 1 << 14;
+    loop {
+        let t0 = Instant::now();
+        let c0 = thread_cpu_time()?;
+        test_run_live(fd, frame, &mut ctx, chunk)?;
+        log::trace!(
+            "gen: {chunk} frames in {:?} wall, {:?} cpu",
+            t0.elapsed(),
+            thread_cpu_time()?.saturating_sub(c0)
+        );
+        sent += u64::from(chunk);
+        let elapsed = start.elapsed();
+        if elapsed >= duration || stop.load(Ordering::Relaxed) {
+            let cpu_time = thread_cpu_time()?.saturating_sub(cpu_start);
+            return Ok(GenRun {
+                sent,
+                elapsed,
+                cpu_time,
+            });
+        }
+        // Calls of ~100 ms: short enough to stop on time and notice ^C, long
+        // enough that the per-call set-up is noise.
+        let per_frame = t0.elapsed().as_secs_f64() / f64::from(chunk);
+        let want = (duration - elapsed).as_secs_f64().min(0.1);
+        chunk = (want / per_frame.max(1e-9)).clamp(1024.0, f64::from(1u32 << 24)) as u32;
+    }
+}
+
+fn thread_cpu_time() -> Result<Duration> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes one timespec we own.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("CLOCK_THREAD_CPUTIME_ID");
+    }
+    Ok(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+}
+
+fn test_run_live(fd: BorrowedFd<'_>, frame: &[u8], ctx: &mut [u8; 24], repeat: u32) -> Result<()> {
+    // libbpf-rs' Program is not Sync, so the generator thread drives the
+    // syscall on the raw fd; libbpf-rs' ProgramInput has no batch_size either.
+    let mut opts = libbpf_sys::bpf_test_run_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_test_run_opts>() as _,
+        data_in: frame.as_ptr().cast(),
+        data_size_in: frame.len() as u32,
+        ctx_in: ctx.as_ptr().cast(),
+        ctx_size_in: ctx.len() as u32,
+        repeat: repeat as i32,
+        flags: BPF_F_TEST_XDP_LIVE_FRAMES,
+        ..Default::default()
+    };
+    // SAFETY: every pointer in opts refers to a live buffer of the stated
+    // size for the duration of the call; no output buffers are given.
+    let rc = unsafe { libbpf_sys::bpf_prog_test_run_opts(fd.as_raw_fd(), &mut opts) };
+    if rc < 0 {
+        let err = std::io::Error::from_raw_os_error(-rc);
+        return Err(err).context("BPF_PROG_RUN (XDP live frames) of the generator");
+    }
+    Ok(())
+}
+
+/// The sink: XDP on s0 counting and dropping everything.
+pub struct Sink<'obj> {
+    skel: SinkSkel<'obj>,
+    _link: Link,
+}
+
+impl<'obj> Sink<'obj> {
+    pub fn attach(
+        storage: &'obj mut MaybeUninit<OpenObject>,
+        topo: &topo::Topology,
+    ) -> Result<Self> {
+        let open = SinkSkelBuilder::default()
+            .open(storage)
+            .context("opening sink.bpf.o")?;
+        let skel = open.load().context("loading sink.bpf.o")?;
+        let ifindex = topo.ifindex(&topo.sink, topo::S0)?;
+        let link = topo::in_netns(&topo.sink, || {
+            skel.progs.fp_bench_sink.attach_xdp(ifindex as i32)
+        })?
+        .context("attaching the sink to s0")?;
+        Ok(Sink { skel, _link: link })
+    }
+
+    /// (packets, bytes) over all CPUs.
+    pub fn read(&self) -> Result<(u64, u64)> {
+        let vals = self
+            .skel
+            .maps
+            .sink_stats
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .context("reading sink_stats")?
+            .context("sink_stats has no slot 0")?;
+        let mut total = (0u64, 0u64);
+        for v in vals {
+            total.0 += u64_at(&v, 0);
+            total.1 += u64_at(&v, 8);
+        }
+        Ok(total)
+    }
+
+    pub fn zero(&self) -> Result<()> {
+        let ncpu = libbpf_rs::num_possible_cpus().context("counting CPUs")?;
+        let zeros = vec![vec![0u8; 16]; ncpu];
+        self.skel
+            .maps
+            .sink_stats
+            .update_percpu(&0u32.to_ne_bytes(), &zeros, MapFlags::ANY)
+            .context("zeroing sink_stats")
+    }
+}
+
+pub fn u64_at(b: &[u8], off: usize) -> u64 {
+    b.get(off..off + 8)
+        .map(|s| u64::from_ne_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_has_valid_ipv4_checksum_and_lengths() {
+        let f = frame(64).unwrap();
+        assert_eq!(f.len(), 60);
+        assert_eq!(ipv4_checksum(&f[14..34]), 0);
+        assert_eq!(u16::from_be_bytes([f[16], f[17]]), 46);
+        assert_eq!(u16::from_be_bytes([f[38], f[39]]), 26);
+        let f = frame(512).unwrap();
+        assert_eq!(f.len(), 508);
+        assert_eq!(ipv4_checksum(&f[14..34]), 0);
+    }
+}
