@@ -104,18 +104,8 @@ fn forward_ipv4() {
     let cases = vec![
         Case::forward("via gateway", same, f4(&p), out4(&p, MAC_GW4)),
         Case::forward("on-link destination", same, f4(&onlink), out4(&onlink, MAC_HOST_B)),
-        Case::forward(
-            "ethernet padding trimmed to tot_len",
-            same,
-            pad_to(f4(&short), 60, 0),
-            out4(&short, MAC_GW4),
-        ),
-        Case::forward(
-            "non-zero padding trimmed too",
-            same,
-            pad_to(f4(&short), 60, 0xAA),
-            out4(&short, MAC_GW4),
-        ),
+        Case::forward("ethernet padding trimmed to tot_len", same, pad_to(f4(&short), 60, 0), out4(&short, MAC_GW4)),
+        Case::forward("non-zero padding trimmed too", same, pad_to(f4(&short), 60, 0xAA), out4(&short, MAC_GW4)),
         Case::forward(
             "v4 via v6 gateway (RFC 5549)",
             |w| w.set_route4(lpm4("203.0.113.128", 25), route(fp_route_type::FP_RT_FORWARD, NH_V4_VIA_V6)),
@@ -128,12 +118,27 @@ fn forward_ipv4() {
         Case::forward("datagram == egress mtu", same, f4(&big), out4(&big, MAC_GW4)),
         Case::forward(
             "route mtu equal to datagram",
-            |w| w.set_route4(lpm4("203.0.113.0", 24), fp_route { mtu: 46, ..route(fp_route_type::FP_RT_FORWARD, NH_GW4) }),
+            |w| {
+                w.set_route4(
+                    lpm4("203.0.113.0", 24),
+                    fp_route { mtu: 46, ..route(fp_route_type::FP_RT_FORWARD, NH_GW4) },
+                )
+            },
             f4(&p),
             out4(&p, MAC_GW4),
         ),
-        Case::forward("rp_filter strict, source via ingress", move |w| *flags_mut(w, a) |= FP_IF_RPF_STRICT as u16, f4(&p), out4(&p, MAC_GW4)),
-        Case::forward("rp_filter loose, source routed", move |w| *flags_mut(w, a) |= FP_IF_RPF_LOOSE as u16, f4(&p), out4(&p, MAC_GW4)),
+        Case::forward(
+            "rp_filter strict, source via ingress",
+            move |w| *flags_mut(w, a) |= FP_IF_RPF_STRICT as u16,
+            f4(&p),
+            out4(&p, MAC_GW4),
+        ),
+        Case::forward(
+            "rp_filter loose, source routed",
+            move |w| *flags_mut(w, a) |= FP_IF_RPF_LOOSE as u16,
+            f4(&p),
+            out4(&p, MAC_GW4),
+        ),
         Case::forward(
             "rp_filter loose, source routed via another port",
             move |w| {
@@ -143,9 +148,27 @@ fn forward_ipv4() {
             f4(&p),
             out4(&p, MAC_GW4),
         ),
-        Case::forward("v6 switches leave v4 alone", |w| { w.rt.policy_punt = FP_FAM_V6; w.rt.table_full = FP_FAM_V6 }, f4(&p), out4(&p, MAC_GW4)),
-        Case::forward("ipv6 forwarding off leaves v4 alone", move |w| *flags_mut(w, a) &= !(FP_IF_FWD6 as u16), f4(&p), out4(&p, MAC_GW4)),
-        Case::forward("egress forwarding flags do not matter", move |w| *flags_mut(w, b) = FP_IF_UP as u16, f4(&p), out4(&p, MAC_GW4)),
+        Case::forward(
+            "v6 switches leave v4 alone",
+            |w| {
+                w.rt.policy_punt = FP_FAM_V6;
+                w.rt.table_full = FP_FAM_V6
+            },
+            f4(&p),
+            out4(&p, MAC_GW4),
+        ),
+        Case::forward(
+            "ipv6 forwarding off leaves v4 alone",
+            move |w| *flags_mut(w, a) &= !(FP_IF_FWD6 as u16),
+            f4(&p),
+            out4(&p, MAC_GW4),
+        ),
+        Case::forward(
+            "egress forwarding flags do not matter",
+            move |w| *flags_mut(w, b) = FP_IF_UP as u16,
+            f4(&p),
+            out4(&p, MAC_GW4),
+        ),
     ];
     run_all(&world, &cases);
 }
@@ -189,9 +212,27 @@ fn forward_ipv6() {
             f6(&min_mtu),
             out6(&min_mtu, MAC_GW6),
         ),
-        Case::forward("v4 switches leave v6 alone", |w| { w.rt.policy_punt = FP_FAM_V4; w.rt.table_full = FP_FAM_V4 }, f6(&p), out6(&p, MAC_GW6)),
-        Case::forward("ipv4 forwarding off leaves v6 alone", move |w| *flags_mut(w, a) &= !(FP_IF_FWD4 as u16), f6(&p), out6(&p, MAC_GW6)),
-        Case::forward("rp_filter is IPv4 only", move |w| *flags_mut(w, a) |= FP_IF_RPF_STRICT as u16, f6(&p), out6(&p, MAC_GW6)),
+        Case::forward(
+            "v4 switches leave v6 alone",
+            |w| {
+                w.rt.policy_punt = FP_FAM_V4;
+                w.rt.table_full = FP_FAM_V4
+            },
+            f6(&p),
+            out6(&p, MAC_GW6),
+        ),
+        Case::forward(
+            "ipv4 forwarding off leaves v6 alone",
+            move |w| *flags_mut(w, a) &= !(FP_IF_FWD4 as u16),
+            f6(&p),
+            out6(&p, MAC_GW6),
+        ),
+        Case::forward(
+            "rp_filter is IPv4 only",
+            move |w| *flags_mut(w, a) |= FP_IF_RPF_STRICT as u16,
+            f6(&p),
+            out6(&p, MAC_GW6),
+        ),
     ];
     run_all(&world, &cases);
 }
@@ -279,12 +320,22 @@ fn punt_cases(world: &World) -> Vec<Case> {
         Case::punt("v6 table full", |w| w.rt.table_full = FP_FAM_V6 | FP_FAM_V4, f6(&p6), FP_R_TABLE_FULL),
         // FIB
         Case::punt("v4 local", same, ip4("192.0.2.10", "192.0.2.1"), FP_R_LOCAL),
-        Case::punt("v4 local wins over ttl 1", same, f4(&Ip4 { ttl: 1, ..Ip4::new(v4("192.0.2.10"), v4("192.0.2.1")) }), FP_R_LOCAL),
+        Case::punt(
+            "v4 local wins over ttl 1",
+            same,
+            f4(&Ip4 { ttl: 1, ..Ip4::new(v4("192.0.2.10"), v4("192.0.2.1")) }),
+            FP_R_LOCAL,
+        ),
         Case::punt("v6 local", same, ip6("2001:db8:a::10", "2001:db8:a::1"), FP_R_LOCAL),
         Case::punt("v4 no route", same, ip4("192.0.2.10", "203.0.114.1"), FP_R_NO_ROUTE),
         Case::punt("v6 no route", same, ip6("2001:db8:a::10", "2001:db8:3::1"), FP_R_NO_ROUTE),
         Case::punt("next hop never written", rt4(route(fp_route_type::FP_RT_FORWARD, 99)), f4(&p4), FP_R_NO_ROUTE),
-        Case::punt("next hop beyond the table", rt4(route(fp_route_type::FP_RT_FORWARD, 1 << 20)), f4(&p4), FP_R_NO_ROUTE),
+        Case::punt(
+            "next hop beyond the table",
+            rt4(route(fp_route_type::FP_RT_FORWARD, 1 << 20)),
+            f4(&p4),
+            FP_R_NO_ROUTE,
+        ),
         Case::punt("v4 blackhole", rt4(route(fp_route_type::FP_RT_BLACKHOLE, 0)), f4(&p4), FP_R_BLACKHOLE),
         Case::punt("v6 blackhole", rt6(route(fp_route_type::FP_RT_BLACKHOLE, 0)), f6(&p6), FP_R_BLACKHOLE),
         Case::punt("v4 unreachable", rt4(route(fp_route_type::FP_RT_UNREACHABLE, 0)), f4(&p4), FP_R_UNREACHABLE),
@@ -293,14 +344,39 @@ fn punt_cases(world: &World) -> Vec<Case> {
         Case::punt("v6 prohibit", rt6(route(fp_route_type::FP_RT_PROHIBIT, 0)), f6(&p6), FP_R_PROHIBIT),
         Case::punt("v4 punt route: ecmp", rt4(punt_route(FP_R_ECMP as u8)), f4(&p4), FP_R_ECMP),
         Case::punt("v6 punt route: ecmp", rt6(punt_route(FP_R_ECMP as u8)), f6(&p6), FP_R_ECMP),
-        Case::punt("punt route: unsupported", rt4(punt_route(FP_R_ROUTE_UNSUPPORTED as u8)), f4(&p4), FP_R_ROUTE_UNSUPPORTED),
+        Case::punt(
+            "punt route: unsupported",
+            rt4(punt_route(FP_R_ROUTE_UNSUPPORTED as u8)),
+            f4(&p4),
+            FP_R_ROUTE_UNSUPPORTED,
+        ),
         Case::punt("punt route: broadcast", rt4(punt_route(FP_R_MULTICAST as u8)), f4(&p4), FP_R_MULTICAST),
-        Case::punt("punt route claiming 'forwarded'", rt4(punt_route(FP_R_FORWARDED as u8)), f4(&p4), FP_R_ROUTE_UNSUPPORTED),
+        Case::punt(
+            "punt route claiming 'forwarded'",
+            rt4(punt_route(FP_R_FORWARDED as u8)),
+            f4(&p4),
+            FP_R_ROUTE_UNSUPPORTED,
+        ),
         Case::punt("punt route reason out of range", rt4(punt_route(200)), f4(&p4), FP_R_ROUTE_UNSUPPORTED),
-        Case::punt("unknown route type", rt4(fp_route { type_: 99, ..Default::default() }), f4(&p4), FP_R_ROUTE_UNSUPPORTED),
+        Case::punt(
+            "unknown route type",
+            rt4(fp_route { type_: 99, ..Default::default() }),
+            f4(&p4),
+            FP_R_ROUTE_UNSUPPORTED,
+        ),
         // ingress
-        Case::punt("v4 forwarding off", move |w| *flags_mut(w, a) &= !(FP_IF_FWD4 as u16), f4(&p4), FP_R_FORWARDING_DISABLED),
-        Case::punt("v6 forwarding off", move |w| *flags_mut(w, a) &= !(FP_IF_FWD6 as u16), f6(&p6), FP_R_FORWARDING_DISABLED),
+        Case::punt(
+            "v4 forwarding off",
+            move |w| *flags_mut(w, a) &= !(FP_IF_FWD4 as u16),
+            f4(&p4),
+            FP_R_FORWARDING_DISABLED,
+        ),
+        Case::punt(
+            "v6 forwarding off",
+            move |w| *flags_mut(w, a) &= !(FP_IF_FWD6 as u16),
+            f6(&p6),
+            FP_R_FORWARDING_DISABLED,
+        ),
         Case::punt(
             "rp_filter strict, source via another port",
             move |w| {
@@ -336,14 +412,41 @@ fn punt_cases(world: &World) -> Vec<Case> {
         ),
         Case::punt("v4 ttl 1", same, f4(&with4(|p| p.ttl = 1)), FP_R_TTL_EXCEEDED),
         Case::punt("v4 ttl 0", same, f4(&with4(|p| p.ttl = 0)), FP_R_TTL_EXCEEDED),
-        Case::punt("v4 ttl 1, padded frame left alone", same, pad_to(f4(&with4(|p| { p.ttl = 1; p.payload = udp(0) })), 60, 0), FP_R_TTL_EXCEEDED),
+        Case::punt(
+            "v4 ttl 1, padded frame left alone",
+            same,
+            pad_to(
+                f4(&with4(|p| {
+                    p.ttl = 1;
+                    p.payload = udp(0)
+                })),
+                60,
+                0,
+            ),
+            FP_R_TTL_EXCEEDED,
+        ),
         Case::punt("v6 hop limit 1", same, f6(&with6(|p| p.hop = 1)), FP_R_TTL_EXCEEDED),
         Case::punt("v6 hop limit 0", same, f6(&with6(|p| p.hop = 0)), FP_R_TTL_EXCEEDED),
         Case::punt("ingress not managed", move |w| w.ifaces.retain(|(i, _)| *i != a), f4(&p4), FP_R_INGRESS_UNKNOWN),
         // egress
-        Case::punt("egress not in fp_ifaces", move |w| w.ifaces.retain(|(i, _)| *i != b), f4(&p4), FP_R_EGRESS_NOT_MANAGED),
-        Case::punt("egress not in fp_tx_ports", move |w| w.tx_ports.retain(|i| *i != b), f4(&p4), FP_R_EGRESS_NOT_MANAGED),
-        Case::punt("v6 egress not in fp_tx_ports", move |w| w.tx_ports.retain(|i| *i != b), f6(&p6), FP_R_EGRESS_NOT_MANAGED),
+        Case::punt(
+            "egress not in fp_ifaces",
+            move |w| w.ifaces.retain(|(i, _)| *i != b),
+            f4(&p4),
+            FP_R_EGRESS_NOT_MANAGED,
+        ),
+        Case::punt(
+            "egress not in fp_tx_ports",
+            move |w| w.tx_ports.retain(|i| *i != b),
+            f4(&p4),
+            FP_R_EGRESS_NOT_MANAGED,
+        ),
+        Case::punt(
+            "v6 egress not in fp_tx_ports",
+            move |w| w.tx_ports.retain(|i| *i != b),
+            f6(&p6),
+            FP_R_EGRESS_NOT_MANAGED,
+        ),
         Case::punt("egress down", move |w| *flags_mut(w, b) &= !(FP_IF_UP as u16), f4(&p4), FP_R_EGRESS_DOWN),
         Case::punt("v6 egress down", move |w| *flags_mut(w, b) &= !(FP_IF_UP as u16), f6(&p6), FP_R_EGRESS_DOWN),
         Case::punt(
@@ -386,7 +489,12 @@ fn punt_cases(world: &World) -> Vec<Case> {
             f6(&with6(|p| p.payload = vec![0x5A; 1281 - 40])),
             FP_R_MTU,
         ),
-        Case::punt("no neighbour for the gateway", move |w| w.neigh.retain(|(k, _)| *k != neigh_key(b, AF_INET, &v4("198.51.100.1"))), f4(&p4), FP_R_NO_NEIGH),
+        Case::punt(
+            "no neighbour for the gateway",
+            move |w| w.neigh.retain(|(k, _)| *k != neigh_key(b, AF_INET, &v4("198.51.100.1"))),
+            f4(&p4),
+            FP_R_NO_NEIGH,
+        ),
         Case::punt("no neighbour for an on-link destination", same, ip4("192.0.2.10", "198.51.100.8"), FP_R_NO_NEIGH),
         Case::punt(
             "neighbour known on another port only",
@@ -406,7 +514,12 @@ fn punt_cases(world: &World) -> Vec<Case> {
             f4(&p4),
             FP_R_NO_NEIGH,
         ),
-        Case::punt("v6 no neighbour for the gateway", move |w| w.neigh.retain(|(k, _)| *k != neigh_key(b, AF_INET6, &v6("2001:db8:b::1"))), f6(&p6), FP_R_NO_NEIGH),
+        Case::punt(
+            "v6 no neighbour for the gateway",
+            move |w| w.neigh.retain(|(k, _)| *k != neigh_key(b, AF_INET6, &v6("2001:db8:b::1"))),
+            f6(&p6),
+            FP_R_NO_NEIGH,
+        ),
     ]
 }
 

@@ -61,7 +61,7 @@ impl Ip4 {
     }
 
     pub fn bytes(&self) -> Vec<u8> {
-        assert!(self.options.len() % 4 == 0);
+        assert_eq!(self.options.len() % 4, 0, "options are whole 32-bit words");
         let hlen = 20 + self.options.len();
         let tot = hlen + self.payload.len();
         let mut h = vec![0x40 | (hlen / 4) as u8, self.tos];

@@ -66,10 +66,12 @@ impl Loaded {
         ctx[4..8].copy_from_slice(&(pkt.len() as u32).to_ne_bytes());
         ctx[12..16].copy_from_slice(&ingress.to_ne_bytes());
         let mut out = vec![0u8; 4096];
-        let mut input = ProgramInput::default();
-        input.data_in = Some(pkt);
-        input.context_in = Some(&mut ctx);
-        input.data_out = Some(&mut out);
+        let input = ProgramInput {
+            data_in: Some(pkt),
+            context_in: Some(&mut ctx),
+            data_out: Some(&mut out),
+            ..Default::default()
+        };
         let res = self.skel.progs.fp_xdp_fwd.test_run(input).context("BPF_PROG_RUN")?;
         let data = res.data.context("no data out")?.to_vec();
         Ok((res.return_value, data))
