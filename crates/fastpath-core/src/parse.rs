@@ -629,3 +629,553 @@ pub fn nexthop(p: &[u8]) -> Result<NexthopObject, ParseError> {
     Ok(obj)
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::*;
+    use netlink_packet_core::{DefaultNla, Emitable};
+    use netlink_packet_route::{
+        address::AddressHeader,
+        link::{InfoKind, LinkHeader, LinkLayerType},
+        neighbour::{NeighbourHeader, NeighbourState},
+        route::{RouteHeader, RouteLwTunnelEncap, RouteNextHopFlags, RouteScope},
+        rule::{RuleAction, RuleHeader},
+    };
+
+    fn bytes<T: Emitable>(m: &T) -> Vec<u8> {
+        let mut b = vec![0; m.buffer_len()];
+        m.emit(&mut b);
+        b
+    }
+
+    fn v4(s: &str) -> Ipv4Addr {
+        s.parse().unwrap()
+    }
+    fn v6(s: &str) -> Ipv6Addr {
+        s.parse().unwrap()
+    }
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn rmsg(fam: AddressFamily, kind: RouteType, dst_len: u8, attrs: Vec<RouteAttribute>) -> RouteMessage {
+        let mut m = RouteMessage::default();
+        m.header = RouteHeader {
+            address_family: fam,
+            destination_prefix_length: dst_len,
+            table: RouteHeader::RT_TABLE_MAIN,
+            kind,
+            scope: RouteScope::Universe,
+            ..Default::default()
+        };
+        m.attributes = attrs;
+        m
+    }
+
+    /// Serialises as the kernel would send it, then decodes it like the mirror.
+    fn new_route(m: &RouteMessage) -> (Family, Route) {
+        match decode(RTM_NEWROUTE, &bytes(m)).unwrap() {
+            Msg::NewRoute(f, r) => (f, r),
+            other => panic!("not a route: {other:?}"),
+        }
+    }
+
+    fn hop(ifindex: u32, gw: Option<&str>, flags: u32, weight: u32) -> NextHop {
+        NextHop { ifindex, gateway: gw.map(ip), flags, weight }
+    }
+
+    #[test]
+    fn v4_unicast_with_gateway() {
+        let m = rmsg(
+            AddressFamily::Inet,
+            RouteType::Unicast,
+            24,
+            vec![
+                RouteAttribute::Table(254),
+                RouteAttribute::Destination(RouteAddress::Inet(v4("198.51.100.0"))),
+                RouteAttribute::Priority(20),
+                RouteAttribute::Gateway(RouteAddress::Inet(v4("192.0.2.2"))),
+                RouteAttribute::Oif(3),
+            ],
+        );
+        let (f, r) = new_route(&m);
+        assert_eq!(f, Family::V4);
+        assert_eq!(r.key, RouteKey { table: 254, dst: ip("198.51.100.0"), prefix_len: 24, tos: 0, priority: 20 });
+        assert_eq!(r.kind, RouteKind::Unicast);
+        assert_eq!(r.target, RouteTarget::Single(hop(3, Some("192.0.2.2"), 0, 1)));
+        assert_eq!((r.mtu, r.mtu_locked, r.encap), (0, false, false));
+    }
+
+    #[test]
+    fn connected_route_keeps_rtm_flags() {
+        let mut m = rmsg(
+            AddressFamily::Inet,
+            RouteType::Unicast,
+            24,
+            vec![RouteAttribute::Destination(RouteAddress::Inet(v4("192.0.2.0"))), RouteAttribute::Oif(3)],
+        );
+        m.header.scope = RouteScope::Link;
+        m.header.flags = RouteFlags::Linkdown;
+        let (_, r) = new_route(&m);
+        assert_eq!(r.target, RouteTarget::Single(hop(3, None, 16, 1)));
+    }
+
+    #[test]
+    fn local_table_local_route_has_no_next_hop() {
+        let mut m = rmsg(
+            AddressFamily::Inet,
+            RouteType::Local,
+            32,
+            vec![
+                RouteAttribute::Table(RT_TABLE_LOCAL),
+                RouteAttribute::Destination(RouteAddress::Inet(v4("192.0.2.1"))),
+                RouteAttribute::PrefSource(RouteAddress::Inet(v4("192.0.2.1"))),
+                RouteAttribute::Oif(3),
+            ],
+        );
+        m.header.table = 255;
+        m.header.scope = RouteScope::Host;
+        let (_, r) = new_route(&m);
+        assert_eq!(r.key.table, RT_TABLE_LOCAL);
+        assert_eq!(r.kind, RouteKind::Local);
+        assert_eq!(r.target, RouteTarget::None);
+    }
+
+    #[test]
+    fn blackhole_default_route() {
+        // No RTA_DST: the default route.
+        let (f, r) = new_route(&rmsg(AddressFamily::Inet6, RouteType::BlackHole, 0, vec![RouteAttribute::Priority(1024)]));
+        assert_eq!(f, Family::V6);
+        assert_eq!(r.key.dst, ip("::"));
+        assert_eq!(r.key.prefix_len, 0);
+        assert_eq!(r.kind, RouteKind::Blackhole);
+        assert_eq!(r.target, RouteTarget::None);
+        let (_, r) = new_route(&rmsg(AddressFamily::Inet, RouteType::Unreachable, 0, vec![]));
+        assert_eq!((r.key.dst, r.kind), (ip("0.0.0.0"), RouteKind::Unreachable));
+        let (_, r) = new_route(&rmsg(AddressFamily::Inet, RouteType::Prohibit, 0, vec![]));
+        assert_eq!(r.kind, RouteKind::Prohibit);
+    }
+
+    fn member(ifindex: u32, hops: u8, flags: RouteNextHopFlags, attrs: Vec<RouteAttribute>) -> RouteNextHop {
+        let mut h = RouteNextHop::default();
+        h.interface_index = ifindex;
+        h.hops = hops;
+        h.flags = flags;
+        h.attributes = attrs;
+        h
+    }
+
+    #[test]
+    fn multipath_route() {
+        let m = rmsg(
+            AddressFamily::Inet,
+            RouteType::Unicast,
+            24,
+            vec![
+                RouteAttribute::Destination(RouteAddress::Inet(v4("203.0.113.0"))),
+                RouteAttribute::MultiPath(vec![
+                    member(3, 0, RouteNextHopFlags::Onlink, vec![RouteAttribute::Gateway(RouteAddress::Inet(v4("192.0.2.2")))]),
+                    member(4, 2, RouteNextHopFlags::empty(), vec![RouteAttribute::Via(RouteVia::Inet6(v6("2001:db8::2")))]),
+                ]),
+            ],
+        );
+        let (_, r) = new_route(&m);
+        assert_eq!(
+            r.target,
+            RouteTarget::Multipath(vec![hop(3, Some("192.0.2.2"), 4, 1), hop(4, Some("2001:db8::2"), 0, 3)])
+        );
+        // A multipath attribute with one member is a single next hop.
+        let m = rmsg(
+            AddressFamily::Inet6,
+            RouteType::Unicast,
+            64,
+            vec![
+                RouteAttribute::Destination(RouteAddress::Inet6(v6("2001:db8:3::"))),
+                RouteAttribute::MultiPath(vec![member(
+                    5,
+                    0,
+                    RouteNextHopFlags::Dead,
+                    vec![RouteAttribute::Gateway(RouteAddress::Inet6(v6("2001:db8:1::2")))],
+                )]),
+            ],
+        );
+        assert_eq!(new_route(&m).1.target, RouteTarget::Single(hop(5, Some("2001:db8:1::2"), 1, 1)));
+    }
+
+    #[test]
+    fn nexthop_object_route() {
+        // The kernel also fills the object's gateway/oif in; the id wins.
+        let m = rmsg(
+            AddressFamily::Inet,
+            RouteType::Unicast,
+            25,
+            vec![
+                RouteAttribute::Destination(RouteAddress::Inet(v4("198.51.100.128"))),
+                RouteAttribute::NhId(20),
+                RouteAttribute::Gateway(RouteAddress::Inet(v4("192.0.2.2"))),
+                RouteAttribute::Oif(3),
+            ],
+        );
+        assert_eq!(new_route(&m).1.target, RouteTarget::Object(20));
+    }
+
+    #[test]
+    fn mtu_metric_and_lock() {
+        let mk = |lock: u32| {
+            rmsg(
+                AddressFamily::Inet,
+                RouteType::Unicast,
+                24,
+                vec![
+                    RouteAttribute::Destination(RouteAddress::Inet(v4("198.51.100.0"))),
+                    RouteAttribute::Oif(3),
+                    RouteAttribute::Metrics(vec![RouteMetric::Lock(lock), RouteMetric::Mtu(1400), RouteMetric::Hoplimit(9)]),
+                ],
+            )
+        };
+        let (_, r) = new_route(&mk(1 << 2));
+        assert_eq!((r.mtu, r.mtu_locked), (1400, true));
+        let (_, r) = new_route(&mk(1 << 10));
+        assert_eq!((r.mtu, r.mtu_locked), (1400, false));
+    }
+
+    #[test]
+    fn v4_route_via_v6_gateway() {
+        let m = rmsg(
+            AddressFamily::Inet,
+            RouteType::Unicast,
+            24,
+            vec![
+                RouteAttribute::Destination(RouteAddress::Inet(v4("203.0.113.0"))),
+                RouteAttribute::Via(RouteVia::Inet6(v6("fe80::1"))),
+                RouteAttribute::Oif(7),
+            ],
+        );
+        assert_eq!(new_route(&m).1.target, RouteTarget::Single(hop(7, Some("fe80::1"), 0, 1)));
+    }
+
+    #[test]
+    fn v6_route_and_table_override() {
+        let mut m = rmsg(
+            AddressFamily::Inet6,
+            RouteType::Unicast,
+            32,
+            vec![
+                RouteAttribute::Table(1000),
+                RouteAttribute::Destination(RouteAddress::Inet6(v6("2001:db8::"))),
+                RouteAttribute::Priority(1024),
+                RouteAttribute::Gateway(RouteAddress::Inet6(v6("fe80::2"))),
+                RouteAttribute::Oif(2),
+            ],
+        );
+        m.header.table = 252; // RT_TABLE_COMPAT: the real table is in RTA_TABLE
+        let (f, r) = new_route(&m);
+        assert_eq!(f, Family::V6);
+        assert_eq!(r.key, RouteKey { table: 1000, dst: ip("2001:db8::"), prefix_len: 32, tos: 0, priority: 1024 });
+        assert_eq!(r.target, RouteTarget::Single(hop(2, Some("fe80::2"), 0, 1)));
+    }
+
+    #[test]
+    fn cloned_routes_and_other_families_are_ignored() {
+        let mut m = rmsg(AddressFamily::Inet6, RouteType::Unicast, 128, vec![RouteAttribute::Oif(2)]);
+        m.header.flags = RouteFlags::Cloned;
+        assert_eq!(decode(RTM_NEWROUTE, &bytes(&m)).unwrap(), Msg::Ignored);
+        let m = rmsg(AddressFamily::Mpls, RouteType::Unicast, 20, vec![]);
+        assert_eq!(decode(RTM_NEWROUTE, &bytes(&m)).unwrap(), Msg::Ignored);
+    }
+
+    #[test]
+    fn source_specific_route_is_opaque() {
+        let mut m = rmsg(
+            AddressFamily::Inet6,
+            RouteType::Unicast,
+            0,
+            vec![
+                RouteAttribute::Source(RouteAddress::Inet6(v6("2001:db8:9::"))),
+                RouteAttribute::Gateway(RouteAddress::Inet6(v6("fe80::2"))),
+                RouteAttribute::Oif(2),
+            ],
+        );
+        m.header.source_prefix_length = 48;
+        let (_, r) = new_route(&m);
+        assert_eq!(r.kind, RouteKind::Other(1));
+        assert_eq!(r.target, RouteTarget::None);
+        assert!(is_opaque(&r));
+    }
+
+    #[test]
+    fn encap_route() {
+        let m = rmsg(
+            AddressFamily::Inet,
+            RouteType::Unicast,
+            24,
+            vec![
+                RouteAttribute::Destination(RouteAddress::Inet(v4("198.51.100.0"))),
+                RouteAttribute::Oif(3),
+                RouteAttribute::EncapType(RouteLwEnCapType::Mpls),
+                RouteAttribute::Encap(vec![RouteLwTunnelEncap::Other(DefaultNla::new(2, vec![64]))]),
+            ],
+        );
+        assert!(new_route(&m).1.encap);
+    }
+
+    #[test]
+    fn unreadable_route_keeps_its_key_as_a_punt_entry() {
+        let m = rmsg(
+            AddressFamily::Inet,
+            RouteType::Unicast,
+            24,
+            vec![
+                RouteAttribute::Destination(RouteAddress::Inet(v4("198.51.100.0"))),
+                RouteAttribute::Priority(5),
+                // RTA_OIF must be 4 bytes: the typed parser refuses the whole message.
+                RouteAttribute::Other(DefaultNla::new(4, vec![1, 2])),
+            ],
+        );
+        let (f, r) = new_route(&m);
+        assert_eq!(f, Family::V4);
+        assert_eq!(r.key, RouteKey { table: 254, dst: ip("198.51.100.0"), prefix_len: 24, tos: 0, priority: 5 });
+        assert!(is_opaque(&r) && r.encap && r.target == RouteTarget::None);
+        match decode(RTM_DELROUTE, &bytes(&m)).unwrap() {
+            Msg::DelRoute(_, d) => assert_eq!(d, r),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn lmsg(family: AddressFamily) -> LinkMessage {
+        let mut m = LinkMessage::default();
+        m.header = LinkHeader {
+            interface_family: family,
+            index: 5,
+            link_layer_type: LinkLayerType::Ether,
+            flags: LinkFlags::Up | LinkFlags::Running | LinkFlags::LowerUp,
+            ..Default::default()
+        };
+        m.attributes = vec![
+            LinkAttribute::IfName("eth0.100".into()),
+            LinkAttribute::Address(vec![2, 0, 0, 0, 0, 1]),
+            LinkAttribute::Mtu(9000),
+            LinkAttribute::Controller(7),
+            LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Vlan)]),
+        ];
+        m
+    }
+
+    #[test]
+    fn link() {
+        let want = Link {
+            ifindex: 5,
+            name: "eth0.100".into(),
+            mac: Some([2, 0, 0, 0, 0, 1]),
+            mtu: 9000,
+            admin_up: true,
+            running: true,
+            arphrd: 1,
+            kind: Some("vlan".into()),
+            master: Some(7),
+        };
+        let m = lmsg(AddressFamily::Unspec);
+        assert_eq!(decode(RTM_NEWLINK, &bytes(&m)).unwrap(), Msg::NewLink(want));
+        assert_eq!(decode(RTM_DELLINK, &bytes(&m)).unwrap(), Msg::DelLink(5));
+        // Per-family link messages are partial (AF_INET6) or mean something else (AF_BRIDGE DELLINK).
+        assert_eq!(decode(RTM_NEWLINK, &bytes(&lmsg(AddressFamily::Inet6))).unwrap(), Msg::Ignored);
+        assert_eq!(decode(RTM_DELLINK, &bytes(&lmsg(AddressFamily::Bridge))).unwrap(), Msg::Ignored);
+        let mut down = lmsg(AddressFamily::Unspec);
+        down.header.flags = LinkFlags::Up;
+        down.attributes = vec![LinkAttribute::IfName("lo".into()), LinkAttribute::Address(vec![0; 6])];
+        match decode(RTM_NEWLINK, &bytes(&down)).unwrap() {
+            Msg::NewLink(l) => assert!(l.admin_up && !l.running && l.master.is_none() && l.kind.is_none()),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn address() {
+        let mut m = AddressMessage::default();
+        m.header = AddressHeader { family: AddressFamily::Inet, prefix_len: 32, index: 4, ..Default::default() };
+        // Point-to-point: IFA_ADDRESS is the peer, IFA_LOCAL ours.
+        m.attributes = vec![
+            AddressAttribute::Address(ip("192.0.2.9")),
+            AddressAttribute::Local(ip("192.0.2.1")),
+            AddressAttribute::Label("ppp0".into()),
+        ];
+        let want = Addr { ifindex: 4, addr: ip("192.0.2.1"), prefix_len: 32 };
+        assert_eq!(decode(RTM_NEWADDR, &bytes(&m)).unwrap(), Msg::NewAddr(want.clone()));
+        assert_eq!(decode(RTM_DELADDR, &bytes(&m)).unwrap(), Msg::DelAddr(want));
+        m.header.family = AddressFamily::Inet6;
+        m.header.prefix_len = 64;
+        m.attributes = vec![AddressAttribute::Address(ip("2001:db8::1"))];
+        assert_eq!(
+            decode(RTM_NEWADDR, &bytes(&m)).unwrap(),
+            Msg::NewAddr(Addr { ifindex: 4, addr: ip("2001:db8::1"), prefix_len: 64 })
+        );
+    }
+
+    fn nmsg(family: AddressFamily, state: NeighbourState, flags: NeighbourFlags, dst: NeighbourAddress) -> NeighbourMessage {
+        let mut m = NeighbourMessage::default();
+        m.header = NeighbourHeader { family, ifindex: 3, state, flags, kind: RouteType::Unicast };
+        m.attributes = vec![
+            NeighbourAttribute::Destination(dst),
+            NeighbourAttribute::LinkLayerAddress(vec![2, 0, 0, 0, 0, 2]),
+        ];
+        m
+    }
+
+    #[test]
+    fn neighbour_in_every_state() {
+        for (state, nud) in [
+            (NeighbourState::Incomplete, NUD_INCOMPLETE),
+            (NeighbourState::Reachable, NUD_REACHABLE),
+            (NeighbourState::Stale, NUD_STALE),
+            (NeighbourState::Delay, NUD_DELAY),
+            (NeighbourState::Probe, NUD_PROBE),
+            (NeighbourState::Failed, NUD_FAILED),
+            (NeighbourState::Noarp, NUD_NOARP),
+            (NeighbourState::Permanent, NUD_PERMANENT),
+        ] {
+            let m = nmsg(AddressFamily::Inet, state, NeighbourFlags::empty(), NeighbourAddress::Inet(v4("192.0.2.2")));
+            assert_eq!(
+                decode(RTM_NEWNEIGH, &bytes(&m)).unwrap(),
+                Msg::NewNeigh(Neighbour {
+                    ifindex: 3,
+                    addr: ip("192.0.2.2"),
+                    mac: Some([2, 0, 0, 0, 0, 2]),
+                    state: nud,
+                    flags: 0
+                })
+            );
+        }
+        let m = nmsg(AddressFamily::Inet6, NeighbourState::Stale, NeighbourFlags::Router, NeighbourAddress::Inet6(v6("fe80::2")));
+        match decode(RTM_NEWNEIGH, &bytes(&m)).unwrap() {
+            Msg::NewNeigh(n) => assert_eq!((n.addr, n.flags), (ip("fe80::2"), 0x80)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(decode(RTM_DELNEIGH, &bytes(&m)).unwrap(), Msg::DelNeigh(3, ip("fe80::2")));
+        // Proxy entries and bridge fdb entries are not neighbours we forward to.
+        let m = nmsg(AddressFamily::Inet, NeighbourState::Permanent, NeighbourFlags::Proxy, NeighbourAddress::Inet(v4("192.0.2.7")));
+        assert_eq!(decode(RTM_NEWNEIGH, &bytes(&m)).unwrap(), Msg::Ignored);
+        let mut m = nmsg(AddressFamily::Bridge, NeighbourState::Noarp, NeighbourFlags::Own, NeighbourAddress::Other(vec![]));
+        m.attributes = vec![NeighbourAttribute::LinkLayerAddress(vec![2, 0, 0, 0, 0, 2])];
+        assert_eq!(decode(RTM_NEWNEIGH, &bytes(&m)).unwrap(), Msg::Ignored);
+    }
+
+    fn rule_of(header: RuleHeader, attrs: Vec<RuleAttribute>) -> Rule {
+        let mut m = RuleMessage::default();
+        m.header = header;
+        m.attributes = attrs;
+        match decode(RTM_NEWRULE, &bytes(&m)).unwrap() {
+            Msg::NewRule(r) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn rules() {
+        let h = RuleHeader { family: AddressFamily::Inet, table: 254, action: RuleAction::ToTable, ..Default::default() };
+        let main = rule_of(h.clone(), vec![RuleAttribute::Priority(32766), RuleAttribute::Table(254)]);
+        assert_eq!(
+            main,
+            Rule { family: Family::V4, priority: 32766, table: 254, action: 1, has_selectors: false, invert: false }
+        );
+        // The local rule has no FRA_PRIORITY (0) and its table only in the header.
+        let mut hl = h.clone();
+        hl.table = 255;
+        let local = rule_of(hl, vec![]);
+        assert_eq!((local.priority, local.table, local.has_selectors), (0, 255, false));
+        for attrs in [
+            vec![RuleAttribute::Iifname("eth0".into())],
+            vec![RuleAttribute::Oifname("eth1".into())],
+            vec![RuleAttribute::FwMark(1), RuleAttribute::FwMask(0xff)],
+            vec![RuleAttribute::SuppressPrefixLen(0)],
+            vec![RuleAttribute::Goto(100)],
+            vec![RuleAttribute::L3MDev(true)],
+            vec![RuleAttribute::Other(DefaultNla::new(25, vec![8]))], // FRA_DSCP, unknown to the crate
+        ] {
+            assert!(rule_of(h.clone(), attrs).has_selectors);
+        }
+        let mut hs = h.clone();
+        hs.family = AddressFamily::Inet6;
+        hs.src_len = 48;
+        hs.flags = RuleFlags::Invert;
+        hs.action = RuleAction::Unreachable;
+        let r = rule_of(hs, vec![RuleAttribute::Source(ip("2001:db8::")), RuleAttribute::Table(100)]);
+        assert_eq!(r, Rule { family: Family::V6, priority: 0, table: 100, action: 7, has_selectors: true, invert: true });
+    }
+
+    fn nh_payload(flags: u32, attrs: &[(u16, Vec<u8>)]) -> Vec<u8> {
+        let mut p = vec![libc::AF_INET as u8, 0, 4, 0];
+        p.extend_from_slice(&flags.to_ne_bytes());
+        for (k, v) in attrs {
+            push_attr(&mut p, *k, v);
+        }
+        p
+    }
+
+    #[test]
+    fn nexthop_objects() {
+        let mut group = Vec::new();
+        for (id, w_minus_1) in [(10u32, 0u16), (11, 2), (12, 299)] {
+            group.extend_from_slice(&id.to_ne_bytes());
+            group.extend_from_slice(&w_minus_1.to_le_bytes()); // weight, weight_high
+            group.extend_from_slice(&[0, 0]);
+        }
+        let p = nh_payload(0, &[(NHA_ID, 20u32.to_ne_bytes().to_vec()), (NHA_GROUP, group.clone())]);
+        assert_eq!(
+            decode(RTM_NEWNEXTHOP, &p).unwrap(),
+            Msg::NewNexthop(NexthopObject {
+                id: 20,
+                blackhole: false,
+                hop: None,
+                group: vec![(10, 1), (11, 3), (12, 300)],
+                resilient: false,
+                unsupported: false
+            })
+        );
+        assert_eq!(decode(RTM_DELNEXTHOP, &p).unwrap(), Msg::DelNexthop(20));
+        let p = nh_payload(
+            0,
+            &[(NHA_ID, 21u32.to_ne_bytes().to_vec()), (NHA_GROUP, group), (NHA_GROUP_TYPE, 1u16.to_ne_bytes().to_vec())],
+        );
+        assert!(nexthop(&p).unwrap().resilient);
+
+        let p = nh_payload(
+            4, // RTNH_F_ONLINK
+            &[
+                (NHA_ID, 10u32.to_ne_bytes().to_vec()),
+                (NHA_OIF, 3u32.to_ne_bytes().to_vec()),
+                (NHA_GATEWAY, vec![192, 0, 2, 2]),
+            ],
+        );
+        let nh = nexthop(&p).unwrap();
+        assert_eq!(nh.hop, Some(hop(3, Some("192.0.2.2"), 4, 1)));
+        assert!(!nh.blackhole && !nh.unsupported && nh.group.is_empty());
+
+        let p = nh_payload(0, &[(NHA_ID, 30u32.to_ne_bytes().to_vec()), (NHA_GATEWAY, v6("fe80::1").octets().to_vec())]);
+        assert_eq!(nexthop(&p).unwrap().hop, Some(hop(0, Some("fe80::1"), 0, 1)));
+
+        let p = nh_payload(0, &[(NHA_ID, 40u32.to_ne_bytes().to_vec()), (NHA_BLACKHOLE, vec![])]);
+        let nh = nexthop(&p).unwrap();
+        assert!(nh.blackhole && nh.hop.is_none());
+
+        let p = nh_payload(0, &[(NHA_ID, 50u32.to_ne_bytes().to_vec()), (NHA_FDB, vec![]), (NHA_OIF, 3u32.to_ne_bytes().to_vec())]);
+        assert!(nexthop(&p).unwrap().unsupported);
+        assert!(nexthop(&[0, 0]).is_err());
+    }
+
+    #[test]
+    fn frames_and_requests() {
+        let mut buf = request(RTM_NEWNETCONF, 0, 7, &[1, 2, 3]);
+        assert_eq!(buf.len(), 20);
+        buf.extend(request(NLMSG_DONE, 2, 8, &[]));
+        let got: Vec<_> = frames(&buf).map(|f| f.unwrap()).map(|f| (f.msg_type, f.flags, f.seq, f.payload.to_vec())).collect();
+        assert_eq!(got, vec![(RTM_NEWNETCONF, 0, 7, vec![1, 2, 3]), (NLMSG_DONE, 2, 8, vec![])]);
+        assert_eq!(decode(RTM_NEWNETCONF, &[]).unwrap(), Msg::Netconf);
+        assert_eq!(decode(36 /* RTM_NEWQDISC */, &[]).unwrap(), Msg::Ignored);
+        // A length running past the datagram is an error, not a panic.
+        let mut bad = request(RTM_NEWLINK, 0, 1, &[0; 16]);
+        bad[0] = 200;
+        assert!(frames(&bad).next().unwrap().is_err());
+        assert_eq!(status_code(&(-2i32).to_ne_bytes()), -2);
+    }
+}
