@@ -58,10 +58,15 @@ static __always_inline struct fp_nexthop *fp_nexthop_lookup(__u32 nh_id)
 /*
  * The source half of fib_validate_source(). With rp_filter on, the source
  * must have a unicast route we understand (ECMP routes are PUNT here, so
- * they fail: conservative), and in strict mode through the ingress. With it
- * off the kernel still refuses a source that is one of its own addresses
- * (inet_lookup_ifaddr_rcu(), accept_local=0): that is a LOCAL route in the
- * merged FIB, so the one lookup serves both cases. Returns a reason or 0.
+ * they fail: conservative), and in strict mode through the ingress.
+ *
+ * With it off the kernel still refuses a source that is one of its own
+ * addresses (inet_lookup_ifaddr_rcu(), accept_local=0): that is a LOCAL
+ * route in the merged FIB, so the one lookup serves both cases. With custom
+ * local routes it even does the full check, which also refuses sources
+ * behind blackhole/unreachable/prohibit routes; we cannot see which variant
+ * applies, so those sources are punted too (the kernel then decides).
+ * Returns a reason or 0.
  */
 static __always_inline __u32 fp_ip4_rpf_reason(const struct fp_iface *in, __u32 in_ifindex, __be32 saddr)
 {
@@ -69,8 +74,16 @@ static __always_inline __u32 fp_ip4_rpf_reason(const struct fp_iface *in, __u32 
 	struct fp_nexthop *nh;
 
 	if (!(in->flags & (FP_IF_RPF_STRICT | FP_IF_RPF_LOOSE))) {
-		if (rt && rt->type == FP_RT_LOCAL)
+		if (!rt)
+			return 0;
+		switch (rt->type) {
+		case FP_RT_LOCAL:
 			return FP_R_MARTIAN;
+		case FP_RT_BLACKHOLE:
+		case FP_RT_UNREACHABLE:
+		case FP_RT_PROHIBIT:
+			return FP_R_RP_FILTER;
+		}
 		return 0;
 	}
 	if (!rt || rt->type != FP_RT_FORWARD)

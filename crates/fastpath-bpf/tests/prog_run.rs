@@ -149,6 +149,12 @@ fn forward_ipv4() {
             out4(&p, MAC_GW4),
         ),
         Case::forward(
+            "rp_filter off, source behind an ECMP route",
+            |w| w.set_route4(lpm4("192.0.2.0", 24), punt_route(FP_R_ECMP as u8)),
+            f4(&p),
+            out4(&p, MAC_GW4),
+        ),
+        Case::forward(
             "v6 switches leave v4 alone",
             |w| {
                 w.rt.policy_punt = FP_FAM_V6;
@@ -408,6 +414,12 @@ fn punt_cases(world: &World) -> Vec<Case> {
             "rp_filter loose, source is local",
             move |w| *flags_mut(w, a) |= FP_IF_RPF_LOOSE as u16,
             ip4("198.51.100.254", "203.0.113.20"),
+            FP_R_RP_FILTER,
+        ),
+        Case::punt(
+            "rp_filter off, source behind a blackhole route",
+            |w| w.set_route4(lpm4("192.0.2.0", 25), route(fp_route_type::FP_RT_BLACKHOLE, 0)),
+            f4(&p4),
             FP_R_RP_FILTER,
         ),
         Case::punt("v4 ttl 1", same, f4(&with4(|p| p.ttl = 1)), FP_R_TTL_EXCEEDED),
