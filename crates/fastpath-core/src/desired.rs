@@ -1384,7 +1384,6 @@ mod tests {
         dead.flags = RTNH_F_DEAD | 4;
         let mut onlink = hop(3, Some("198.51.100.1"));
         onlink.flags = 4; // RTNH_F_ONLINK is fine
-        let fwd_a = RouteAction::Forward { nh_id: 0 }; // placeholder: compared by next hop below
         let cases: Vec<(&str, RouteTarget, Result<NexthopEntry, RouteAction>)> = vec![
             (
                 "10.0.1.0",
@@ -1462,7 +1461,6 @@ mod tests {
                 Err(p(reason::ROUTE_UNSUPPORTED)),
             ),
         ];
-        let _ = fwd_a;
         for (dst, target, _) in &cases {
             add(&mut st, with(dst, target.clone()));
         }
@@ -1795,8 +1793,15 @@ mod tests {
         };
         assert_ne!(id_c, id_a);
         ids.release_unused(&applied); // A still applied: stays reserved
+        add(&mut st, via(rt("10.0.5.0", 24), 3, Some("203.0.113.5")));
         let d2b = compute(&st, &managed(), &caps(), &mut ids);
-        assert_eq!(d2b.nexthops, d2.nexthops);
+        assert!(
+            !d2b.nexthops.contains_key(&id_a),
+            "A's id handed out while the maps hold it"
+        );
+        st.routes.retain(|_, r| r.key.dst != ip("10.0.5.0"));
+        let d2c = compute(&st, &managed(), &caps(), &mut ids);
+        assert_eq!(d2c.nexthops, d2.nexthops);
 
         // A comes back before it was ever released: same id again
         add(&mut st, via(rt("10.0.1.0", 24), 2, Some("192.0.2.1")));

@@ -323,3 +323,908 @@ fn fib_ops<A: Ord + Copy>(
         ops.extend(dels);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::desired::{compute, NexthopIds};
+    use crate::model::{
+        Family, IfSysctl, KernelState, Link, Neighbour, NextHop, Route, RouteKey, RouteKind,
+        RouteTarget, Rule, NUD_FAILED, NUD_REACHABLE,
+    };
+    use crate::tables::{IfaceEntry, NeighEntry, NeighKey, NexthopEntry};
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("injected failure")]
+    struct Injected;
+
+    /// The maps, in memory, checking every write against the invariants.
+    #[derive(Default)]
+    struct Mem {
+        t: Desired,
+        gen: u64,
+        /// Fail the op with this index (counted over the Mem's life), once.
+        fail_at: Option<usize>,
+        n: usize,
+        log: Vec<Op>,
+        caps: Option<Capacities>,
+        /// (before, after): every intermediate state must resolve each
+        /// address like one of them, or punt.
+        safety: Option<(Desired, Desired)>,
+    }
+
+    fn refs(t: &Desired, id: u32) -> bool {
+        let f = |e: &RouteEntry| e.action == RouteAction::Forward { nh_id: id };
+        t.fib4.values().any(f) || t.fib6.values().any(f)
+    }
+
+    impl TableWriter for Mem {
+        type Error = Injected;
+        fn apply(&mut self, op: &Op) -> Result<(), Injected> {
+            if self.fail_at == Some(self.n) {
+                self.fail_at = None;
+                self.n += 1;
+                return Err(Injected);
+            }
+            self.n += 1;
+            let t = &mut self.t;
+            match op {
+                Op::UpsertRoute4(_, _, e) | Op::UpsertRoute6(_, _, e) => {
+                    if let RouteAction::Forward { nh_id } = e.action {
+                        assert!(
+                            t.nexthops.contains_key(&nh_id),
+                            "{op:?} before its next hop"
+                        );
+                    }
+                }
+                Op::DeleteNexthop(id) => assert!(!refs(t, *id), "{op:?} while a route uses it"),
+                Op::UpsertNexthop(id, e) => {
+                    if let Some(old) = t.nexthops.get(id) {
+                        assert_eq!(old, e, "next hop {id} re-pointed");
+                    }
+                    assert!(*id != 0);
+                }
+                _ => {}
+            }
+            // Same bookkeeping as the shadow, done independently.
+            match op {
+                Op::SetSwitches(s) => t.switches = *s,
+                Op::UpsertIface(k, v) => drop(t.ifaces.insert(*k, v.clone())),
+                Op::DeleteIface(k) => assert!(t.ifaces.remove(k).is_some(), "{op:?}: absent"),
+                Op::UpsertNexthop(k, v) => drop(t.nexthops.insert(*k, v.clone())),
+                Op::DeleteNexthop(k) => assert!(t.nexthops.remove(k).is_some(), "{op:?}: absent"),
+                Op::UpsertNeigh(k, v) => drop(t.neigh.insert(*k, *v)),
+                Op::DeleteNeigh(k) => assert!(t.neigh.remove(k).is_some(), "{op:?}: absent"),
+                Op::UpsertRoute4(a, l, e) => drop(t.fib4.insert((*a, *l), *e)),
+                Op::DeleteRoute4(a, l) => {
+                    assert!(t.fib4.remove(&(*a, *l)).is_some(), "{op:?}: absent")
+                }
+                Op::UpsertRoute6(a, l, e) => drop(t.fib6.insert((*a, *l), *e)),
+                Op::DeleteRoute6(a, l) => {
+                    assert!(t.fib6.remove(&(*a, *l)).is_some(), "{op:?}: absent")
+                }
+                Op::BumpGeneration => self.gen += 1,
+            }
+            if let Some(c) = &self.caps {
+                assert!(
+                    t.fib4.len() <= c.fib4 as usize,
+                    "fib4 over capacity after {op:?}"
+                );
+                assert!(
+                    t.fib6.len() <= c.fib6 as usize,
+                    "fib6 over capacity after {op:?}"
+                );
+                assert!(
+                    t.neigh.len() <= c.neigh as usize,
+                    "neigh over capacity after {op:?}"
+                );
+            }
+            if let Some((before, after)) = &self.safety {
+                check_safe(before, &self.t, after, op);
+            }
+            self.log.push(op.clone());
+            Ok(())
+        }
+    }
+
+    /// What the data plane does with a packet to `addr`: None = punt.
+    fn decide(t: &Desired, addr: IpAddr) -> Option<(NexthopEntry, u32)> {
+        let fam = Family::of(&addr);
+        if (t.switches.table_full | t.switches.policy_punt) & fam.bit() != 0 {
+            return None;
+        }
+        let entry = match addr {
+            IpAddr::V4(a) => {
+                let x = u32::from(a);
+                (0..=32u8).rev().find_map(|l| {
+                    let m = if l == 0 {
+                        0
+                    } else {
+                        x & (u32::MAX << (32 - l))
+                    };
+                    t.fib4.get(&(Ipv4Addr::from(m), l))
+                })
+            }
+            IpAddr::V6(a) => {
+                let x = u128::from(a);
+                (0..=128u8).rev().find_map(|l| {
+                    let m = if l == 0 {
+                        0
+                    } else {
+                        x & (u128::MAX << (128 - u32::from(l)))
+                    };
+                    t.fib6.get(&(Ipv6Addr::from(m), l))
+                })
+            }
+        }?;
+        match entry.action {
+            RouteAction::Forward { nh_id } => Some((
+                t.nexthops.get(&nh_id).expect("dangling nh id").clone(),
+                entry.mtu,
+            )),
+            _ => None,
+        }
+    }
+
+    /// Addresses around every prefix of `t`: first, second, last, one past the last.
+    fn probes(t: &Desired, out: &mut BTreeSet<IpAddr>) {
+        for (a, l) in t.fib4.keys() {
+            let x = u32::from(*a);
+            let last = if *l == 0 {
+                u32::MAX
+            } else {
+                x | (u32::MAX >> l)
+            };
+            for y in [x, x.wrapping_add(1), last, last.wrapping_add(1)] {
+                out.insert(IpAddr::V4(Ipv4Addr::from(y)));
+            }
+        }
+        for (a, l) in t.fib6.keys() {
+            let x = u128::from(*a);
+            let last = if *l == 0 {
+                u128::MAX
+            } else {
+                x | (u128::MAX >> l)
+            };
+            for y in [x, x.wrapping_add(1), last, last.wrapping_add(1)] {
+                out.insert(IpAddr::V6(Ipv6Addr::from(y)));
+            }
+        }
+    }
+
+    fn check_safe(before: &Desired, now: &Desired, after: &Desired, op: &Op) {
+        let mut addrs = BTreeSet::new();
+        probes(before, &mut addrs);
+        probes(after, &mut addrs);
+        for a in addrs {
+            let Some(d) = decide(now, a) else { continue };
+            let ok =
+                decide(before, a).as_ref() == Some(&d) || decide(after, a).as_ref() == Some(&d);
+            assert!(
+                ok,
+                "after {op:?}: {a} forwarded via {d:?}, neither before nor after"
+            );
+        }
+    }
+
+    // ---- hand-made tables ----
+
+    fn v4(s: &str) -> Ipv4Addr {
+        s.parse().unwrap()
+    }
+
+    fn v6(s: &str) -> Ipv6Addr {
+        s.parse().unwrap()
+    }
+
+    fn fw(nh_id: u32) -> RouteEntry {
+        RouteEntry {
+            action: RouteAction::Forward { nh_id },
+            mtu: 0,
+        }
+    }
+
+    fn nhe(ifindex: u32) -> NexthopEntry {
+        NexthopEntry {
+            ifindex,
+            gateway: None,
+        }
+    }
+
+    fn iface(slot: u32) -> IfaceEntry {
+        IfaceEntry {
+            mac: [2, 0, 0, 0, 0, slot as u8],
+            flags: 7,
+            mtu: 1500,
+            mtu6: 1500,
+            slot,
+        }
+    }
+
+    fn nk(ifindex: u32, a: &str) -> NeighKey {
+        NeighKey {
+            ifindex,
+            addr: a.parse().unwrap(),
+        }
+    }
+
+    fn full() -> Desired {
+        let mut d = Desired::default();
+        d.ifaces.insert(2, iface(1));
+        d.ifaces.insert(3, iface(2));
+        d.nexthops.insert(1, nhe(2));
+        d.nexthops.insert(
+            2,
+            NexthopEntry {
+                ifindex: 3,
+                gateway: Some("203.0.113.1".parse().unwrap()),
+            },
+        );
+        d.neigh.insert(
+            nk(2, "192.0.2.5"),
+            NeighEntry {
+                mac: [2, 1, 1, 1, 1, 1],
+            },
+        );
+        d.neigh.insert(
+            nk(3, "203.0.113.1"),
+            NeighEntry {
+                mac: [2, 1, 1, 1, 1, 2],
+            },
+        );
+        d.fib4.insert((v4("192.0.2.0"), 24), fw(1));
+        d.fib4.insert((v4("0.0.0.0"), 0), fw(2));
+        d.fib4.insert(
+            (v4("192.0.2.1"), 32),
+            RouteEntry {
+                action: RouteAction::Local,
+                mtu: 0,
+            },
+        );
+        d.fib6.insert((v6("2001:db8:1::"), 64), fw(1));
+        d.fib6.insert((v6("::"), 0), fw(2));
+        d
+    }
+
+    fn pos(ops: &[Op], f: impl Fn(&Op) -> bool) -> Vec<usize> {
+        ops.iter()
+            .enumerate()
+            .filter(|(_, o)| f(o))
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    fn is_route(o: &Op) -> bool {
+        matches!(
+            o,
+            Op::UpsertRoute4(..)
+                | Op::UpsertRoute6(..)
+                | Op::DeleteRoute4(..)
+                | Op::DeleteRoute6(..)
+        )
+    }
+
+    fn tables_eq(a: &Desired, b: &Desired) -> bool {
+        a.ifaces == b.ifaces
+            && a.fib4 == b.fib4
+            && a.fib6 == b.fib6
+            && a.nexthops == b.nexthops
+            && a.neigh == b.neigh
+            && a.switches == b.switches
+    }
+
+    /// Applies `want` with every invariant checked; returns the ops.
+    fn step(r: &mut Reconciler, m: &mut Mem, want: &Desired) -> Vec<Op> {
+        m.log.clear();
+        m.safety = Some((r.applied().clone(), want.clone()));
+        let n = r.apply(want, m).expect("apply");
+        assert_eq!(n, m.log.len());
+        assert!(tables_eq(&m.t, r.applied()));
+        assert_eq!(m.gen, r.generation());
+        m.log.clone()
+    }
+
+    #[test]
+    fn empty_to_full_to_empty() {
+        let mut r = Reconciler::new();
+        let mut m = Mem::default();
+        let want = full();
+        let ops = step(&mut r, &mut m, &want);
+        assert!(tables_eq(r.applied(), &want));
+        assert_eq!(r.generation(), 1);
+        let last = |f: fn(&Op) -> bool| *pos(&ops, f).last().unwrap();
+        let first = |f: fn(&Op) -> bool| pos(&ops, f)[0];
+        assert!(
+            last(|o| matches!(o, Op::UpsertIface(..)))
+                < first(|o| matches!(o, Op::UpsertNexthop(..)))
+        );
+        assert!(
+            last(|o| matches!(o, Op::UpsertNexthop(..)))
+                < first(|o| matches!(o, Op::UpsertNeigh(..)))
+        );
+        assert!(last(|o| matches!(o, Op::UpsertNeigh(..))) < first(is_route));
+        assert_eq!(ops.last(), Some(&Op::BumpGeneration));
+        assert_eq!(ops.len(), 2 + 2 + 2 + 5 + 1);
+        assert!(!ops.iter().any(|o| matches!(o, Op::SetSwitches(_))));
+
+        assert!(
+            r.plan(&want).is_empty(),
+            "converged: nothing to do, no bump"
+        );
+
+        let ops = step(&mut r, &mut m, &Desired::default());
+        assert!(tables_eq(r.applied(), &Desired::default()));
+        assert_eq!(r.generation(), 2);
+        let last_route = *pos(&ops, is_route).last().unwrap();
+        for i in pos(&ops, |o| {
+            matches!(
+                o,
+                Op::DeleteNexthop(_) | Op::DeleteNeigh(_) | Op::DeleteIface(_)
+            )
+        }) {
+            assert!(i > last_route, "{:?} before the routes were gone", ops[i]);
+        }
+        assert_eq!(ops.last(), Some(&Op::BumpGeneration));
+        assert!(r.plan(&Desired::default()).is_empty());
+    }
+
+    #[test]
+    fn repointing_a_route() {
+        let mut r = Reconciler::new();
+        let mut m = Mem::default();
+        let mut want = full();
+        step(&mut r, &mut m, &want);
+        // 192.0.2.0/24 moves to a new next hop 3; next hop 1 still used by v6
+        want.nexthops.insert(3, nhe(3));
+        want.fib4.insert((v4("192.0.2.0"), 24), fw(3));
+        let ops = step(&mut r, &mut m, &want);
+        assert_eq!(
+            ops,
+            vec![
+                Op::UpsertNexthop(3, nhe(3)),
+                Op::UpsertRoute4(v4("192.0.2.0"), 24, fw(3)),
+                Op::BumpGeneration
+            ]
+        );
+        // the v6 route follows; next hop 1 is then unused
+        want.fib6.insert((v6("2001:db8:1::"), 64), fw(3));
+        want.nexthops.remove(&1);
+        let ops = step(&mut r, &mut m, &want);
+        assert_eq!(
+            ops,
+            vec![
+                Op::UpsertRoute6(v6("2001:db8:1::"), 64, fw(3)),
+                Op::DeleteNexthop(1),
+                Op::BumpGeneration
+            ]
+        );
+        // a MAC change and an iface change are plain upserts
+        want.neigh.insert(
+            nk(2, "192.0.2.5"),
+            NeighEntry {
+                mac: [2, 9, 9, 9, 9, 9],
+            },
+        );
+        want.ifaces.get_mut(&3).unwrap().flags = 0;
+        let ops = step(&mut r, &mut m, &want);
+        assert_eq!(ops.len(), 3);
+        assert!(matches!(ops[0], Op::UpsertIface(3, _)));
+        assert!(matches!(ops[1], Op::UpsertNeigh(..)));
+    }
+
+    #[test]
+    fn nested_prefixes_change_longest_first_delete_shortest_first() {
+        let mut r = Reconciler::new();
+        let mut m = Mem::default();
+        let mut old = Desired::default();
+        for i in 1..=4 {
+            old.nexthops.insert(i, nhe(i));
+        }
+        old.fib4.insert((v4("0.0.0.0"), 0), fw(1));
+        old.fib4.insert((v4("172.16.0.0"), 12), fw(2));
+        old.fib4.insert((v4("172.16.5.0"), 24), fw(3));
+        step(&mut r, &mut m, &old);
+        let mut new = old.clone();
+        new.fib4.insert((v4("10.0.0.0"), 8), fw(2));
+        new.fib4.insert((v4("10.1.0.0"), 16), fw(3));
+        new.fib4.insert((v4("10.1.2.0"), 24), fw(4));
+        new.fib4.remove(&(v4("172.16.0.0"), 12));
+        new.fib4.remove(&(v4("172.16.5.0"), 24));
+        // the safety checker in Mem verifies every intermediate state
+        let ops = step(&mut r, &mut m, &new);
+        assert_eq!(
+            ops,
+            vec![
+                Op::UpsertRoute4(v4("10.1.2.0"), 24, fw(4)),
+                Op::UpsertRoute4(v4("10.1.0.0"), 16, fw(3)),
+                Op::UpsertRoute4(v4("10.0.0.0"), 8, fw(2)),
+                Op::DeleteRoute4(v4("172.16.0.0"), 12),
+                Op::DeleteRoute4(v4("172.16.5.0"), 24),
+                Op::BumpGeneration,
+            ]
+        );
+    }
+
+    #[test]
+    fn switches_first_when_punting_last_when_unpunting() {
+        let mut r = Reconciler::new();
+        let mut m = Mem::default();
+        let base = full();
+        step(&mut r, &mut m, &base);
+
+        let mut punt4 = base.clone();
+        punt4.switches.policy_punt = 1;
+        punt4.fib4.remove(&(v4("192.0.2.1"), 32));
+        let ops = step(&mut r, &mut m, &punt4);
+        assert_eq!(
+            ops[0],
+            Op::SetSwitches(Switches {
+                table_full: 0,
+                policy_punt: 1
+            })
+        );
+        assert_eq!(pos(&ops, |o| matches!(o, Op::SetSwitches(_))).len(), 1);
+        assert_eq!(ops.last(), Some(&Op::BumpGeneration));
+
+        // v4 un-punted, v6 punted at the same time: union first, final last
+        let mut punt6 = base.clone();
+        punt6.switches.policy_punt = 2;
+        let ops = step(&mut r, &mut m, &punt6);
+        assert_eq!(
+            ops[0],
+            Op::SetSwitches(Switches {
+                table_full: 0,
+                policy_punt: 3
+            })
+        );
+        assert_eq!(
+            ops[ops.len() - 2],
+            Op::SetSwitches(Switches {
+                table_full: 0,
+                policy_punt: 2
+            })
+        );
+        assert!(pos(&ops, is_route)[0] > 0);
+
+        let ops = step(&mut r, &mut m, &base);
+        assert_eq!(
+            ops,
+            vec![Op::SetSwitches(Switches::default()), Op::BumpGeneration]
+        );
+    }
+
+    #[test]
+    fn full_family_is_left_alone_until_it_fits() {
+        let mut r = Reconciler::new();
+        let mut m = Mem::default();
+        let base = full();
+        step(&mut r, &mut m, &base);
+
+        // v4 overflows: its FIB is not touched, v6 and next hops are
+        let mut big = base.clone();
+        big.switches.table_full = 1;
+        big.nexthops.insert(5, nhe(5));
+        big.fib4.insert((v4("198.51.100.0"), 24), fw(5));
+        big.fib4.insert((v4("203.0.113.0"), 24), fw(5));
+        big.fib4.remove(&(v4("192.0.2.0"), 24));
+        big.fib6.insert((v6("2001:db8:2::"), 64), fw(2));
+        big.nexthops.remove(&1); // no longer wanted, but the stale v4 FIB still uses it
+        big.fib6.remove(&(v6("2001:db8:1::"), 64));
+        let ops = step(&mut r, &mut m, &big);
+        assert_eq!(
+            ops[0],
+            Op::SetSwitches(Switches {
+                table_full: 1,
+                policy_punt: 0
+            })
+        );
+        assert!(!ops
+            .iter()
+            .any(|o| matches!(o, Op::UpsertRoute4(..) | Op::DeleteRoute4(..))));
+        assert!(ops.contains(&Op::UpsertNexthop(5, nhe(5))));
+        assert!(ops.contains(&Op::UpsertRoute6(v6("2001:db8:2::"), 64, fw(2))));
+        assert!(
+            !ops.contains(&Op::DeleteNexthop(1)),
+            "still referenced by the written v4 FIB"
+        );
+        assert!(m.t.nexthops.contains_key(&1));
+        // nothing changes while it stays full
+        assert!(r.plan(&big).is_empty());
+
+        // it fits again: all pending v4 ops, the stale next hop, the switch last
+        let mut fits = big.clone();
+        fits.switches.table_full = 0;
+        let ops = step(&mut r, &mut m, &fits);
+        assert!(tables_eq(r.applied(), &fits));
+        assert_eq!(ops[ops.len() - 2], Op::SetSwitches(Switches::default()));
+        let del1 = pos(&ops, |o| *o == Op::DeleteNexthop(1))[0];
+        assert!(del1 > *pos(&ops, is_route).last().unwrap());
+    }
+
+    #[test]
+    fn both_families_full_holds_l2_tables() {
+        let mut r = Reconciler::new();
+        let mut m = Mem::default();
+        step(&mut r, &mut m, &full());
+        let mut over = full();
+        over.switches.table_full = 3;
+        over.nexthops.insert(9, nhe(9));
+        over.neigh
+            .insert(nk(2, "192.0.2.9"), NeighEntry { mac: [2; 6] });
+        over.neigh.remove(&nk(3, "203.0.113.1"));
+        over.ifaces.get_mut(&2).unwrap().mtu = 9000;
+        let ops = step(&mut r, &mut m, &over);
+        assert_eq!(
+            ops,
+            vec![
+                Op::SetSwitches(Switches {
+                    table_full: 3,
+                    policy_punt: 0
+                }),
+                Op::UpsertIface(2, over.ifaces[&2].clone()),
+                Op::BumpGeneration
+            ]
+        );
+        over.switches.table_full = 0;
+        step(&mut r, &mut m, &over);
+        assert!(tables_eq(r.applied(), &over));
+    }
+
+    #[test]
+    fn failure_mid_apply_keeps_shadow_exact_and_retry_converges() {
+        let before = full();
+        let mut after = full();
+        after.switches.policy_punt = 2;
+        after.nexthops.remove(&1);
+        after.nexthops.insert(4, nhe(4));
+        after.fib4.insert((v4("192.0.2.0"), 24), fw(4));
+        after.fib6.remove(&(v6("2001:db8:1::"), 64));
+        after.neigh.remove(&nk(2, "192.0.2.5"));
+        after.ifaces.remove(&3);
+        let total = {
+            let mut r = Reconciler::new();
+            let mut m = Mem::default();
+            step(&mut r, &mut m, &before);
+            r.plan(&after).len()
+        };
+        assert!(total > 5);
+        for k in 0..total {
+            let mut r = Reconciler::new();
+            let mut m = Mem::default();
+            step(&mut r, &mut m, &before);
+            m.fail_at = Some(m.n + k);
+            m.safety = Some((before.clone(), after.clone()));
+            let err = r.apply(&after, &mut m).unwrap_err();
+            assert_eq!(
+                err.op,
+                r.plan(&after)[0],
+                "the failed op is the next one to retry"
+            );
+            assert!(
+                tables_eq(&m.t, r.applied()),
+                "shadow differs from the maps after failing op {k}"
+            );
+            assert_eq!(r.generation(), 1);
+            // retry converges with exactly one more bump
+            step(&mut r, &mut m, &after);
+            assert!(tables_eq(r.applied(), &after), "op {k}");
+            assert_eq!(r.generation(), 2, "op {k}");
+            assert!(r.plan(&after).is_empty());
+        }
+    }
+
+    #[test]
+    fn failed_bump_is_retried() {
+        let mut r = Reconciler::new();
+        let mut m = Mem::default();
+        let want = full();
+        let n = r.plan(&want).len();
+        m.fail_at = Some(n - 1);
+        assert!(matches!(
+            r.apply(&want, &mut m),
+            Err(ReconcileError {
+                op: Op::BumpGeneration,
+                ..
+            })
+        ));
+        assert!(tables_eq(r.applied(), &want));
+        assert_eq!(r.generation(), 0);
+        assert_eq!(r.plan(&want), vec![Op::BumpGeneration]);
+        assert_eq!(r.apply(&want, &mut m).unwrap(), 1);
+        assert_eq!(r.generation(), 1);
+        assert!(r.plan(&want).is_empty());
+    }
+
+    #[test]
+    fn tight_capacity_punts_family_during_rewrite() {
+        let caps = Capacities {
+            fib4: 3,
+            fib6: 3,
+            nexthops: 8,
+            neigh: 2,
+            ifaces: 4,
+        };
+        let mut r = Reconciler::with_capacities(caps);
+        let mut m = Mem {
+            caps: Some(caps),
+            ..Mem::default()
+        };
+        let mut a = Desired::default();
+        a.nexthops.insert(1, nhe(2));
+        for i in 0..3 {
+            a.fib4.insert((Ipv4Addr::new(10, i, 0, 0), 16), fw(1));
+        }
+        a.neigh
+            .insert(nk(2, "192.0.2.1"), NeighEntry { mac: [1; 6] });
+        a.neigh
+            .insert(nk(2, "192.0.2.2"), NeighEntry { mac: [1; 6] });
+        step(&mut r, &mut m, &a);
+        let mut b = a.clone();
+        b.fib4.remove(&(Ipv4Addr::new(10, 0, 0, 0), 16));
+        b.fib4.insert((Ipv4Addr::new(10, 9, 0, 0), 16), fw(1));
+        b.neigh.remove(&nk(2, "192.0.2.1"));
+        b.neigh
+            .insert(nk(2, "192.0.2.3"), NeighEntry { mac: [1; 6] });
+        let ops = step(&mut r, &mut m, &b);
+        assert_eq!(
+            ops,
+            vec![
+                Op::SetSwitches(Switches {
+                    table_full: 1,
+                    policy_punt: 0
+                }),
+                Op::DeleteNeigh(nk(2, "192.0.2.1")),
+                Op::UpsertNeigh(nk(2, "192.0.2.3"), NeighEntry { mac: [1; 6] }),
+                Op::DeleteRoute4(Ipv4Addr::new(10, 0, 0, 0), 16),
+                Op::UpsertRoute4(Ipv4Addr::new(10, 9, 0, 0), 16, fw(1)),
+                Op::SetSwitches(Switches::default()),
+                Op::BumpGeneration,
+            ]
+        );
+        // without capacity pressure the normal order is kept
+        let mut c = b.clone();
+        c.fib4.remove(&(Ipv4Addr::new(10, 9, 0, 0), 16));
+        let ops = step(&mut r, &mut m, &c);
+        assert_eq!(
+            ops,
+            vec![
+                Op::DeleteRoute4(Ipv4Addr::new(10, 9, 0, 0), 16),
+                Op::BumpGeneration
+            ]
+        );
+    }
+
+    // ---- randomized: compute + reconcile over a stream of kernel states ----
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+        fn chance(&mut self, pct: u64) -> bool {
+            self.below(100) < pct
+        }
+    }
+
+    const P4: &[(&str, u8)] = &[
+        ("0.0.0.0", 0),
+        ("10.0.0.0", 8),
+        ("10.1.0.0", 16),
+        ("10.1.2.0", 24),
+        ("10.1.2.128", 25),
+        ("10.1.2.130", 32),
+        ("10.2.0.0", 16),
+        ("192.0.2.0", 24),
+        ("192.0.2.1", 32),
+        ("198.51.100.0", 24),
+        ("198.51.100.0", 23),
+        ("203.0.113.64", 26),
+    ];
+    const P6: &[(&str, u8)] = &[
+        ("::", 0),
+        ("2001:db8::", 32),
+        ("2001:db8:1::", 48),
+        ("2001:db8:1:2::", 64),
+        ("2001:db8:1:2::1", 128),
+        ("2001:db8:2::", 48),
+        ("2001:db8:1:8000::", 49),
+    ];
+    const GW4: &[Option<&str>] = &[
+        None,
+        Some("192.0.2.1"),
+        Some("192.0.2.2"),
+        Some("198.51.100.1"),
+    ];
+    const GW6: &[Option<&str>] = &[None, Some("fe80::1"), Some("fe80::2"), Some("2001:db8::1")];
+
+    fn random_state(rng: &mut Rng) -> KernelState {
+        let mut st = KernelState::default();
+        for i in 2..=4u32 {
+            st.links.insert(
+                i,
+                Link {
+                    ifindex: i,
+                    name: format!("eth{i}"),
+                    mac: Some([2, 0, 0, 0, 0, i as u8]),
+                    mtu: if rng.chance(20) { 9000 } else { 1500 },
+                    admin_up: true,
+                    running: !rng.chance(10),
+                    arphrd: 1,
+                    kind: None,
+                    master: None,
+                },
+            );
+            st.if_sysctl.insert(
+                i,
+                IfSysctl {
+                    forwarding4: true,
+                    forwarding6: true,
+                    ..Default::default()
+                },
+            );
+        }
+        st.sysctl.forwarding6_all = true;
+        let r = |family, priority, table| Rule {
+            family,
+            priority,
+            table,
+            action: 1,
+            has_selectors: false,
+            invert: false,
+        };
+        st.rules = vec![
+            r(Family::V4, 0, 255),
+            r(Family::V4, 32766, 254),
+            r(Family::V4, 32767, 253),
+            r(Family::V6, 0, 255),
+            r(Family::V6, 32766, 254),
+        ];
+        if rng.chance(10) {
+            st.rules.push(r(Family::V4, 100, 10));
+        }
+        if rng.chance(10) {
+            st.rules.push(r(Family::V6, 100, 10));
+        }
+        let add = |st: &mut KernelState, fam: Family, dst: &str, len: u8, rng: &mut Rng| {
+            let gws = if fam == Family::V4 { GW4 } else { GW6 };
+            let gw = gws[rng.below(gws.len() as u64) as usize].map(|g| g.parse().unwrap());
+            let table = if rng.chance(15) { 255 } else { 254 };
+            let kind = match rng.below(20) {
+                0 => RouteKind::Local,
+                1 => RouteKind::Blackhole,
+                2 => RouteKind::Unreachable,
+                3 => RouteKind::Broadcast,
+                _ => RouteKind::Unicast,
+            };
+            let route = Route {
+                key: RouteKey {
+                    table,
+                    dst: dst.parse().unwrap(),
+                    prefix_len: len,
+                    tos: 0,
+                    priority: rng.below(3) as u32,
+                },
+                kind,
+                target: RouteTarget::Single(NextHop {
+                    ifindex: 2 + rng.below(3) as u32,
+                    gateway: gw,
+                    flags: if rng.chance(5) { 1 } else { 0 },
+                    weight: 1,
+                }),
+                mtu: if rng.chance(20) { 1400 } else { 0 },
+                mtu_locked: false,
+                encap: false,
+            };
+            st.routes.insert((fam, route.key.clone()), route);
+        };
+        for (dst, len) in P4 {
+            if rng.chance(60) {
+                add(&mut st, Family::V4, dst, *len, rng);
+            }
+        }
+        for (dst, len) in P6 {
+            if rng.chance(60) {
+                add(&mut st, Family::V6, dst, *len, rng);
+            }
+        }
+        for gw in GW4.iter().chain(GW6).flatten() {
+            let addr: IpAddr = gw.parse().unwrap();
+            let ifindex = 2 + rng.below(3) as u32;
+            if rng.chance(70) {
+                st.neighbours.insert(
+                    (ifindex, addr),
+                    Neighbour {
+                        ifindex,
+                        addr,
+                        mac: Some([2, 2, 2, 2, 2, rng.below(3) as u8]),
+                        state: if rng.chance(80) {
+                            NUD_REACHABLE
+                        } else {
+                            NUD_FAILED
+                        },
+                        flags: 0,
+                    },
+                );
+            }
+        }
+        st
+    }
+
+    #[test]
+    fn randomized_compute_and_reconcile_keep_every_invariant() {
+        let managed: BTreeMap<u32, u32> = [(2, 1), (3, 2), (4, 3)].into_iter().collect();
+        for seed in 1..=20u64 {
+            let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ seed);
+            // small next-hop and FIB capacities so that overflow and id reuse happen
+            let nh_cap = 4 + rng.below(6) as u32;
+            let mut ids = NexthopIds::new(nh_cap);
+            let mut r = Reconciler::new();
+            let mut m = Mem::default();
+            for round in 0..150 {
+                let st = random_state(&mut rng);
+                let caps = Capacities {
+                    fib4: 6 + rng.below(8) as u32,
+                    fib6: 4 + rng.below(5) as u32,
+                    nexthops: nh_cap,
+                    neigh: 8,
+                    ifaces: 8,
+                };
+                let want = compute(&st, &managed, &caps, &mut ids);
+                for (id, e) in &want.nexthops {
+                    assert!(*id >= 1 && *id < nh_cap);
+                    if let Some(old) = m.t.nexthops.get(id) {
+                        assert_eq!(
+                            old, e,
+                            "seed {seed} round {round}: id {id} re-pointed while in the maps"
+                        );
+                    }
+                }
+                m.log.clear();
+                m.safety = Some((m.t.clone(), want.clone()));
+                if rng.chance(30) {
+                    let n = r.plan(&want).len();
+                    if n > 0 {
+                        m.fail_at = Some(m.n + rng.below(n as u64) as usize);
+                        assert!(r.apply(&want, &mut m).is_err());
+                        assert!(tables_eq(&m.t, r.applied()), "seed {seed} round {round}");
+                        ids.release_unused(&r.applied().nexthops);
+                        if rng.chance(50) {
+                            continue; // the next state comes before any retry
+                        }
+                        m.safety = Some((m.t.clone(), want.clone()));
+                    }
+                }
+                r.apply(&want, &mut m)
+                    .unwrap_or_else(|e| panic!("seed {seed} round {round}: {e}"));
+                assert!(tables_eq(&m.t, r.applied()));
+                assert_eq!(m.gen, r.generation());
+                assert_eq!(r.applied().switches, want.switches);
+                let sw = want.switches.table_full;
+                if sw & 1 == 0 {
+                    assert_eq!(r.applied().fib4, want.fib4, "seed {seed} round {round}");
+                }
+                if sw & 2 == 0 {
+                    assert_eq!(r.applied().fib6, want.fib6, "seed {seed} round {round}");
+                }
+                if sw != 3 {
+                    assert_eq!(r.applied().neigh, want.neigh);
+                }
+                if sw == 0 {
+                    assert!(tables_eq(r.applied(), &want), "seed {seed} round {round}");
+                }
+                assert!(
+                    r.plan(&want).is_empty(),
+                    "seed {seed} round {round}: not converged"
+                );
+                ids.release_unused(&r.applied().nexthops);
+            }
+        }
+    }
+}
