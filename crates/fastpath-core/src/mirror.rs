@@ -611,3 +611,185 @@ fn send_and_ack(sock: &Socket, req: &[u8], seq: u32) -> Result<(), MirrorError> 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn route(dst: &str, len: u8, target: RouteTarget) -> Route {
+        Route {
+            key: RouteKey { table: RT_TABLE_MAIN, dst: ip(dst), prefix_len: len, tos: 0, priority: 0 },
+            kind: RouteKind::Unicast,
+            target,
+            mtu: 0,
+            mtu_locked: false,
+            encap: false,
+        }
+    }
+
+    fn via(ifindex: u32, gw: &str) -> NextHop {
+        NextHop { ifindex, gateway: Some(ip(gw)), flags: 0, weight: 1 }
+    }
+
+    fn link(ifindex: u32, up: bool, running: bool) -> Link {
+        Link {
+            ifindex,
+            name: format!("eth{ifindex}"),
+            mac: Some([2, 0, 0, 0, 0, ifindex as u8]),
+            mtu: 1500,
+            admin_up: up,
+            running,
+            arphrd: 1,
+            kind: None,
+            master: None,
+        }
+    }
+
+    fn neigh(ifindex: u32, addr: &str, state: u16) -> Neighbour {
+        Neighbour { ifindex, addr: ip(addr), mac: Some([2, 0, 0, 0, 0, 9]), state, flags: 0 }
+    }
+
+    fn run(st: &mut KernelState, msg: Msg) -> (bool, Followups) {
+        let mut f = Followups::default();
+        let changed = apply(st, msg, &mut f);
+        (changed, f)
+    }
+
+    #[test]
+    fn routes_new_replace_delete_by_key() {
+        let mut st = KernelState::default();
+        let a = route("198.51.100.0", 24, RouteTarget::Single(via(3, "192.0.2.2")));
+        let k = (Family::V4, a.key.clone());
+        assert_eq!(run(&mut st, Msg::NewRoute(Family::V4, a.clone())), (true, Followups::default()));
+        assert_eq!(run(&mut st, Msg::NewRoute(Family::V4, a.clone())).0, false);
+        // NLM_F_REPLACE or not: same key, last wins.
+        let b = route("198.51.100.0", 24, RouteTarget::Single(via(4, "192.0.2.3")));
+        assert!(run(&mut st, Msg::NewRoute(Family::V4, b.clone())).0);
+        assert_eq!(st.routes[&k], b);
+        // Same prefix in another table, family or metric is another route.
+        let mut other = b.clone();
+        other.key.priority = 10;
+        run(&mut st, Msg::NewRoute(Family::V4, other.clone()));
+        run(&mut st, Msg::NewRoute(Family::V6, b.clone()));
+        assert_eq!(st.routes.len(), 3);
+        // A delete that names exactly what we hold removes it, nothing else to do.
+        assert_eq!(run(&mut st, Msg::DelRoute(Family::V4, b)), (true, Followups::default()));
+        assert!(!st.routes.contains_key(&k));
+        assert_eq!(st.routes.len(), 2);
+        // Deleting what we do not hold is a no-op.
+        assert_eq!(run(&mut st, Msg::DelRoute(Family::V4, a)), (false, Followups::default()));
+    }
+
+    #[test]
+    fn multipath_member_delete_asks_for_a_redump() {
+        let mut st = KernelState::default();
+        let mp = route("2001:db8:3::", 64, RouteTarget::Multipath(vec![via(3, "fe80::2"), via(3, "fe80::3")]));
+        run(&mut st, Msg::NewRoute(Family::V6, mp.clone()));
+        let member = route("2001:db8:3::", 64, RouteTarget::Single(via(3, "fe80::3")));
+        let (changed, f) = run(&mut st, Msg::DelRoute(Family::V6, member));
+        assert!(!changed && f.fib);
+        assert_eq!(st.routes[&(Family::V6, mp.key.clone())], mp);
+    }
+
+    #[test]
+    fn opaque_route_wins_over_a_plain_one_with_its_key() {
+        let mut st = KernelState::default();
+        let plain = route("::", 0, RouteTarget::Single(via(3, "fe80::1")));
+        let mut src = route("::", 0, RouteTarget::None);
+        src.kind = RouteKind::Other(1);
+        let k = (Family::V6, plain.key.clone());
+        run(&mut st, Msg::NewRoute(Family::V6, src.clone()));
+        assert!(!run(&mut st, Msg::NewRoute(Family::V6, plain.clone())).0);
+        assert_eq!(st.routes[&k], src);
+        // Removing it re-dumps: the plain route may still be there.
+        let (changed, f) = run(&mut st, Msg::DelRoute(Family::V6, src));
+        assert!(changed && f.fib && !st.routes.contains_key(&k));
+    }
+
+    #[test]
+    fn link_state_changes_and_dellink_cleanup() {
+        let mut st = KernelState::default();
+        let (changed, f) = run(&mut st, Msg::NewLink(link(3, true, true)));
+        assert!(changed && !f.fib && f.link_sysctls.contains(&3));
+        run(&mut st, Msg::NewLink(link(4, true, true)));
+        // Same link again: nothing changed, sysctls re-read anyway (a rename shows only there).
+        let (changed, f) = run(&mut st, Msg::NewLink(link(3, true, true)));
+        assert!(!changed && !f.fib && f.link_sysctls.contains(&3));
+        // Carrier loss, admin down, MTU change: the kernel flushed or re-marked routes silently.
+        for l in [link(3, true, false), link(3, false, false), {
+            let mut l = link(3, false, false);
+            l.mtu = 1400;
+            l
+        }] {
+            let (changed, f) = run(&mut st, Msg::NewLink(l));
+            assert!(changed && f.fib);
+        }
+        // A rename is a change but no re-dump.
+        let mut renamed = st.links[&3].clone();
+        renamed.name = "wan".into();
+        let (changed, f) = run(&mut st, Msg::NewLink(renamed));
+        assert!(changed && !f.fib);
+
+        for (i, a) in [(3, "192.0.2.1"), (3, "2001:db8::1"), (4, "198.51.100.1")] {
+            run(&mut st, Msg::NewAddr(Addr { ifindex: i, addr: ip(a), prefix_len: 24 }));
+        }
+        run(&mut st, Msg::NewNeigh(neigh(3, "192.0.2.2", NUD_REACHABLE)));
+        run(&mut st, Msg::NewNeigh(neigh(4, "198.51.100.2", NUD_STALE)));
+        st.if_sysctl.insert(3, IfSysctl::default());
+        st.if_sysctl.insert(4, IfSysctl::default());
+
+        let (changed, f) = run(&mut st, Msg::DelLink(3));
+        assert!(changed && f.fib && !f.link_sysctls.contains(&3));
+        assert_eq!(st.links.keys().copied().collect::<Vec<_>>(), vec![4]);
+        assert!(st.addrs.keys().all(|a| a.ifindex == 4) && st.addrs.len() == 1);
+        assert_eq!(st.neighbours.len(), 1);
+        assert_eq!(st.if_sysctl.keys().copied().collect::<Vec<_>>(), vec![4]);
+    }
+
+    #[test]
+    fn address_neighbour_nexthop_rule_netconf_followups() {
+        let mut st = KernelState::default();
+        let a = Addr { ifindex: 3, addr: ip("192.0.2.1"), prefix_len: 24 };
+        assert_eq!(run(&mut st, Msg::NewAddr(a.clone())), (true, Followups::default()));
+        assert_eq!(run(&mut st, Msg::NewAddr(a.clone())).0, false);
+        // IPv4 drops the connected/local routes of a removed address without telling.
+        let (changed, f) = run(&mut st, Msg::DelAddr(a));
+        assert!(changed && f.fib);
+
+        // Neighbours: every state kept, last message wins.
+        assert!(run(&mut st, Msg::NewNeigh(neigh(3, "192.0.2.2", NUD_INCOMPLETE))).0);
+        assert!(run(&mut st, Msg::NewNeigh(neigh(3, "192.0.2.2", NUD_REACHABLE))).0);
+        assert!(!run(&mut st, Msg::NewNeigh(neigh(3, "192.0.2.2", NUD_REACHABLE))).0);
+        assert_eq!(st.neighbours[&(3, ip("192.0.2.2"))].state, NUD_REACHABLE);
+        assert_eq!(run(&mut st, Msg::DelNeigh(3, ip("192.0.2.2"))), (true, Followups::default()));
+
+        let nh = NexthopObject { id: 10, blackhole: false, hop: Some(via(3, "192.0.2.2")), group: vec![], resilient: false, unsupported: false };
+        assert_eq!(run(&mut st, Msg::NewNexthop(nh.clone())), (true, Followups::default()));
+        assert!(!run(&mut st, Msg::NewNexthop(nh)).0);
+        // Routes using the object die with it, not always with a message.
+        let (changed, f) = run(&mut st, Msg::DelNexthop(10));
+        assert!(changed && f.fib);
+
+        let r = Rule { family: Family::V4, priority: 100, table: 100, action: 1, has_selectors: true, invert: false };
+        let (changed, f) = run(&mut st, Msg::NewRule(r.clone()));
+        assert!(!changed && f.rules && !f.fib);
+        assert!(run(&mut st, Msg::DelRule(r)).1.rules);
+        let (changed, f) = run(&mut st, Msg::Netconf);
+        assert!(!changed && f.all_sysctls);
+        assert_eq!(run(&mut st, Msg::Ignored), (false, Followups::default()));
+    }
+
+    #[test]
+    fn same_state_compares_every_part() {
+        let mut a = KernelState::default();
+        let b = KernelState::default();
+        assert!(same_state(&a, &b));
+        a.sysctl.forwarding6_all = true;
+        assert!(!same_state(&a, &b));
+    }
+}
