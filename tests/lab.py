@@ -8,11 +8,14 @@ reverse order by Lab.__exit__, also when a test fails or is interrupted.
 Hosts' veths get TX checksum offload turned off: a local socket's packets
 leave a veth with a partial checksum (the "wire" never fills it in), which
 XDP redirect does not fix. A real NIC computes it; we emulate that wire.
+They also get GRO on: a veth accepts XDP-redirected frames only when its
+receiving end runs NAPI (GRO or an XDP program), as any real NIC does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import ctypes
 import ipaddress
 import json
@@ -220,6 +223,10 @@ class Lab:
             "net.ipv6.conf.default.router_solicitations": "0",
             "net.ipv6.conf.all.accept_ra": "0",
             "net.ipv6.conf.default.accept_ra": "0",
+            # Keep v6 addresses across link down/up, as v4 does, so tests that
+            # take a link down restore state by re-adding routes only.
+            "net.ipv6.conf.all.keep_addr_on_down": "1",
+            "net.ipv6.conf.default.keep_addr_on_down": "1",
         }
         for k, v in sysctls.items():
             self.sysctl(name, k, v, check=False)
@@ -236,9 +243,6 @@ class Lab:
         r = self.router
         self.sysctl(r, "net.ipv4.ip_forward", "1")
         self.sysctl(r, "net.ipv6.conf.all.forwarding", "1")
-        # Keep v6 addresses across link down/up, as v4 does, so the link-down
-        # test restores state by bringing the link up and re-adding routes.
-        self.sysctl(r, "net.ipv6.conf.all.keep_addr_on_down", "1")
         self.sysctl(r, "net.ipv4.conf.all.rp_filter", "0")
         self.sysctl(r, "net.ipv4.conf.default.rp_filter", str(self.rp_filter))
 
@@ -249,7 +253,10 @@ class Lab:
         for i in self.router_ifaces():
             self.sysctl(r, f"net.ipv4.conf.{i}.rp_filter", str(self.rp_filter))
         for h in (self.c0, self.s0) + ((self.s1,) if self.second_path else ()):
-            self.run(h.ns, "ethtool", "-K", h.name, "tx", "off")
+            # tx off: see the module docstring. gro on: a veth drops frames
+            # XDP-redirected into it unless its receiving end has GRO (NAPI)
+            # or an XDP program; real NICs have GRO on by default anyway.
+            self.run(h.ns, "ethtool", "-K", h.name, "tx", "off", "gro", "on")
 
         self.addr(self.c0, f"{self.C4}/24", f"{self.C6}/64")
         self.addr(self.r0, f"{self.R0_4}/24", f"{self.R0_6}/64")
@@ -264,8 +271,7 @@ class Lab:
 
         self.ip(self.client, "route", "add", "default", "via", self.R0_4)
         self.ip(self.client, "-6", "route", "add", "default", "via", self.R0_6)
-        self.ip(self.server, "route", "add", "default", "via", self.R1_4)
-        self.ip(self.server, "-6", "route", "add", "default", "via", self.R1_6)
+        self.server_routes()
         # The remote prefix lives on the server's loopback: all of it is local there.
         self.ip(self.server, "addr", "add", f"{self.FAR4}/24", "dev", "lo")
         self.ip(self.server, "addr", "add", f"{self.FAR6}/64", "dev", "lo")
@@ -292,6 +298,11 @@ class Lab:
         for p in prefixes:
             extra = ["nodad"] if ":" in p else []
             self.ip(i.ns, "addr", "add", p, "dev", i.name, *extra)
+
+    def server_routes(self) -> None:
+        """(Re)install the server's default routes (a link down deletes them)."""
+        self.ip(self.server, "route", "replace", "default", "via", self.R1_4)
+        self.ip(self.server, "-6", "route", "replace", "default", "via", self.R1_6)
 
     def gateway_routes(self) -> None:
         """(Re)install the router's routes to the remote prefix via the server."""
@@ -394,6 +405,12 @@ class Capture:
                     data, addr = s.recvfrom(65535, socket.MSG_DONTWAIT)
                 except BlockingIOError:
                     break
+                except OSError as e:
+                    # the interface went down under us (a test did it): the
+                    # socket reports it once and keeps working after link up
+                    if e.errno == errno.ENETDOWN:
+                        break
+                    raise
                 if self.incoming_only and addr[2] == PACKET_OUTGOING:
                     continue
                 if is_noise(data):

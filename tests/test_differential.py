@@ -110,12 +110,20 @@ def test_pmtu(lab, fastpath_bin, mtu):
 
 def test_route_mtu(lab, fastpath_bin):
     """A route MTU smaller than the device's must be honoured too."""
-    lab.ip(lab.router, "route", "replace", lab.REMOTE4, "via", lab.S4, "mtu", "lock", "1300")
+    lab.ip(lab.router, "route", "replace", lab.REMOTE4, "via", lab.S4, "mtu", "1300")
     lab.ip(lab.router, "-6", "route", "replace", lab.REMOTE6, "via", lab.S6, "mtu", "1300")
     pkts = [udp4(lab, size=1400, flags="DF"), udp4(lab, size=1200, flags="DF"),
             udp6(lab, size=1400), udp6(lab, size=1200)]
     _, fp = differential(lab, pkts)
     assert_counts(fp, "r0", {"forwarded": 2, "mtu": 2})
+
+
+def test_route_mtu_locked(lab, fastpath_bin):
+    """`mtu lock`: the kernel also stops PMTU discovery; punting is fine, forwarding too big is not."""
+    lab.ip(lab.router, "route", "replace", lab.REMOTE4, "via", lab.S4, "mtu", "lock", "1300")
+    pkts = [udp4(lab, size=1400, flags="DF"), udp4(lab, size=1400), udp4(lab, size=1200, flags="DF")]
+    _, fp = differential(lab, pkts)
+    assert fp.counters["r0"].get("forwarded", 0) <= 1, fp.counters
 
 
 def test_unresolved_neighbour(lab, fastpath_bin):
@@ -146,10 +154,13 @@ def test_reject_routes(lab, fastpath_bin, kind):
     assert_counts(fp, "r0", {kind: 4, "forwarded": 2})
 
 
-def test_forwarding_disabled_on_ingress(lab, fastpath_bin):
-    lab.sysctl(lab.router, "net.ipv4.conf.r0.forwarding", "0")
-    pkts = [udp4(lab, seq=i) for i in range(3)]
-    _, fp = differential(lab, pkts)
+@pytest.mark.parametrize("family", [4, 6])
+def test_forwarding_disabled_on_ingress(lab, fastpath_bin, family):
+    key = "net.ipv4.conf.r0.forwarding" if family == 4 else "net.ipv6.conf.r0.forwarding"
+    mk = udp4 if family == 4 else udp6
+    pkts = [mk(lab, seq=i) for i in range(3)]
+    _, fp = differential(lab, pkts, prepare=lambda: lab.sysctl(lab.router, key, "0"),
+                         restore=lambda: lab.sysctl(lab.router, key, "1"))
     assert_counts(fp, "r0", {"forwarding_disabled": 3})
 
 

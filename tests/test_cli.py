@@ -1,0 +1,89 @@
+"""Bad input to the CLI: one clear line on stderr, exit != 0, nothing attached."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+
+import pytest
+
+from lab import FASTPATH, Daemon, Lab, sh
+
+
+def one_line_error(p: subprocess.CompletedProcess) -> str:
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    assert p.returncode != 0, f"exit 0 for bad input; stdout={p.stdout!r}"
+    assert len(lines) == 1, f"want exactly one line on stderr, got {len(lines)}:\n{p.stderr}"
+    return lines[0]
+
+
+def run_in_router(lab: Lab, *args: str, prefix: tuple = ()) -> subprocess.CompletedProcess:
+    return sh("ip", "netns", "exec", lab.router, *prefix, str(FASTPATH), "run", *args,
+              "--socket", str(lab.tmp / "bad.sock"), check=False, timeout=30)
+
+
+@pytest.mark.parametrize("args, mentions", [
+    (["-i", "nosuch0"], "nosuch0"),
+    (["-i", "r0", "-i", "nosuch0"], "nosuch0"),
+    (["-i", "r0", "-i", "r0"], "r0"),
+    (["-i", "lo"], "lo"),
+    (["-i", "r0", "-i", "lo"], "lo"),
+    ([], ""),
+    (["-i", ""], ""),
+])
+def test_run_bad_interfaces(lab, fastpath_bin, args, mentions):
+    line = one_line_error(run_in_router(lab, *args))
+    assert mentions in line, line
+    assert not lab.xdp_attached(), "something stayed attached after a refused start"
+    assert not (lab.tmp / "bad.sock").exists(), "socket left behind"
+
+
+def test_run_not_root(lab, fastpath_bin):
+    # the binary must be reachable for an unprivileged user
+    d = lab.tmp / "nobody"
+    d.mkdir()
+    os.chmod(lab.tmp, 0o755)
+    os.chmod(d, 0o777)
+    exe = d / "fastpath"
+    shutil.copy(FASTPATH, exe)
+    os.chmod(exe, 0o755)
+    p = sh("ip", "netns", "exec", lab.router, "setpriv", "--reuid=65534", "--regid=65534",
+           "--clear-groups", "--inh-caps=-all", str(exe), "run", "-i", "r0", "-i", "r1",
+           "--socket", str(d / "fp.sock"), check=False)
+    line = one_line_error(p)
+    assert "root" in line.lower() or "permission" in line.lower() or "privile" in line.lower(), line
+    assert not lab.xdp_attached()
+
+
+def test_status_without_daemon(lab, fastpath_bin):
+    for cmd in (["status"], ["status", "--json"], ["routes", "--json"], ["neighbours"]):
+        p = sh(str(FASTPATH), *cmd, "--socket", str(lab.tmp / "none.sock"), check=False)
+        one_line_error(p)
+
+
+def test_socket_is_root_only(lab, daemon):
+    os.chmod(lab.tmp, 0o755)  # only the socket's own permissions may stop an unprivileged user
+    p = sh("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(FASTPATH), "status",
+           "--socket", str(daemon.sock), check=False)
+    one_line_error(p)
+
+
+def test_second_instance_refused_first_untouched(lab, daemon):
+    before = lab.xdp_attached()
+    p = sh("ip", "netns", "exec", lab.router, str(FASTPATH), "run", "-i", "r0", "-i", "r1",
+           "--socket", str(lab.tmp / "second.sock"), check=False, timeout=30)
+    one_line_error(p)
+    assert lab.xdp_attached() == before, "the refused second instance changed the attachment"
+    daemon.status()  # first one still answers
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_detaches(lab, fastpath_bin, sig):
+    d = Daemon(lab).start()
+    assert lab.xdp_attached().keys() == {"r0", "r1"}
+    os.kill(d.proc.pid, sig)
+    assert d.proc.wait(10) == 0, d.log_text()
+    assert not lab.xdp_attached()
+    assert not d.sock.exists(), "socket left behind after exit"
