@@ -73,6 +73,12 @@ impl Reconciler {
         // wait too.
         let skip_l2 = skip4 && skip6;
 
+        // More managed interfaces than the map holds (`desired` punts both
+        // families then): leave the interface map alone rather than fail
+        // every apply on a full hash map.
+        let iface_over = self
+            .caps
+            .is_some_and(|c| desired.ifaces.len() > c.ifaces as usize);
         let mut transient = 0;
         let mut neigh_tight = false;
         if let Some(c) = &self.caps {
@@ -96,9 +102,11 @@ impl Reconciler {
             written = first;
         }
 
-        upserts(&old.ifaces, &desired.ifaces, &mut ops, |k, v| {
-            Op::UpsertIface(*k, v.clone())
-        });
+        if !iface_over {
+            upserts(&old.ifaces, &desired.ifaces, &mut ops, |k, v| {
+                Op::UpsertIface(*k, v.clone())
+            });
+        }
         if !skip_l2 {
             upserts(&old.nexthops, &desired.nexthops, &mut ops, |k, v| {
                 Op::UpsertNexthop(*k, v.clone())
@@ -161,9 +169,11 @@ impl Reconciler {
                 }
             }
         }
-        deletes(&old.ifaces, &desired.ifaces, &mut ops, |k| {
-            Op::DeleteIface(*k)
-        });
+        if !iface_over {
+            deletes(&old.ifaces, &desired.ifaces, &mut ops, |k| {
+                Op::DeleteIface(*k)
+            });
+        }
 
         if new_sw != written {
             ops.push(Op::SetSwitches(new_sw));
@@ -995,6 +1005,39 @@ mod tests {
         );
     }
 
+    #[test]
+    fn too_many_interfaces_leaves_the_interface_map_alone() {
+        let caps = Capacities {
+            fib4: 10,
+            fib6: 10,
+            nexthops: 8,
+            neigh: 8,
+            ifaces: 1,
+        };
+        let mut r = Reconciler::with_capacities(caps);
+        let mut m = Mem::default();
+        let mut want = Desired::default();
+        want.ifaces.insert(2, iface(1));
+        want.ifaces.insert(3, iface(2));
+        want.switches.table_full = 3;
+        let ops = step(&mut r, &mut m, &want);
+        assert_eq!(
+            ops,
+            vec![Op::SetSwitches(want.switches), Op::BumpGeneration]
+        );
+        want.ifaces.remove(&3);
+        want.switches.table_full = 0;
+        let ops = step(&mut r, &mut m, &want);
+        assert_eq!(
+            ops,
+            vec![
+                Op::UpsertIface(2, iface(1)),
+                Op::SetSwitches(Switches::default()),
+                Op::BumpGeneration
+            ]
+        );
+    }
+
     // ---- randomized: compute + reconcile over a stream of kernel states ----
 
     struct Rng(u64);
@@ -1163,18 +1206,44 @@ mod tests {
         for seed in 1..=20u64 {
             let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ seed);
             // small next-hop and FIB capacities so that overflow and id reuse happen
-            let nh_cap = 4 + rng.below(6) as u32;
+            let nh_cap = if seed % 2 == 0 {
+                64
+            } else {
+                6 + rng.below(8) as u32
+            };
             let mut ids = NexthopIds::new(nh_cap);
-            let mut r = Reconciler::new();
-            let mut m = Mem::default();
+            // Odd seeds: fixed map sizes known to the reconciler and enforced
+            // by the writer (tight rewrites); even seeds: sizes vary per round.
+            let fixed = Capacities {
+                fib4: 11,
+                fib6: 6,
+                nexthops: nh_cap,
+                neigh: 6,
+                ifaces: 8,
+            };
+            let (mut r, mut m) = if seed % 2 == 1 {
+                (
+                    Reconciler::with_capacities(fixed),
+                    Mem {
+                        caps: Some(fixed),
+                        ..Mem::default()
+                    },
+                )
+            } else {
+                (Reconciler::new(), Mem::default())
+            };
             for round in 0..150 {
                 let st = random_state(&mut rng);
-                let caps = Capacities {
-                    fib4: 6 + rng.below(8) as u32,
-                    fib6: 4 + rng.below(5) as u32,
-                    nexthops: nh_cap,
-                    neigh: 8,
-                    ifaces: 8,
+                let caps = if seed % 2 == 1 {
+                    fixed
+                } else {
+                    Capacities {
+                        fib4: 8 + rng.below(8) as u32,
+                        fib6: 5 + rng.below(5) as u32,
+                        nexthops: nh_cap,
+                        neigh: 8,
+                        ifaces: 8,
+                    }
                 };
                 let want = compute(&st, &managed, &caps, &mut ids);
                 for (id, e) in &want.nexthops {
