@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
-use crate::model::{Family, KernelState, Route};
+use crate::model::{Family, KernelState, Route, RouteKey, RouteKind, RouteTarget};
 use crate::parse::{self, Msg};
 use crate::sysctl::SysctlReader;
 
@@ -127,6 +127,28 @@ pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
             state.addrs.remove(&a).is_some()
         }
         Msg::NewRoute(fam, route) => insert_route(state, fam, route),
+        Msg::AddRoute(Family::V4, route) => {
+            let key = (Family::V4, route.key.clone());
+            match state.routes.get(&key) {
+                Some(old) if *old != route => {
+                    // Two IPv4 aliases share this key and the kernel uses the first; deleting
+                    // that one later would silently uncover the other. Punt the prefix and let
+                    // a re-dump tell whether an alias really exists (or we held a stale route).
+                    if !parse::is_opaque(old) {
+                        let alias = alias_marker(route.key.clone());
+                        state.routes.insert(key, alias);
+                        f.fib = true;
+                        return true;
+                    }
+                    false
+                }
+                Some(_) => false,
+                None => insert_route(state, Family::V4, route),
+            }
+        }
+        // IPv6 has no aliases: a second route with the key becomes a multipath sibling,
+        // and the kernel announces the whole set.
+        Msg::AddRoute(Family::V6, route) => insert_route(state, Family::V6, route),
         Msg::DelRoute(fam, route) => {
             let key = (fam, route.key.clone());
             match state.routes.get(&key) {
@@ -175,6 +197,11 @@ pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
         }
         Msg::Ignored => false,
     }
+}
+
+/// The opaque (punted) entry standing for several IPv4 aliases of one key.
+fn alias_marker(key: RouteKey) -> Route {
+    Route { key, kind: RouteKind::Other(1), target: RouteTarget::None, mtu: 0, mtu_locked: false, encap: false }
 }
 
 fn insert_route(state: &mut KernelState, fam: Family, route: Route) -> bool {
@@ -360,7 +387,7 @@ impl Mirror {
                         break;
                     }
                 };
-                match parse::decode(frame.msg_type, frame.payload) {
+                match parse::decode_frame(&frame) {
                     Ok(m) => changed |= apply(state, m, &mut f),
                     Err(e) => {
                         log::warn!("undecodable event ({e}); full re-dump");
@@ -530,7 +557,7 @@ impl Mirror {
                             }
                         }
                         parse::NLMSG_NOOP | parse::NLMSG_OVERRUN => {}
-                        t => match parse::decode(t, frame.payload) {
+                        _ => match parse::decode_frame(&frame) {
                             Ok(m) => out.push(m),
                             Err(e) => log::warn!("dump: skipping undecodable message ({e})"),
                         },
@@ -666,7 +693,7 @@ mod tests {
         let a = route("198.51.100.0", 24, RouteTarget::Single(via(3, "192.0.2.2")));
         let k = (Family::V4, a.key.clone());
         assert_eq!(run(&mut st, Msg::NewRoute(Family::V4, a.clone())), (true, Followups::default()));
-        assert_eq!(run(&mut st, Msg::NewRoute(Family::V4, a.clone())).0, false);
+        assert!(!run(&mut st, Msg::NewRoute(Family::V4, a.clone())).0);
         // NLM_F_REPLACE or not: same key, last wins.
         let b = route("198.51.100.0", 24, RouteTarget::Single(via(4, "192.0.2.3")));
         assert!(run(&mut st, Msg::NewRoute(Family::V4, b.clone())).0);
@@ -683,6 +710,30 @@ mod tests {
         assert_eq!(st.routes.len(), 2);
         // Deleting what we do not hold is a no-op.
         assert_eq!(run(&mut st, Msg::DelRoute(Family::V4, a)), (false, Followups::default()));
+    }
+
+    #[test]
+    fn ipv4_alias_is_punted_until_a_redump_says_otherwise() {
+        let mut st = KernelState::default();
+        let a = route("203.0.113.0", 25, RouteTarget::Single(via(3, "192.0.2.2")));
+        let b = route("203.0.113.0", 25, RouteTarget::Single(via(3, "192.0.2.3")));
+        let k = (Family::V4, a.key.clone());
+        assert_eq!(run(&mut st, Msg::AddRoute(Family::V4, a.clone())), (true, Followups::default()));
+        // The same add again (an event queued during a dump) changes nothing.
+        assert_eq!(run(&mut st, Msg::AddRoute(Family::V4, a.clone())), (false, Followups::default()));
+        let (changed, f) = run(&mut st, Msg::AddRoute(Family::V4, b.clone()));
+        assert!(changed && f.fib);
+        assert!(parse::is_opaque(&st.routes[&k]));
+        assert!(!run(&mut st, Msg::AddRoute(Family::V4, b.clone())).0);
+        // Deleting one alias does not match the marker: re-dump.
+        let (changed, f) = run(&mut st, Msg::DelRoute(Family::V4, a));
+        assert!(!changed && f.fib);
+        // IPv6 has no aliases: last wins.
+        let mut st = KernelState::default();
+        run(&mut st, Msg::AddRoute(Family::V6, route("2001:db8::", 64, RouteTarget::Single(via(3, "fe80::2")))));
+        let mp = route("2001:db8::", 64, RouteTarget::Multipath(vec![via(3, "fe80::2"), via(3, "fe80::3")]));
+        assert_eq!(run(&mut st, Msg::AddRoute(Family::V6, mp.clone())), (true, Followups::default()));
+        assert_eq!(st.routes[&(Family::V6, mp.key.clone())], mp);
     }
 
     #[test]
@@ -756,7 +807,7 @@ mod tests {
         let mut st = KernelState::default();
         let a = Addr { ifindex: 3, addr: ip("192.0.2.1"), prefix_len: 24 };
         assert_eq!(run(&mut st, Msg::NewAddr(a.clone())), (true, Followups::default()));
-        assert_eq!(run(&mut st, Msg::NewAddr(a.clone())).0, false);
+        assert!(!run(&mut st, Msg::NewAddr(a.clone())).0);
         // IPv4 drops the connected/local routes of a removed address without telling.
         let (changed, f) = run(&mut st, Msg::DelAddr(a));
         assert!(changed && f.fib);

@@ -54,6 +54,7 @@ pub const RTM_DELNEXTHOP: u16 = 105;
 pub const RTM_GETNEXTHOP: u16 = 106;
 
 pub const NLM_F_DUMP_INTR: u16 = 0x10;
+pub const NLM_F_REPLACE: u16 = 0x100;
 
 const AF_INET: u8 = libc::AF_INET as u8;
 const AF_INET6: u8 = libc::AF_INET6 as u8;
@@ -100,7 +101,12 @@ pub enum Msg {
     DelLink(u32),
     NewAddr(Addr),
     DelAddr(Addr),
+    /// RTM_NEWROUTE with NLM_F_REPLACE: whatever had this key is gone.
     NewRoute(Family, Route),
+    /// RTM_NEWROUTE without NLM_F_REPLACE (create, append, prepend, or a dump
+    /// entry). IPv4 can then hold several routes ("aliases") with one key and
+    /// use the first; see `mirror::apply`.
+    AddRoute(Family, Route),
     DelRoute(Family, Route),
     NewNexthop(NexthopObject),
     DelNexthop(u32),
@@ -168,9 +174,7 @@ pub fn request(msg_type: u16, flags: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&seq.to_ne_bytes());
     out.extend_from_slice(&0u32.to_ne_bytes());
     out.extend_from_slice(payload);
-    while out.len() % 4 != 0 {
-        out.push(0);
-    }
+    out.resize((out.len() + 3) & !3, 0);
     out
 }
 
@@ -180,9 +184,7 @@ pub fn push_attr(out: &mut Vec<u8>, kind: u16, value: &[u8]) {
     out.extend_from_slice(&(len as u16).to_ne_bytes());
     out.extend_from_slice(&kind.to_ne_bytes());
     out.extend_from_slice(value);
-    while out.len() % 4 != 0 {
-        out.push(0);
-    }
+    out.resize((out.len() + 3) & !3, 0);
 }
 
 /// The NLMSG_ERROR / NLMSG_DONE status code (0 or a negative errno).
@@ -221,6 +223,14 @@ pub fn decode(msg_type: u16, payload: &[u8]) -> Result<Msg, ParseError> {
         RouteNetlinkMessage::NewRule(m) => rule(&m).map_or(Msg::Ignored, Msg::NewRule),
         RouteNetlinkMessage::DelRule(m) => rule(&m).map_or(Msg::Ignored, Msg::DelRule),
         _ => Msg::Ignored,
+    })
+}
+
+/// Decodes one frame; a route add without NLM_F_REPLACE becomes `AddRoute`.
+pub fn decode_frame(frame: &Frame<'_>) -> Result<Msg, ParseError> {
+    Ok(match decode(frame.msg_type, frame.payload)? {
+        Msg::NewRoute(f, r) if frame.flags & NLM_F_REPLACE == 0 => Msg::AddRoute(f, r),
+        m => m,
     })
 }
 

@@ -100,6 +100,19 @@ fn dump_and_follow() {
         sh("ip route del 203.0.113.0/25 via 192.0.2.2 metric 7");
         poll_until(&mut m, &mut st, "route del", |s| !s.routes.contains_key(&k));
 
+        // IPv4 aliases: `append` keeps both routes under one key and the kernel uses the first.
+        // We punt the prefix while both exist, and follow the survivor.
+        sh("ip route add 203.0.113.0/25 via 192.0.2.2 && ip route append 203.0.113.0/25 via 192.0.2.3");
+        let k = (Family::V4, key(RT_TABLE_MAIN, "203.0.113.0", 25, 0));
+        poll_until(&mut m, &mut st, "v4 alias punted", |s| s.routes.get(&k).is_some_and(|r| r.kind == RouteKind::Other(1)));
+        sh("ip route del 203.0.113.0/25 via 192.0.2.2");
+        poll_until(&mut m, &mut st, "v4 alias survivor", |s| {
+            matches!(&s.routes.get(&k).map(|r| &r.target),
+                Some(RouteTarget::Single(h)) if h.gateway == Some(ip("192.0.2.3")))
+        });
+        sh("ip route del 203.0.113.0/25");
+        poll_until(&mut m, &mut st, "v4 alias gone", |s| !s.routes.contains_key(&k));
+
         // IPv4 route via an IPv6 gateway (RTA_VIA).
         sh("ip route add 203.0.113.128/25 via inet6 2001:db8:1::2 dev fpt0");
         let k = (Family::V4, key(RT_TABLE_MAIN, "203.0.113.128", 25, 0));
@@ -118,6 +131,12 @@ fn dump_and_follow() {
         poll_until(&mut m, &mut st, "v6 multipath member delete", |s| {
             matches!(&s.routes.get(&k).map(|r| &r.target),
                 Some(RouteTarget::Single(h)) if h.gateway == Some(ip("2001:db8:1::2")))
+        });
+
+        // Appending to an IPv6 route makes it multipath; the event carries the whole set.
+        sh("ip -6 route append 2001:db8:3::/64 via 2001:db8:1::4 dev fpt0");
+        poll_until(&mut m, &mut st, "v6 append", |s| {
+            matches!(&s.routes.get(&k).map(|r| &r.target), Some(RouteTarget::Multipath(v)) if v.len() == 2)
         });
 
         // Next-hop objects and a route using a group; deleting the group takes the route.
