@@ -101,7 +101,10 @@ pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
             match state.links.insert(idx, link.clone()) {
                 Some(old) => {
                     // IPv4/IPv6 flush or mark routes and neighbours on these without a message each.
-                    if old.admin_up != link.admin_up || old.running != link.running || old.mtu != link.mtu {
+                    if old.admin_up != link.admin_up
+                        || old.running != link.running
+                        || old.mtu != link.mtu
+                    {
                         f.fib = true;
                     }
                     old != link
@@ -201,7 +204,14 @@ pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
 
 /// The opaque (punted) entry standing for several IPv4 aliases of one key.
 fn alias_marker(key: RouteKey) -> Route {
-    Route { key, kind: RouteKind::Other(1), target: RouteTarget::None, mtu: 0, mtu_locked: false, encap: false }
+    Route {
+        key,
+        kind: RouteKind::Other(1),
+        target: RouteTarget::None,
+        mtu: 0,
+        mtu_locked: false,
+        encap: false,
+    }
 }
 
 fn insert_route(state: &mut KernelState, fam: Family, route: Route) -> bool {
@@ -230,7 +240,14 @@ pub fn same_state(a: &KernelState, b: &KernelState) -> bool {
 fn recv(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
     // SAFETY: buf is valid for buf.len() bytes; MSG_TRUNC makes the return value
     // the real datagram length, which we compare against buf.len().
-    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), flags | libc::MSG_TRUNC) };
+    let n = unsafe {
+        libc::recv(
+            fd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            flags | libc::MSG_TRUNC,
+        )
+    };
     if n < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -238,7 +255,12 @@ fn recv(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
     }
 }
 
-fn setsockopt_int(fd: RawFd, level: libc::c_int, opt: libc::c_int, val: libc::c_int) -> io::Result<()> {
+fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+    val: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: passes a pointer to a live c_int and its size.
     let rc = unsafe {
         libc::setsockopt(
@@ -257,7 +279,10 @@ fn setsockopt_int(fd: RawFd, level: libc::c_int, opt: libc::c_int, val: libc::c_
 }
 
 fn set_recv_timeout(fd: RawFd, t: Duration) -> io::Result<()> {
-    let tv = libc::timeval { tv_sec: t.as_secs() as libc::time_t, tv_usec: t.subsec_micros() as libc::suseconds_t };
+    let tv = libc::timeval {
+        tv_sec: t.as_secs() as libc::time_t,
+        tv_usec: t.subsec_micros() as libc::suseconds_t,
+    };
     // SAFETY: passes a pointer to a live timeval and its size.
     let rc = unsafe {
         libc::setsockopt(
@@ -277,14 +302,22 @@ fn set_recv_timeout(fd: RawFd, t: Duration) -> io::Result<()> {
 
 /// Waits until `fd` is readable or `timeout` passes; true if it may be readable.
 fn wait_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
-    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
     let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int;
     // SAFETY: one valid pollfd.
     let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
     if rc < 0 {
         let e = io::Error::last_os_error();
         // A signal: let the caller drain (non-blocking) and come back.
-        return if e.kind() == io::ErrorKind::Interrupted { Ok(true) } else { Err(e) };
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(true)
+        } else {
+            Err(e)
+        };
     }
     Ok(rc > 0)
 }
@@ -315,8 +348,15 @@ impl Mirror {
         let mut events = Socket::new(NETLINK_ROUTE)?;
         let size = libc::c_int::try_from(rcvbuf).unwrap_or(libc::c_int::MAX);
         // SO_RCVBUFFORCE ignores rmem_max but needs CAP_NET_ADMIN.
-        if let Err(e) = setsockopt_int(events.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, size) {
-            log::debug!("SO_RCVBUFFORCE: {e}; falling back to SO_RCVBUF (capped by net.core.rmem_max)");
+        if let Err(e) = setsockopt_int(
+            events.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            size,
+        ) {
+            log::debug!(
+                "SO_RCVBUFFORCE: {e}; falling back to SO_RCVBUF (capped by net.core.rmem_max)"
+            );
             events.set_rx_buf_sz(size)?;
         }
         events.bind_auto()?;
@@ -354,7 +394,11 @@ impl Mirror {
     }
 
     /// Waits up to `timeout` for events and applies them all to `state`.
-    pub fn poll(&mut self, state: &mut KernelState, timeout: Duration) -> Result<PollOutcome, MirrorError> {
+    pub fn poll(
+        &mut self,
+        state: &mut KernelState,
+        timeout: Duration,
+    ) -> Result<PollOutcome, MirrorError> {
         if !wait_readable(self.events.as_raw_fd(), timeout)? {
             return Ok(PollOutcome::Idle);
         }
@@ -400,7 +444,11 @@ impl Mirror {
             let fresh = self.resync()?;
             let changed = !same_state(state, &fresh);
             *state = fresh;
-            return Ok(if changed { PollOutcome::Changed } else { PollOutcome::Idle });
+            return Ok(if changed {
+                PollOutcome::Changed
+            } else {
+                PollOutcome::Idle
+            });
         }
         if f.fib {
             changed |= self.refresh_fib(state)?;
@@ -417,7 +465,9 @@ impl Mirror {
         } else if !f.link_sysctls.is_empty() {
             let all_rp = self.sysctl.all_rp_filter();
             for idx in f.link_sysctls {
-                let Some(link) = state.links.get(&idx) else { continue };
+                let Some(link) = state.links.get(&idx) else {
+                    continue;
+                };
                 let s = self.sysctl.link(&link.name, all_rp);
                 if state.if_sysctl.get(&idx) != Some(&s) {
                     state.if_sysctl.insert(idx, s);
@@ -425,7 +475,11 @@ impl Mirror {
                 }
             }
         }
-        Ok(if changed { PollOutcome::Changed } else { PollOutcome::Idle })
+        Ok(if changed {
+            PollOutcome::Changed
+        } else {
+            PollOutcome::Idle
+        })
     }
 
     /// Re-reads the sysctls of every link into `state`; true if anything changed.
@@ -452,7 +506,9 @@ impl Mirror {
             match recv(self.events.as_raw_fd(), &mut self.buf, libc::MSG_DONTWAIT) {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted || e.raw_os_error() == Some(libc::ENOBUFS) => {}
+                Err(e)
+                    if e.kind() == io::ErrorKind::Interrupted
+                        || e.raw_os_error() == Some(libc::ENOBUFS) => {}
                 Err(e) => return Err(e.into()),
             }
         }
@@ -463,8 +519,9 @@ impl Mirror {
     fn refresh_fib(&mut self, state: &mut KernelState) -> Result<bool, MirrorError> {
         let mut fresh = KernelState::default();
         self.dump_fib_into(&mut fresh)?;
-        let changed =
-            fresh.routes != state.routes || fresh.nexthops != state.nexthops || fresh.neighbours != state.neighbours;
+        let changed = fresh.routes != state.routes
+            || fresh.nexthops != state.nexthops
+            || fresh.neighbours != state.neighbours;
         state.routes = fresh.routes;
         state.nexthops = fresh.nexthops;
         state.neighbours = fresh.neighbours;
@@ -476,7 +533,10 @@ impl Mirror {
         let nexthops = match self.dump_msgs(parse::RTM_GETNEXTHOP, AF_UNSPEC, 8) {
             Ok(msgs) => msgs,
             Err(MirrorError::Io(e))
-                if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL | libc::EAFNOSUPPORT)) =>
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP | libc::EINVAL | libc::EAFNOSUPPORT)
+                ) =>
             {
                 log::debug!("no next-hop objects in this kernel: {e}");
                 Vec::new()
@@ -512,7 +572,12 @@ impl Mirror {
     }
 
     /// One dump request; redone while the kernel flags it inconsistent (NLM_F_DUMP_INTR).
-    fn dump_msgs(&mut self, msg_type: u16, family: u8, hdr_len: usize) -> Result<Vec<Msg>, MirrorError> {
+    fn dump_msgs(
+        &mut self,
+        msg_type: u16,
+        family: u8,
+        hdr_len: usize,
+    ) -> Result<Vec<Msg>, MirrorError> {
         let mut hdr = vec![0u8; hdr_len];
         hdr[0] = family;
         for _ in 0..DUMP_RETRIES {
@@ -527,12 +592,16 @@ impl Mirror {
                     Ok(n) => n,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        return Err(MirrorError::Protocol(format!("dump type {msg_type}: no reply from the kernel")))
+                        return Err(MirrorError::Protocol(format!(
+                            "dump type {msg_type}: no reply from the kernel"
+                        )))
                     }
                     Err(e) => return Err(e.into()),
                 };
                 if n > self.buf.len() {
-                    return Err(MirrorError::Protocol(format!("dump type {msg_type}: {n}-byte reply truncated")));
+                    return Err(MirrorError::Protocol(format!(
+                        "dump type {msg_type}: {n}-byte reply truncated"
+                    )));
                 }
                 for frame in parse::frames(&self.buf[..n]) {
                     let frame = frame.map_err(|e| MirrorError::Protocol(e.to_string()))?;
@@ -569,7 +638,9 @@ impl Mirror {
             }
             log::debug!("dump type {msg_type} family {family} interrupted by a change; redoing it");
         }
-        Err(MirrorError::Protocol(format!("dump type {msg_type} interrupted {DUMP_RETRIES} times in a row")))
+        Err(MirrorError::Protocol(format!(
+            "dump type {msg_type} interrupted {DUMP_RETRIES} times in a row"
+        )))
     }
 }
 
@@ -634,7 +705,11 @@ fn send_and_ack(sock: &Socket, req: &[u8], seq: u32) -> Result<(), MirrorError> 
                 continue;
             }
             let code = parse::status_code(frame.payload);
-            return if code < 0 { Err(errno_error(code)) } else { Ok(()) };
+            return if code < 0 {
+                Err(errno_error(code))
+            } else {
+                Ok(())
+            };
         }
     }
 }
@@ -650,7 +725,13 @@ mod tests {
 
     fn route(dst: &str, len: u8, target: RouteTarget) -> Route {
         Route {
-            key: RouteKey { table: RT_TABLE_MAIN, dst: ip(dst), prefix_len: len, tos: 0, priority: 0 },
+            key: RouteKey {
+                table: RT_TABLE_MAIN,
+                dst: ip(dst),
+                prefix_len: len,
+                tos: 0,
+                priority: 0,
+            },
             kind: RouteKind::Unicast,
             target,
             mtu: 0,
@@ -660,7 +741,12 @@ mod tests {
     }
 
     fn via(ifindex: u32, gw: &str) -> NextHop {
-        NextHop { ifindex, gateway: Some(ip(gw)), flags: 0, weight: 1 }
+        NextHop {
+            ifindex,
+            gateway: Some(ip(gw)),
+            flags: 0,
+            weight: 1,
+        }
     }
 
     fn link(ifindex: u32, up: bool, running: bool) -> Link {
@@ -678,7 +764,13 @@ mod tests {
     }
 
     fn neigh(ifindex: u32, addr: &str, state: u16) -> Neighbour {
-        Neighbour { ifindex, addr: ip(addr), mac: Some([2, 0, 0, 0, 0, 9]), state, flags: 0 }
+        Neighbour {
+            ifindex,
+            addr: ip(addr),
+            mac: Some([2, 0, 0, 0, 0, 9]),
+            state,
+            flags: 0,
+        }
     }
 
     fn run(st: &mut KernelState, msg: Msg) -> (bool, Followups) {
@@ -692,7 +784,10 @@ mod tests {
         let mut st = KernelState::default();
         let a = route("198.51.100.0", 24, RouteTarget::Single(via(3, "192.0.2.2")));
         let k = (Family::V4, a.key.clone());
-        assert_eq!(run(&mut st, Msg::NewRoute(Family::V4, a.clone())), (true, Followups::default()));
+        assert_eq!(
+            run(&mut st, Msg::NewRoute(Family::V4, a.clone())),
+            (true, Followups::default())
+        );
         assert!(!run(&mut st, Msg::NewRoute(Family::V4, a.clone())).0);
         // NLM_F_REPLACE or not: same key, last wins.
         let b = route("198.51.100.0", 24, RouteTarget::Single(via(4, "192.0.2.3")));
@@ -705,11 +800,17 @@ mod tests {
         run(&mut st, Msg::NewRoute(Family::V6, b.clone()));
         assert_eq!(st.routes.len(), 3);
         // A delete that names exactly what we hold removes it, nothing else to do.
-        assert_eq!(run(&mut st, Msg::DelRoute(Family::V4, b)), (true, Followups::default()));
+        assert_eq!(
+            run(&mut st, Msg::DelRoute(Family::V4, b)),
+            (true, Followups::default())
+        );
         assert!(!st.routes.contains_key(&k));
         assert_eq!(st.routes.len(), 2);
         // Deleting what we do not hold is a no-op.
-        assert_eq!(run(&mut st, Msg::DelRoute(Family::V4, a)), (false, Followups::default()));
+        assert_eq!(
+            run(&mut st, Msg::DelRoute(Family::V4, a)),
+            (false, Followups::default())
+        );
     }
 
     #[test]
@@ -718,9 +819,15 @@ mod tests {
         let a = route("203.0.113.0", 25, RouteTarget::Single(via(3, "192.0.2.2")));
         let b = route("203.0.113.0", 25, RouteTarget::Single(via(3, "192.0.2.3")));
         let k = (Family::V4, a.key.clone());
-        assert_eq!(run(&mut st, Msg::AddRoute(Family::V4, a.clone())), (true, Followups::default()));
+        assert_eq!(
+            run(&mut st, Msg::AddRoute(Family::V4, a.clone())),
+            (true, Followups::default())
+        );
         // The same add again (an event queued during a dump) changes nothing.
-        assert_eq!(run(&mut st, Msg::AddRoute(Family::V4, a.clone())), (false, Followups::default()));
+        assert_eq!(
+            run(&mut st, Msg::AddRoute(Family::V4, a.clone())),
+            (false, Followups::default())
+        );
         let (changed, f) = run(&mut st, Msg::AddRoute(Family::V4, b.clone()));
         assert!(changed && f.fib);
         assert!(parse::is_opaque(&st.routes[&k]));
@@ -730,16 +837,33 @@ mod tests {
         assert!(!changed && f.fib);
         // IPv6 has no aliases: last wins.
         let mut st = KernelState::default();
-        run(&mut st, Msg::AddRoute(Family::V6, route("2001:db8::", 64, RouteTarget::Single(via(3, "fe80::2")))));
-        let mp = route("2001:db8::", 64, RouteTarget::Multipath(vec![via(3, "fe80::2"), via(3, "fe80::3")]));
-        assert_eq!(run(&mut st, Msg::AddRoute(Family::V6, mp.clone())), (true, Followups::default()));
+        run(
+            &mut st,
+            Msg::AddRoute(
+                Family::V6,
+                route("2001:db8::", 64, RouteTarget::Single(via(3, "fe80::2"))),
+            ),
+        );
+        let mp = route(
+            "2001:db8::",
+            64,
+            RouteTarget::Multipath(vec![via(3, "fe80::2"), via(3, "fe80::3")]),
+        );
+        assert_eq!(
+            run(&mut st, Msg::AddRoute(Family::V6, mp.clone())),
+            (true, Followups::default())
+        );
         assert_eq!(st.routes[&(Family::V6, mp.key.clone())], mp);
     }
 
     #[test]
     fn multipath_member_delete_asks_for_a_redump() {
         let mut st = KernelState::default();
-        let mp = route("2001:db8:3::", 64, RouteTarget::Multipath(vec![via(3, "fe80::2"), via(3, "fe80::3")]));
+        let mp = route(
+            "2001:db8:3::",
+            64,
+            RouteTarget::Multipath(vec![via(3, "fe80::2"), via(3, "fe80::3")]),
+        );
         run(&mut st, Msg::NewRoute(Family::V6, mp.clone()));
         let member = route("2001:db8:3::", 64, RouteTarget::Single(via(3, "fe80::3")));
         let (changed, f) = run(&mut st, Msg::DelRoute(Family::V6, member));
@@ -787,7 +911,14 @@ mod tests {
         assert!(changed && !f.fib);
 
         for (i, a) in [(3, "192.0.2.1"), (3, "2001:db8::1"), (4, "198.51.100.1")] {
-            run(&mut st, Msg::NewAddr(Addr { ifindex: i, addr: ip(a), prefix_len: 24 }));
+            run(
+                &mut st,
+                Msg::NewAddr(Addr {
+                    ifindex: i,
+                    addr: ip(a),
+                    prefix_len: 24,
+                }),
+            );
         }
         run(&mut st, Msg::NewNeigh(neigh(3, "192.0.2.2", NUD_REACHABLE)));
         run(&mut st, Msg::NewNeigh(neigh(4, "198.51.100.2", NUD_STALE)));
@@ -805,28 +936,61 @@ mod tests {
     #[test]
     fn address_neighbour_nexthop_rule_netconf_followups() {
         let mut st = KernelState::default();
-        let a = Addr { ifindex: 3, addr: ip("192.0.2.1"), prefix_len: 24 };
-        assert_eq!(run(&mut st, Msg::NewAddr(a.clone())), (true, Followups::default()));
+        let a = Addr {
+            ifindex: 3,
+            addr: ip("192.0.2.1"),
+            prefix_len: 24,
+        };
+        assert_eq!(
+            run(&mut st, Msg::NewAddr(a.clone())),
+            (true, Followups::default())
+        );
         assert!(!run(&mut st, Msg::NewAddr(a.clone())).0);
         // IPv4 drops the connected/local routes of a removed address without telling.
         let (changed, f) = run(&mut st, Msg::DelAddr(a));
         assert!(changed && f.fib);
 
         // Neighbours: every state kept, last message wins.
-        assert!(run(&mut st, Msg::NewNeigh(neigh(3, "192.0.2.2", NUD_INCOMPLETE))).0);
+        assert!(
+            run(
+                &mut st,
+                Msg::NewNeigh(neigh(3, "192.0.2.2", NUD_INCOMPLETE))
+            )
+            .0
+        );
         assert!(run(&mut st, Msg::NewNeigh(neigh(3, "192.0.2.2", NUD_REACHABLE))).0);
         assert!(!run(&mut st, Msg::NewNeigh(neigh(3, "192.0.2.2", NUD_REACHABLE))).0);
         assert_eq!(st.neighbours[&(3, ip("192.0.2.2"))].state, NUD_REACHABLE);
-        assert_eq!(run(&mut st, Msg::DelNeigh(3, ip("192.0.2.2"))), (true, Followups::default()));
+        assert_eq!(
+            run(&mut st, Msg::DelNeigh(3, ip("192.0.2.2"))),
+            (true, Followups::default())
+        );
 
-        let nh = NexthopObject { id: 10, blackhole: false, hop: Some(via(3, "192.0.2.2")), group: vec![], resilient: false, unsupported: false };
-        assert_eq!(run(&mut st, Msg::NewNexthop(nh.clone())), (true, Followups::default()));
+        let nh = NexthopObject {
+            id: 10,
+            blackhole: false,
+            hop: Some(via(3, "192.0.2.2")),
+            group: vec![],
+            resilient: false,
+            unsupported: false,
+        };
+        assert_eq!(
+            run(&mut st, Msg::NewNexthop(nh.clone())),
+            (true, Followups::default())
+        );
         assert!(!run(&mut st, Msg::NewNexthop(nh)).0);
         // Routes using the object die with it, not always with a message.
         let (changed, f) = run(&mut st, Msg::DelNexthop(10));
         assert!(changed && f.fib);
 
-        let r = Rule { family: Family::V4, priority: 100, table: 100, action: 1, has_selectors: true, invert: false };
+        let r = Rule {
+            family: Family::V4,
+            priority: 100,
+            table: 100,
+            action: 1,
+            has_selectors: true,
+            invert: false,
+        };
         let (changed, f) = run(&mut st, Msg::NewRule(r.clone()));
         assert!(!changed && f.rules && !f.fib);
         assert!(run(&mut st, Msg::DelRule(r)).1.rules);

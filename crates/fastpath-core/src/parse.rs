@@ -91,7 +91,10 @@ pub struct ParseError {
 }
 
 fn perr(msg_type: u16, reason: impl Into<String>) -> ParseError {
-    ParseError { msg_type, reason: reason.into() }
+    ParseError {
+        msg_type,
+        reason: reason.into(),
+    }
 }
 
 /// One kernel message, reduced to what the mirror applies.
@@ -159,7 +162,11 @@ impl<'a> Iterator for Frames<'a> {
             payload: &self.buf[16..len],
         };
         let next = (len + 3) & !3;
-        self.buf = if next >= self.buf.len() { &[] } else { &self.buf[next..] };
+        self.buf = if next >= self.buf.len() {
+            &[]
+        } else {
+            &self.buf[next..]
+        };
         Some(Ok(frame))
     }
 }
@@ -211,11 +218,17 @@ pub fn decode(msg_type: u16, payload: &[u8]) -> Result<Msg, ParseError> {
     };
     Ok(match parsed {
         RouteNetlinkMessage::NewLink(m) => link(&m).map_or(Msg::Ignored, Msg::NewLink),
-        RouteNetlinkMessage::DelLink(m) => link(&m).map_or(Msg::Ignored, |l| Msg::DelLink(l.ifindex)),
+        RouteNetlinkMessage::DelLink(m) => {
+            link(&m).map_or(Msg::Ignored, |l| Msg::DelLink(l.ifindex))
+        }
         RouteNetlinkMessage::NewAddress(m) => addr(&m).map_or(Msg::Ignored, Msg::NewAddr),
         RouteNetlinkMessage::DelAddress(m) => addr(&m).map_or(Msg::Ignored, Msg::DelAddr),
-        RouteNetlinkMessage::NewRoute(m) => route(&m).map_or(Msg::Ignored, |(f, r)| Msg::NewRoute(f, r)),
-        RouteNetlinkMessage::DelRoute(m) => route(&m).map_or(Msg::Ignored, |(f, r)| Msg::DelRoute(f, r)),
+        RouteNetlinkMessage::NewRoute(m) => {
+            route(&m).map_or(Msg::Ignored, |(f, r)| Msg::NewRoute(f, r))
+        }
+        RouteNetlinkMessage::DelRoute(m) => {
+            route(&m).map_or(Msg::Ignored, |(f, r)| Msg::DelRoute(f, r))
+        }
         RouteNetlinkMessage::NewNeighbour(m) => neighbour(&m).map_or(Msg::Ignored, Msg::NewNeigh),
         RouteNetlinkMessage::DelNeighbour(m) => {
             neighbour(&m).map_or(Msg::Ignored, |n| Msg::DelNeigh(n.ifindex, n.addr))
@@ -240,16 +253,29 @@ fn fallback(msg_type: u16, payload: &[u8], why: String) -> Result<Msg, ParseErro
         RTM_NEWROUTE | RTM_DELROUTE => match route_fallback(payload) {
             Some(None) => Ok(Msg::Ignored),
             Some(Some((fam, r))) => {
-                log::warn!("route message not fully understood ({why}); keeping it as a punt entry");
-                Ok(if msg_type == RTM_NEWROUTE { Msg::NewRoute(fam, r) } else { Msg::DelRoute(fam, r) })
+                log::warn!(
+                    "route message not fully understood ({why}); keeping it as a punt entry"
+                );
+                Ok(if msg_type == RTM_NEWROUTE {
+                    Msg::NewRoute(fam, r)
+                } else {
+                    Msg::DelRoute(fam, r)
+                })
             }
             None => Err(perr(msg_type, why)),
         },
         RTM_NEWLINK | RTM_DELLINK => match link_fallback(payload) {
             Some(None) => Ok(Msg::Ignored),
             Some(Some(l)) => {
-                log::warn!("link message for {} not fully understood ({why})", l.ifindex);
-                Ok(if msg_type == RTM_NEWLINK { Msg::NewLink(l) } else { Msg::DelLink(l.ifindex) })
+                log::warn!(
+                    "link message for {} not fully understood ({why})",
+                    l.ifindex
+                );
+                Ok(if msg_type == RTM_NEWLINK {
+                    Msg::NewLink(l)
+                } else {
+                    Msg::DelLink(l.ifindex)
+                })
             }
             None => Err(perr(msg_type, why)),
         },
@@ -394,11 +420,26 @@ pub fn route(m: &RouteMessage) -> Option<(Family, Route)> {
             _ => RouteTarget::Multipath(members),
         }
     } else if oif != 0 || gateway.is_some() {
-        RouteTarget::Single(NextHop { ifindex: oif, gateway, flags: m.header.flags.bits(), weight: 1 })
+        RouteTarget::Single(NextHop {
+            ifindex: oif,
+            gateway,
+            flags: m.header.flags.bits(),
+            weight: 1,
+        })
     } else {
         RouteTarget::None
     };
-    Some((fam, Route { key, kind, target, mtu, mtu_locked: lock & RTAX_MTU_LOCK != 0, encap }))
+    Some((
+        fam,
+        Route {
+            key,
+            kind,
+            target,
+            mtu,
+            mtu_locked: lock & RTAX_MTU_LOCK != 0,
+            encap,
+        },
+    ))
 }
 
 fn raw_u32(v: &[u8]) -> Option<u32> {
@@ -431,8 +472,13 @@ fn route_fallback(p: &[u8]) -> Option<Option<(Family, Route)>> {
     if flags & 0x200 != 0 {
         return Some(None); // RTM_F_CLONED
     }
-    let mut key =
-        RouteKey { table: u32::from(p[4]), dst: unspecified(fam), prefix_len: p[1], tos: p[3], priority: 0 };
+    let mut key = RouteKey {
+        table: u32::from(p[4]),
+        dst: unspecified(fam),
+        prefix_len: p[1],
+        tos: p[3],
+        priority: 0,
+    };
     for nla in NlasIterator::new(&p[12..]) {
         let Ok(nla) = nla else { break };
         match nla.kind() & NLA_TYPE_MASK {
@@ -444,7 +490,17 @@ fn route_fallback(p: &[u8]) -> Option<Option<(Family, Route)>> {
     }
     // A forwarding rtm_type keeps it opaque (see is_opaque); others are punted anyway.
     let kind = RouteKind::Other(p[7]);
-    Some(Some((fam, Route { key, kind, target: RouteTarget::None, mtu: 0, mtu_locked: false, encap: true })))
+    Some(Some((
+        fam,
+        Route {
+            key,
+            kind,
+            target: RouteTarget::None,
+            mtu: 0,
+            mtu_locked: false,
+            encap: true,
+        },
+    )))
 }
 
 /// RTM_NEWLINK / RTM_DELLINK -> Link. None for the per-family link messages
@@ -507,7 +563,11 @@ fn link_fallback(p: &[u8]) -> Option<Option<Link>> {
         let Ok(nla) = nla else { break };
         let v = nla.value();
         match nla.kind() & NLA_TYPE_MASK {
-            IFLA_IFNAME => l.name = String::from_utf8_lossy(v).trim_end_matches('\0').to_string(),
+            IFLA_IFNAME => {
+                l.name = String::from_utf8_lossy(v)
+                    .trim_end_matches('\0')
+                    .to_string()
+            }
             IFLA_ADDRESS => l.mac = <[u8; 6]>::try_from(v).ok(),
             IFLA_MTU => l.mtu = raw_u32(v).unwrap_or(0),
             IFLA_MASTER => l.master = raw_u32(v).filter(|m| *m != 0),
@@ -530,7 +590,11 @@ pub fn addr(m: &AddressMessage) -> Option<Addr> {
             _ => {}
         }
     }
-    Some(Addr { ifindex: m.header.index, addr: local.or(address)?, prefix_len: m.header.prefix_len })
+    Some(Addr {
+        ifindex: m.header.index,
+        addr: local.or(address)?,
+        prefix_len: m.header.prefix_len,
+    })
 }
 
 /// RTM_NEWNEIGH / RTM_DELNEIGH -> Neighbour (any state). None for other
@@ -544,8 +608,12 @@ pub fn neighbour(m: &NeighbourMessage) -> Option<Neighbour> {
     let mut mac = None;
     for attr in &m.attributes {
         match attr {
-            NeighbourAttribute::Destination(NeighbourAddress::Inet(a)) => dst = Some(IpAddr::V4(*a)),
-            NeighbourAttribute::Destination(NeighbourAddress::Inet6(a)) => dst = Some(IpAddr::V6(*a)),
+            NeighbourAttribute::Destination(NeighbourAddress::Inet(a)) => {
+                dst = Some(IpAddr::V4(*a))
+            }
+            NeighbourAttribute::Destination(NeighbourAddress::Inet6(a)) => {
+                dst = Some(IpAddr::V6(*a))
+            }
             NeighbourAttribute::LinkLayerAddress(a) => mac = <[u8; 6]>::try_from(a.as_slice()).ok(),
             _ => {}
         }
@@ -606,8 +674,14 @@ pub fn nexthop(p: &[u8]) -> Result<NexthopObject, ParseError> {
         return Err(perr(msg_type, "short nhmsg"));
     }
     let flags = raw_u32(&p[4..8]).unwrap_or(0);
-    let mut obj =
-        NexthopObject { id: 0, blackhole: false, hop: None, group: Vec::new(), resilient: false, unsupported: false };
+    let mut obj = NexthopObject {
+        id: 0,
+        blackhole: false,
+        hop: None,
+        group: Vec::new(),
+        resilient: false,
+        unsupported: false,
+    };
     let mut oif = 0;
     let mut gateway = None;
     for nla in NlasIterator::new(&p[8..]) {
@@ -624,7 +698,8 @@ pub fn nexthop(p: &[u8]) -> Result<NexthopObject, ParseError> {
                 }
             }
             NHA_GROUP_TYPE => {
-                obj.resilient = v.len() >= 2 && u16::from_ne_bytes([v[0], v[1]]) == NEXTHOP_GRP_TYPE_RES
+                obj.resilient =
+                    v.len() >= 2 && u16::from_ne_bytes([v[0], v[1]]) == NEXTHOP_GRP_TYPE_RES
             }
             NHA_BLACKHOLE => obj.blackhole = true,
             NHA_OIF => oif = raw_u32(v).unwrap_or(0),
@@ -634,11 +709,15 @@ pub fn nexthop(p: &[u8]) -> Result<NexthopObject, ParseError> {
         }
     }
     if obj.group.is_empty() && !obj.blackhole {
-        obj.hop = Some(NextHop { ifindex: oif, gateway, flags, weight: 1 });
+        obj.hop = Some(NextHop {
+            ifindex: oif,
+            gateway,
+            flags,
+            weight: 1,
+        });
     }
     Ok(obj)
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -669,7 +748,12 @@ mod tests {
         s.parse().unwrap()
     }
 
-    fn rmsg(fam: AddressFamily, kind: RouteType, dst_len: u8, attrs: Vec<RouteAttribute>) -> RouteMessage {
+    fn rmsg(
+        fam: AddressFamily,
+        kind: RouteType,
+        dst_len: u8,
+        attrs: Vec<RouteAttribute>,
+    ) -> RouteMessage {
         let mut m = RouteMessage::default();
         m.header = RouteHeader {
             address_family: fam,
@@ -692,7 +776,12 @@ mod tests {
     }
 
     fn hop(ifindex: u32, gw: Option<&str>, flags: u32, weight: u32) -> NextHop {
-        NextHop { ifindex, gateway: gw.map(ip), flags, weight }
+        NextHop {
+            ifindex,
+            gateway: gw.map(ip),
+            flags,
+            weight,
+        }
     }
 
     #[test]
@@ -711,9 +800,21 @@ mod tests {
         );
         let (f, r) = new_route(&m);
         assert_eq!(f, Family::V4);
-        assert_eq!(r.key, RouteKey { table: 254, dst: ip("198.51.100.0"), prefix_len: 24, tos: 0, priority: 20 });
+        assert_eq!(
+            r.key,
+            RouteKey {
+                table: 254,
+                dst: ip("198.51.100.0"),
+                prefix_len: 24,
+                tos: 0,
+                priority: 20
+            }
+        );
         assert_eq!(r.kind, RouteKind::Unicast);
-        assert_eq!(r.target, RouteTarget::Single(hop(3, Some("192.0.2.2"), 0, 1)));
+        assert_eq!(
+            r.target,
+            RouteTarget::Single(hop(3, Some("192.0.2.2"), 0, 1))
+        );
         assert_eq!((r.mtu, r.mtu_locked, r.encap), (0, false, false));
     }
 
@@ -723,7 +824,10 @@ mod tests {
             AddressFamily::Inet,
             RouteType::Unicast,
             24,
-            vec![RouteAttribute::Destination(RouteAddress::Inet(v4("192.0.2.0"))), RouteAttribute::Oif(3)],
+            vec![
+                RouteAttribute::Destination(RouteAddress::Inet(v4("192.0.2.0"))),
+                RouteAttribute::Oif(3),
+            ],
         );
         m.header.scope = RouteScope::Link;
         m.header.flags = RouteFlags::Linkdown;
@@ -755,19 +859,34 @@ mod tests {
     #[test]
     fn blackhole_default_route() {
         // No RTA_DST: the default route.
-        let (f, r) = new_route(&rmsg(AddressFamily::Inet6, RouteType::BlackHole, 0, vec![RouteAttribute::Priority(1024)]));
+        let (f, r) = new_route(&rmsg(
+            AddressFamily::Inet6,
+            RouteType::BlackHole,
+            0,
+            vec![RouteAttribute::Priority(1024)],
+        ));
         assert_eq!(f, Family::V6);
         assert_eq!(r.key.dst, ip("::"));
         assert_eq!(r.key.prefix_len, 0);
         assert_eq!(r.kind, RouteKind::Blackhole);
         assert_eq!(r.target, RouteTarget::None);
-        let (_, r) = new_route(&rmsg(AddressFamily::Inet, RouteType::Unreachable, 0, vec![]));
+        let (_, r) = new_route(&rmsg(
+            AddressFamily::Inet,
+            RouteType::Unreachable,
+            0,
+            vec![],
+        ));
         assert_eq!((r.key.dst, r.kind), (ip("0.0.0.0"), RouteKind::Unreachable));
         let (_, r) = new_route(&rmsg(AddressFamily::Inet, RouteType::Prohibit, 0, vec![]));
         assert_eq!(r.kind, RouteKind::Prohibit);
     }
 
-    fn member(ifindex: u32, hops: u8, flags: RouteNextHopFlags, attrs: Vec<RouteAttribute>) -> RouteNextHop {
+    fn member(
+        ifindex: u32,
+        hops: u8,
+        flags: RouteNextHopFlags,
+        attrs: Vec<RouteAttribute>,
+    ) -> RouteNextHop {
         let mut h = RouteNextHop::default();
         h.interface_index = ifindex;
         h.hops = hops;
@@ -785,15 +904,28 @@ mod tests {
             vec![
                 RouteAttribute::Destination(RouteAddress::Inet(v4("203.0.113.0"))),
                 RouteAttribute::MultiPath(vec![
-                    member(3, 0, RouteNextHopFlags::Onlink, vec![RouteAttribute::Gateway(RouteAddress::Inet(v4("192.0.2.2")))]),
-                    member(4, 2, RouteNextHopFlags::empty(), vec![RouteAttribute::Via(RouteVia::Inet6(v6("2001:db8::2")))]),
+                    member(
+                        3,
+                        0,
+                        RouteNextHopFlags::Onlink,
+                        vec![RouteAttribute::Gateway(RouteAddress::Inet(v4("192.0.2.2")))],
+                    ),
+                    member(
+                        4,
+                        2,
+                        RouteNextHopFlags::empty(),
+                        vec![RouteAttribute::Via(RouteVia::Inet6(v6("2001:db8::2")))],
+                    ),
                 ]),
             ],
         );
         let (_, r) = new_route(&m);
         assert_eq!(
             r.target,
-            RouteTarget::Multipath(vec![hop(3, Some("192.0.2.2"), 4, 1), hop(4, Some("2001:db8::2"), 0, 3)])
+            RouteTarget::Multipath(vec![
+                hop(3, Some("192.0.2.2"), 4, 1),
+                hop(4, Some("2001:db8::2"), 0, 3)
+            ])
         );
         // A multipath attribute with one member is a single next hop.
         let m = rmsg(
@@ -806,11 +938,16 @@ mod tests {
                     5,
                     0,
                     RouteNextHopFlags::Dead,
-                    vec![RouteAttribute::Gateway(RouteAddress::Inet6(v6("2001:db8:1::2")))],
+                    vec![RouteAttribute::Gateway(RouteAddress::Inet6(v6(
+                        "2001:db8:1::2",
+                    )))],
                 )]),
             ],
         );
-        assert_eq!(new_route(&m).1.target, RouteTarget::Single(hop(5, Some("2001:db8:1::2"), 1, 1)));
+        assert_eq!(
+            new_route(&m).1.target,
+            RouteTarget::Single(hop(5, Some("2001:db8:1::2"), 1, 1))
+        );
     }
 
     #[test]
@@ -840,7 +977,11 @@ mod tests {
                 vec![
                     RouteAttribute::Destination(RouteAddress::Inet(v4("198.51.100.0"))),
                     RouteAttribute::Oif(3),
-                    RouteAttribute::Metrics(vec![RouteMetric::Lock(lock), RouteMetric::Mtu(1400), RouteMetric::Hoplimit(9)]),
+                    RouteAttribute::Metrics(vec![
+                        RouteMetric::Lock(lock),
+                        RouteMetric::Mtu(1400),
+                        RouteMetric::Hoplimit(9),
+                    ]),
                 ],
             )
         };
@@ -862,7 +1003,10 @@ mod tests {
                 RouteAttribute::Oif(7),
             ],
         );
-        assert_eq!(new_route(&m).1.target, RouteTarget::Single(hop(7, Some("fe80::1"), 0, 1)));
+        assert_eq!(
+            new_route(&m).1.target,
+            RouteTarget::Single(hop(7, Some("fe80::1"), 0, 1))
+        );
     }
 
     #[test]
@@ -882,13 +1026,27 @@ mod tests {
         m.header.table = 252; // RT_TABLE_COMPAT: the real table is in RTA_TABLE
         let (f, r) = new_route(&m);
         assert_eq!(f, Family::V6);
-        assert_eq!(r.key, RouteKey { table: 1000, dst: ip("2001:db8::"), prefix_len: 32, tos: 0, priority: 1024 });
+        assert_eq!(
+            r.key,
+            RouteKey {
+                table: 1000,
+                dst: ip("2001:db8::"),
+                prefix_len: 32,
+                tos: 0,
+                priority: 1024
+            }
+        );
         assert_eq!(r.target, RouteTarget::Single(hop(2, Some("fe80::2"), 0, 1)));
     }
 
     #[test]
     fn cloned_routes_and_other_families_are_ignored() {
-        let mut m = rmsg(AddressFamily::Inet6, RouteType::Unicast, 128, vec![RouteAttribute::Oif(2)]);
+        let mut m = rmsg(
+            AddressFamily::Inet6,
+            RouteType::Unicast,
+            128,
+            vec![RouteAttribute::Oif(2)],
+        );
         m.header.flags = RouteFlags::Cloned;
         assert_eq!(decode(RTM_NEWROUTE, &bytes(&m)).unwrap(), Msg::Ignored);
         let m = rmsg(AddressFamily::Mpls, RouteType::Unicast, 20, vec![]);
@@ -924,7 +1082,10 @@ mod tests {
                 RouteAttribute::Destination(RouteAddress::Inet(v4("198.51.100.0"))),
                 RouteAttribute::Oif(3),
                 RouteAttribute::EncapType(RouteLwEnCapType::Mpls),
-                RouteAttribute::Encap(vec![RouteLwTunnelEncap::Other(DefaultNla::new(2, vec![64]))]),
+                RouteAttribute::Encap(vec![RouteLwTunnelEncap::Other(DefaultNla::new(
+                    2,
+                    vec![64],
+                ))]),
             ],
         );
         assert!(new_route(&m).1.encap);
@@ -945,7 +1106,16 @@ mod tests {
         );
         let (f, r) = new_route(&m);
         assert_eq!(f, Family::V4);
-        assert_eq!(r.key, RouteKey { table: 254, dst: ip("198.51.100.0"), prefix_len: 24, tos: 0, priority: 5 });
+        assert_eq!(
+            r.key,
+            RouteKey {
+                table: 254,
+                dst: ip("198.51.100.0"),
+                prefix_len: 24,
+                tos: 0,
+                priority: 5
+            }
+        );
         assert!(is_opaque(&r) && r.encap && r.target == RouteTarget::None);
         match decode(RTM_DELROUTE, &bytes(&m)).unwrap() {
             Msg::DelRoute(_, d) => assert_eq!(d, r),
@@ -989,13 +1159,24 @@ mod tests {
         assert_eq!(decode(RTM_NEWLINK, &bytes(&m)).unwrap(), Msg::NewLink(want));
         assert_eq!(decode(RTM_DELLINK, &bytes(&m)).unwrap(), Msg::DelLink(5));
         // Per-family link messages are partial (AF_INET6) or mean something else (AF_BRIDGE DELLINK).
-        assert_eq!(decode(RTM_NEWLINK, &bytes(&lmsg(AddressFamily::Inet6))).unwrap(), Msg::Ignored);
-        assert_eq!(decode(RTM_DELLINK, &bytes(&lmsg(AddressFamily::Bridge))).unwrap(), Msg::Ignored);
+        assert_eq!(
+            decode(RTM_NEWLINK, &bytes(&lmsg(AddressFamily::Inet6))).unwrap(),
+            Msg::Ignored
+        );
+        assert_eq!(
+            decode(RTM_DELLINK, &bytes(&lmsg(AddressFamily::Bridge))).unwrap(),
+            Msg::Ignored
+        );
         let mut down = lmsg(AddressFamily::Unspec);
         down.header.flags = LinkFlags::Up;
-        down.attributes = vec![LinkAttribute::IfName("lo".into()), LinkAttribute::Address(vec![0; 6])];
+        down.attributes = vec![
+            LinkAttribute::IfName("lo".into()),
+            LinkAttribute::Address(vec![0; 6]),
+        ];
         match decode(RTM_NEWLINK, &bytes(&down)).unwrap() {
-            Msg::NewLink(l) => assert!(l.admin_up && !l.running && l.master.is_none() && l.kind.is_none()),
+            Msg::NewLink(l) => {
+                assert!(l.admin_up && !l.running && l.master.is_none() && l.kind.is_none())
+            }
             other => panic!("{other:?}"),
         }
     }
@@ -1003,28 +1184,55 @@ mod tests {
     #[test]
     fn address() {
         let mut m = AddressMessage::default();
-        m.header = AddressHeader { family: AddressFamily::Inet, prefix_len: 32, index: 4, ..Default::default() };
+        m.header = AddressHeader {
+            family: AddressFamily::Inet,
+            prefix_len: 32,
+            index: 4,
+            ..Default::default()
+        };
         // Point-to-point: IFA_ADDRESS is the peer, IFA_LOCAL ours.
         m.attributes = vec![
             AddressAttribute::Address(ip("192.0.2.9")),
             AddressAttribute::Local(ip("192.0.2.1")),
             AddressAttribute::Label("ppp0".into()),
         ];
-        let want = Addr { ifindex: 4, addr: ip("192.0.2.1"), prefix_len: 32 };
-        assert_eq!(decode(RTM_NEWADDR, &bytes(&m)).unwrap(), Msg::NewAddr(want.clone()));
+        let want = Addr {
+            ifindex: 4,
+            addr: ip("192.0.2.1"),
+            prefix_len: 32,
+        };
+        assert_eq!(
+            decode(RTM_NEWADDR, &bytes(&m)).unwrap(),
+            Msg::NewAddr(want.clone())
+        );
         assert_eq!(decode(RTM_DELADDR, &bytes(&m)).unwrap(), Msg::DelAddr(want));
         m.header.family = AddressFamily::Inet6;
         m.header.prefix_len = 64;
         m.attributes = vec![AddressAttribute::Address(ip("2001:db8::1"))];
         assert_eq!(
             decode(RTM_NEWADDR, &bytes(&m)).unwrap(),
-            Msg::NewAddr(Addr { ifindex: 4, addr: ip("2001:db8::1"), prefix_len: 64 })
+            Msg::NewAddr(Addr {
+                ifindex: 4,
+                addr: ip("2001:db8::1"),
+                prefix_len: 64
+            })
         );
     }
 
-    fn nmsg(family: AddressFamily, state: NeighbourState, flags: NeighbourFlags, dst: NeighbourAddress) -> NeighbourMessage {
+    fn nmsg(
+        family: AddressFamily,
+        state: NeighbourState,
+        flags: NeighbourFlags,
+        dst: NeighbourAddress,
+    ) -> NeighbourMessage {
         let mut m = NeighbourMessage::default();
-        m.header = NeighbourHeader { family, ifindex: 3, state, flags, kind: RouteType::Unicast };
+        m.header = NeighbourHeader {
+            family,
+            ifindex: 3,
+            state,
+            flags,
+            kind: RouteType::Unicast,
+        };
         m.attributes = vec![
             NeighbourAttribute::Destination(dst),
             NeighbourAttribute::LinkLayerAddress(vec![2, 0, 0, 0, 0, 2]),
@@ -1044,7 +1252,12 @@ mod tests {
             (NeighbourState::Noarp, NUD_NOARP),
             (NeighbourState::Permanent, NUD_PERMANENT),
         ] {
-            let m = nmsg(AddressFamily::Inet, state, NeighbourFlags::empty(), NeighbourAddress::Inet(v4("192.0.2.2")));
+            let m = nmsg(
+                AddressFamily::Inet,
+                state,
+                NeighbourFlags::empty(),
+                NeighbourAddress::Inet(v4("192.0.2.2")),
+            );
             assert_eq!(
                 decode(RTM_NEWNEIGH, &bytes(&m)).unwrap(),
                 Msg::NewNeigh(Neighbour {
@@ -1056,16 +1269,34 @@ mod tests {
                 })
             );
         }
-        let m = nmsg(AddressFamily::Inet6, NeighbourState::Stale, NeighbourFlags::Router, NeighbourAddress::Inet6(v6("fe80::2")));
+        let m = nmsg(
+            AddressFamily::Inet6,
+            NeighbourState::Stale,
+            NeighbourFlags::Router,
+            NeighbourAddress::Inet6(v6("fe80::2")),
+        );
         match decode(RTM_NEWNEIGH, &bytes(&m)).unwrap() {
             Msg::NewNeigh(n) => assert_eq!((n.addr, n.flags), (ip("fe80::2"), 0x80)),
             other => panic!("{other:?}"),
         }
-        assert_eq!(decode(RTM_DELNEIGH, &bytes(&m)).unwrap(), Msg::DelNeigh(3, ip("fe80::2")));
+        assert_eq!(
+            decode(RTM_DELNEIGH, &bytes(&m)).unwrap(),
+            Msg::DelNeigh(3, ip("fe80::2"))
+        );
         // Proxy entries and bridge fdb entries are not neighbours we forward to.
-        let m = nmsg(AddressFamily::Inet, NeighbourState::Permanent, NeighbourFlags::Proxy, NeighbourAddress::Inet(v4("192.0.2.7")));
+        let m = nmsg(
+            AddressFamily::Inet,
+            NeighbourState::Permanent,
+            NeighbourFlags::Proxy,
+            NeighbourAddress::Inet(v4("192.0.2.7")),
+        );
         assert_eq!(decode(RTM_NEWNEIGH, &bytes(&m)).unwrap(), Msg::Ignored);
-        let mut m = nmsg(AddressFamily::Bridge, NeighbourState::Noarp, NeighbourFlags::Own, NeighbourAddress::Other(vec![]));
+        let mut m = nmsg(
+            AddressFamily::Bridge,
+            NeighbourState::Noarp,
+            NeighbourFlags::Own,
+            NeighbourAddress::Other(vec![]),
+        );
         m.attributes = vec![NeighbourAttribute::LinkLayerAddress(vec![2, 0, 0, 0, 0, 2])];
         assert_eq!(decode(RTM_NEWNEIGH, &bytes(&m)).unwrap(), Msg::Ignored);
     }
@@ -1082,17 +1313,35 @@ mod tests {
 
     #[test]
     fn rules() {
-        let h = RuleHeader { family: AddressFamily::Inet, table: 254, action: RuleAction::ToTable, ..Default::default() };
-        let main = rule_of(h.clone(), vec![RuleAttribute::Priority(32766), RuleAttribute::Table(254)]);
+        let h = RuleHeader {
+            family: AddressFamily::Inet,
+            table: 254,
+            action: RuleAction::ToTable,
+            ..Default::default()
+        };
+        let main = rule_of(
+            h.clone(),
+            vec![RuleAttribute::Priority(32766), RuleAttribute::Table(254)],
+        );
         assert_eq!(
             main,
-            Rule { family: Family::V4, priority: 32766, table: 254, action: 1, has_selectors: false, invert: false }
+            Rule {
+                family: Family::V4,
+                priority: 32766,
+                table: 254,
+                action: 1,
+                has_selectors: false,
+                invert: false
+            }
         );
         // The local rule has no FRA_PRIORITY (0) and its table only in the header.
         let mut hl = h.clone();
         hl.table = 255;
         let local = rule_of(hl, vec![]);
-        assert_eq!((local.priority, local.table, local.has_selectors), (0, 255, false));
+        assert_eq!(
+            (local.priority, local.table, local.has_selectors),
+            (0, 255, false)
+        );
         for attrs in [
             vec![RuleAttribute::Iifname("eth0".into())],
             vec![RuleAttribute::Oifname("eth1".into())],
@@ -1109,8 +1358,24 @@ mod tests {
         hs.src_len = 48;
         hs.flags = RuleFlags::Invert;
         hs.action = RuleAction::Unreachable;
-        let r = rule_of(hs, vec![RuleAttribute::Source(ip("2001:db8::")), RuleAttribute::Table(100)]);
-        assert_eq!(r, Rule { family: Family::V6, priority: 0, table: 100, action: 7, has_selectors: true, invert: true });
+        let r = rule_of(
+            hs,
+            vec![
+                RuleAttribute::Source(ip("2001:db8::")),
+                RuleAttribute::Table(100),
+            ],
+        );
+        assert_eq!(
+            r,
+            Rule {
+                family: Family::V6,
+                priority: 0,
+                table: 100,
+                action: 7,
+                has_selectors: true,
+                invert: true
+            }
+        );
     }
 
     fn nh_payload(flags: u32, attrs: &[(u16, Vec<u8>)]) -> Vec<u8> {
@@ -1130,7 +1395,13 @@ mod tests {
             group.extend_from_slice(&w_minus_1.to_le_bytes()); // weight, weight_high
             group.extend_from_slice(&[0, 0]);
         }
-        let p = nh_payload(0, &[(NHA_ID, 20u32.to_ne_bytes().to_vec()), (NHA_GROUP, group.clone())]);
+        let p = nh_payload(
+            0,
+            &[
+                (NHA_ID, 20u32.to_ne_bytes().to_vec()),
+                (NHA_GROUP, group.clone()),
+            ],
+        );
         assert_eq!(
             decode(RTM_NEWNEXTHOP, &p).unwrap(),
             Msg::NewNexthop(NexthopObject {
@@ -1145,7 +1416,11 @@ mod tests {
         assert_eq!(decode(RTM_DELNEXTHOP, &p).unwrap(), Msg::DelNexthop(20));
         let p = nh_payload(
             0,
-            &[(NHA_ID, 21u32.to_ne_bytes().to_vec()), (NHA_GROUP, group), (NHA_GROUP_TYPE, 1u16.to_ne_bytes().to_vec())],
+            &[
+                (NHA_ID, 21u32.to_ne_bytes().to_vec()),
+                (NHA_GROUP, group),
+                (NHA_GROUP_TYPE, 1u16.to_ne_bytes().to_vec()),
+            ],
         );
         assert!(nexthop(&p).unwrap().resilient);
 
@@ -1161,14 +1436,36 @@ mod tests {
         assert_eq!(nh.hop, Some(hop(3, Some("192.0.2.2"), 4, 1)));
         assert!(!nh.blackhole && !nh.unsupported && nh.group.is_empty());
 
-        let p = nh_payload(0, &[(NHA_ID, 30u32.to_ne_bytes().to_vec()), (NHA_GATEWAY, v6("fe80::1").octets().to_vec())]);
-        assert_eq!(nexthop(&p).unwrap().hop, Some(hop(0, Some("fe80::1"), 0, 1)));
+        let p = nh_payload(
+            0,
+            &[
+                (NHA_ID, 30u32.to_ne_bytes().to_vec()),
+                (NHA_GATEWAY, v6("fe80::1").octets().to_vec()),
+            ],
+        );
+        assert_eq!(
+            nexthop(&p).unwrap().hop,
+            Some(hop(0, Some("fe80::1"), 0, 1))
+        );
 
-        let p = nh_payload(0, &[(NHA_ID, 40u32.to_ne_bytes().to_vec()), (NHA_BLACKHOLE, vec![])]);
+        let p = nh_payload(
+            0,
+            &[
+                (NHA_ID, 40u32.to_ne_bytes().to_vec()),
+                (NHA_BLACKHOLE, vec![]),
+            ],
+        );
         let nh = nexthop(&p).unwrap();
         assert!(nh.blackhole && nh.hop.is_none());
 
-        let p = nh_payload(0, &[(NHA_ID, 50u32.to_ne_bytes().to_vec()), (NHA_FDB, vec![]), (NHA_OIF, 3u32.to_ne_bytes().to_vec())]);
+        let p = nh_payload(
+            0,
+            &[
+                (NHA_ID, 50u32.to_ne_bytes().to_vec()),
+                (NHA_FDB, vec![]),
+                (NHA_OIF, 3u32.to_ne_bytes().to_vec()),
+            ],
+        );
         assert!(nexthop(&p).unwrap().unsupported);
         assert!(nexthop(&[0, 0]).is_err());
     }
@@ -1178,8 +1475,17 @@ mod tests {
         let mut buf = request(RTM_NEWNETCONF, 0, 7, &[1, 2, 3]);
         assert_eq!(buf.len(), 20);
         buf.extend(request(NLMSG_DONE, 2, 8, &[]));
-        let got: Vec<_> = frames(&buf).map(|f| f.unwrap()).map(|f| (f.msg_type, f.flags, f.seq, f.payload.to_vec())).collect();
-        assert_eq!(got, vec![(RTM_NEWNETCONF, 0, 7, vec![1, 2, 3]), (NLMSG_DONE, 2, 8, vec![])]);
+        let got: Vec<_> = frames(&buf)
+            .map(|f| f.unwrap())
+            .map(|f| (f.msg_type, f.flags, f.seq, f.payload.to_vec()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (RTM_NEWNETCONF, 0, 7, vec![1, 2, 3]),
+                (NLMSG_DONE, 2, 8, vec![])
+            ]
+        );
         assert_eq!(decode(RTM_NEWNETCONF, &[]).unwrap(), Msg::Netconf);
         assert_eq!(decode(36 /* RTM_NEWQDISC */, &[]).unwrap(), Msg::Ignored);
         // A length running past the datagram is an error, not a panic.

@@ -14,7 +14,9 @@ pub struct SysctlReader {
 
 impl Default for SysctlReader {
     fn default() -> Self {
-        SysctlReader { root: PathBuf::from("/proc/sys") }
+        SysctlReader {
+            root: PathBuf::from("/proc/sys"),
+        }
     }
 }
 
@@ -30,13 +32,22 @@ impl SysctlReader {
     }
 
     fn conf(&self, proto: &str, dev: &str, key: &str) -> Option<i64> {
-        self.read(&Path::new("net").join(proto).join("conf").join(dev).join(key))
+        self.read(
+            &Path::new("net")
+                .join(proto)
+                .join("conf")
+                .join(dev)
+                .join(key),
+        )
     }
 
     pub fn global(&self) -> GlobalSysctl {
         GlobalSysctl {
             forwarding6_all: self.conf("ipv6", "all", "forwarding").unwrap_or(0) != 0,
-            ip_forward_use_pmtu: self.read(Path::new("net/ipv4/ip_forward_use_pmtu")).unwrap_or(0) != 0,
+            ip_forward_use_pmtu: self
+                .read(Path::new("net/ipv4/ip_forward_use_pmtu"))
+                .unwrap_or(0)
+                != 0,
         }
     }
 
@@ -53,7 +64,11 @@ impl SysctlReader {
         }
         let dev_rp = self.conf("ipv4", name, "rp_filter").map(clamp_u8);
         let disable_ipv6 = self.conf("ipv6", name, "disable_ipv6").unwrap_or(0) != 0;
-        let mtu6 = if disable_ipv6 { 0 } else { self.conf("ipv6", name, "mtu").unwrap_or(0) };
+        let mtu6 = if disable_ipv6 {
+            0
+        } else {
+            self.conf("ipv6", name, "mtu").unwrap_or(0)
+        };
         IfSysctl {
             forwarding4: self.conf("ipv4", name, "forwarding").unwrap_or(0) != 0,
             forwarding6: self.conf("ipv6", name, "forwarding").unwrap_or(0) != 0,
@@ -66,7 +81,10 @@ impl SysctlReader {
     /// Every link's sysctls plus the namespace-wide ones.
     pub fn read_all(&self, links: &BTreeMap<u32, Link>) -> (BTreeMap<u32, IfSysctl>, GlobalSysctl) {
         let all_rp = self.all_rp_filter();
-        let per_link = links.iter().map(|(idx, l)| (*idx, self.link(&l.name, all_rp))).collect();
+        let per_link = links
+            .iter()
+            .map(|(idx, l)| (*idx, self.link(&l.name, all_rp)))
+            .collect();
         (per_link, self.global())
     }
 }
@@ -81,7 +99,11 @@ mod tests {
     use std::fs;
 
     fn tree() -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("fp-sysctl-{}-{:?}", std::process::id(), std::thread::current().id()));
+        let dir = std::env::temp_dir().join(format!(
+            "fp-sysctl-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
         let _ = fs::remove_dir_all(&dir);
         let put = |rel: &str, v: &str| {
             let p = dir.join(rel);
@@ -110,22 +132,46 @@ mod tests {
     fn reads_links_and_globals() {
         let dir = tree();
         let r = SysctlReader::with_root(&dir);
-        assert_eq!(r.global(), GlobalSysctl { forwarding6_all: true, ip_forward_use_pmtu: false });
+        assert_eq!(
+            r.global(),
+            GlobalSysctl {
+                forwarding6_all: true,
+                ip_forward_use_pmtu: false
+            }
+        );
         let all = r.all_rp_filter();
         assert_eq!(all, 1);
         assert_eq!(
             r.link("eth0", all),
-            IfSysctl { forwarding4: true, forwarding6: true, rp_filter: 2, mtu6: 1400, disable_ipv6: false }
+            IfSysctl {
+                forwarding4: true,
+                forwarding6: true,
+                rp_filter: 2,
+                mtu6: 1400,
+                disable_ipv6: false
+            }
         );
         // Dotted VLAN names are literal directory names in /proc/sys; all.rp_filter wins over 0.
         assert_eq!(
             r.link("eth1.100", all),
-            IfSysctl { forwarding4: true, forwarding6: true, rp_filter: 1, mtu6: 0, disable_ipv6: true }
+            IfSysctl {
+                forwarding4: true,
+                forwarding6: true,
+                rp_filter: 1,
+                mtu6: 0,
+                disable_ipv6: true
+            }
         );
         // No IPv6 conf directory: forwarding6 false, mtu6 0.
         assert_eq!(
             r.link("v4only", all),
-            IfSysctl { forwarding4: true, forwarding6: false, rp_filter: 1, mtu6: 0, disable_ipv6: false }
+            IfSysctl {
+                forwarding4: true,
+                forwarding6: false,
+                rp_filter: 1,
+                mtu6: 0,
+                disable_ipv6: false
+            }
         );
         assert_eq!(r.link("missing", all), IfSysctl::default());
         assert_eq!(r.link("../x", all), IfSysctl::default());

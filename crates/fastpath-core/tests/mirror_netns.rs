@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use fastpath_core::mirror::{neigh_use, Mirror, MirrorError, PollOutcome};
 use fastpath_core::model::{
-    Family, KernelState, NextHop, RouteKey, RouteKind, RouteTarget, NUD_DELAY, NUD_REACHABLE, NUD_STALE,
-    RT_TABLE_LOCAL, RT_TABLE_MAIN,
+    Family, KernelState, NextHop, RouteKey, RouteKind, RouteTarget, NUD_DELAY, NUD_REACHABLE,
+    NUD_STALE, RT_TABLE_LOCAL, RT_TABLE_MAIN,
 };
 
 fn have_root() -> bool {
@@ -30,7 +30,12 @@ fn in_new_netns<F: FnOnce() + Send + 'static>(f: F) {
     std::thread::spawn(move || {
         // SAFETY: unshare only affects the calling thread here.
         let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "unshare(CLONE_NEWNET): {}", std::io::Error::last_os_error());
+        assert_eq!(
+            rc,
+            0,
+            "unshare(CLONE_NEWNET): {}",
+            std::io::Error::last_os_error()
+        );
         sh("ip link set lo up");
         f();
     })
@@ -39,8 +44,16 @@ fn in_new_netns<F: FnOnce() + Send + 'static>(f: F) {
 }
 
 fn sh(cmd: &str) {
-    let out = Command::new("sh").arg("-c").arg(cmd).output().expect("spawn sh");
-    assert!(out.status.success(), "`{cmd}` failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .output()
+        .expect("spawn sh");
+    assert!(
+        out.status.success(),
+        "`{cmd}` failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn ip(s: &str) -> IpAddr {
@@ -48,15 +61,30 @@ fn ip(s: &str) -> IpAddr {
 }
 
 fn ifindex(st: &KernelState, name: &str) -> u32 {
-    st.links.values().find(|l| l.name == name).map(|l| l.ifindex).unwrap_or_else(|| panic!("no link {name}"))
+    st.links
+        .values()
+        .find(|l| l.name == name)
+        .map(|l| l.ifindex)
+        .unwrap_or_else(|| panic!("no link {name}"))
 }
 
 fn key(table: u32, dst: &str, prefix_len: u8, priority: u32) -> RouteKey {
-    RouteKey { table, dst: ip(dst), prefix_len, tos: 0, priority }
+    RouteKey {
+        table,
+        dst: ip(dst),
+        prefix_len,
+        tos: 0,
+        priority,
+    }
 }
 
 /// Polls until `pred` holds (or panics after a few seconds).
-fn poll_until(m: &mut Mirror, st: &mut KernelState, what: &str, pred: impl Fn(&KernelState) -> bool) {
+fn poll_until(
+    m: &mut Mirror,
+    st: &mut KernelState,
+    what: &str,
+    pred: impl Fn(&KernelState) -> bool,
+) {
     let deadline = Instant::now() + Duration::from_secs(5);
     while !pred(st) {
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
@@ -80,17 +108,36 @@ fn dump_and_follow() {
         let link = &st.links[&t0];
         assert_eq!(link.kind.as_deref(), Some("veth"));
         assert!(link.admin_up && link.mac.is_some() && link.mtu == 1500 && link.arphrd == 1);
-        assert!(st.addrs.keys().any(|a| a.ifindex == t0 && a.addr == ip("192.0.2.1") && a.prefix_len == 24));
+        assert!(st
+            .addrs
+            .keys()
+            .any(|a| a.ifindex == t0 && a.addr == ip("192.0.2.1") && a.prefix_len == 24));
         let r = &st.routes[&(Family::V4, key(RT_TABLE_MAIN, "198.51.100.0", 24, 0))];
         assert_eq!(r.kind, RouteKind::Unicast);
         assert_eq!(
             r.target,
-            RouteTarget::Single(NextHop { ifindex: t0, gateway: Some(ip("192.0.2.2")), flags: 0, weight: 1 })
+            RouteTarget::Single(NextHop {
+                ifindex: t0,
+                gateway: Some(ip("192.0.2.2")),
+                flags: 0,
+                weight: 1
+            })
         );
-        assert_eq!(st.routes[&(Family::V4, key(RT_TABLE_LOCAL, "192.0.2.1", 32, 0))].kind, RouteKind::Local);
-        assert!(st.routes.contains_key(&(Family::V6, key(RT_TABLE_MAIN, "2001:db8:2::", 64, 1024))));
+        assert_eq!(
+            st.routes[&(Family::V4, key(RT_TABLE_LOCAL, "192.0.2.1", 32, 0))].kind,
+            RouteKind::Local
+        );
+        assert!(st
+            .routes
+            .contains_key(&(Family::V6, key(RT_TABLE_MAIN, "2001:db8:2::", 64, 1024))));
         // The three default rules per family.
-        assert_eq!(st.rules.iter().filter(|r| r.family == Family::V4 && !r.has_selectors).count(), 3);
+        assert_eq!(
+            st.rules
+                .iter()
+                .filter(|r| r.family == Family::V4 && !r.has_selectors)
+                .count(),
+            3
+        );
         assert!(!st.if_sysctl[&t0].forwarding4);
 
         // Plain add / delete.
@@ -104,14 +151,20 @@ fn dump_and_follow() {
         // We punt the prefix while both exist, and follow the survivor.
         sh("ip route add 203.0.113.0/25 via 192.0.2.2 && ip route append 203.0.113.0/25 via 192.0.2.3");
         let k = (Family::V4, key(RT_TABLE_MAIN, "203.0.113.0", 25, 0));
-        poll_until(&mut m, &mut st, "v4 alias punted", |s| s.routes.get(&k).is_some_and(|r| r.kind == RouteKind::Other(1)));
+        poll_until(&mut m, &mut st, "v4 alias punted", |s| {
+            s.routes
+                .get(&k)
+                .is_some_and(|r| r.kind == RouteKind::Other(1))
+        });
         sh("ip route del 203.0.113.0/25 via 192.0.2.2");
         poll_until(&mut m, &mut st, "v4 alias survivor", |s| {
             matches!(&s.routes.get(&k).map(|r| &r.target),
                 Some(RouteTarget::Single(h)) if h.gateway == Some(ip("192.0.2.3")))
         });
         sh("ip route del 203.0.113.0/25");
-        poll_until(&mut m, &mut st, "v4 alias gone", |s| !s.routes.contains_key(&k));
+        poll_until(&mut m, &mut st, "v4 alias gone", |s| {
+            !s.routes.contains_key(&k)
+        });
 
         // IPv4 route via an IPv6 gateway (RTA_VIA).
         sh("ip route add 203.0.113.128/25 via inet6 2001:db8:1::2 dev fpt0");
@@ -124,9 +177,12 @@ fn dump_and_follow() {
         // IPv6 multipath, then one member deleted (the kernel announces only that member).
         sh("ip -6 route add 2001:db8:3::/64 nexthop via 2001:db8:1::2 dev fpt0 nexthop via 2001:db8:1::3 dev fpt0");
         let k = (Family::V6, key(RT_TABLE_MAIN, "2001:db8:3::", 64, 1024));
-        poll_until(&mut m, &mut st, "v6 multipath", |s| {
-            matches!(&s.routes.get(&k).map(|r| &r.target), Some(RouteTarget::Multipath(v)) if v.len() == 2)
-        });
+        poll_until(
+            &mut m,
+            &mut st,
+            "v6 multipath",
+            |s| matches!(&s.routes.get(&k).map(|r| &r.target), Some(RouteTarget::Multipath(v)) if v.len() == 2),
+        );
         sh("ip -6 route del 2001:db8:3::/64 via 2001:db8:1::3 dev fpt0");
         poll_until(&mut m, &mut st, "v6 multipath member delete", |s| {
             matches!(&s.routes.get(&k).map(|r| &r.target),
@@ -135,9 +191,12 @@ fn dump_and_follow() {
 
         // Appending to an IPv6 route makes it multipath; the event carries the whole set.
         sh("ip -6 route append 2001:db8:3::/64 via 2001:db8:1::4 dev fpt0");
-        poll_until(&mut m, &mut st, "v6 append", |s| {
-            matches!(&s.routes.get(&k).map(|r| &r.target), Some(RouteTarget::Multipath(v)) if v.len() == 2)
-        });
+        poll_until(
+            &mut m,
+            &mut st,
+            "v6 append",
+            |s| matches!(&s.routes.get(&k).map(|r| &r.target), Some(RouteTarget::Multipath(v)) if v.len() == 2),
+        );
 
         // Next-hop objects and a route using a group; deleting the group takes the route.
         sh("ip nexthop add id 10 via 192.0.2.2 dev fpt0 && ip nexthop add id 11 via 192.0.2.3 dev fpt0 \
@@ -146,14 +205,22 @@ fn dump_and_follow() {
         poll_until(&mut m, &mut st, "nexthop group route", |s| {
             s.routes.get(&k).map(|r| &r.target) == Some(&RouteTarget::Object(20))
                 && s.nexthops.get(&20).map(|n| n.group.clone()) == Some(vec![(10, 1), (11, 3)])
-                && s.nexthops.get(&10).and_then(|n| n.hop.as_ref()).map(|h| h.gateway) == Some(Some(ip("192.0.2.2")))
+                && s.nexthops
+                    .get(&10)
+                    .and_then(|n| n.hop.as_ref())
+                    .map(|h| h.gateway)
+                    == Some(Some(ip("192.0.2.2")))
         });
         sh("ip nexthop del id 20");
-        poll_until(&mut m, &mut st, "nexthop delete", |s| !s.routes.contains_key(&k) && !s.nexthops.contains_key(&20));
+        poll_until(&mut m, &mut st, "nexthop delete", |s| {
+            !s.routes.contains_key(&k) && !s.nexthops.contains_key(&20)
+        });
 
         // Netconf: forwarding switched on for the device.
         sh("sysctl -qw net.ipv4.conf.fpt0.forwarding=1");
-        poll_until(&mut m, &mut st, "netconf", |s| s.if_sysctl.get(&t0).is_some_and(|c| c.forwarding4));
+        poll_until(&mut m, &mut st, "netconf", |s| {
+            s.if_sysctl.get(&t0).is_some_and(|c| c.forwarding4)
+        });
         sh("sysctl -qw net.ipv4.conf.all.rp_filter=2");
         assert!(m.refresh_sysctls(&mut st));
         assert_eq!(st.if_sysctl[&t0].rp_filter, 2);
@@ -177,12 +244,17 @@ fn dump_and_follow() {
         // Link deleted: everything of it goes.
         sh("ip link del fpt0");
         poll_until(&mut m, &mut st, "link del", |s| {
-            !s.links.contains_key(&t0) && !s.addrs.keys().any(|a| a.ifindex == t0) && !s.if_sysctl.contains_key(&t0)
+            !s.links.contains_key(&t0)
+                && !s.addrs.keys().any(|a| a.ifindex == t0)
+                && !s.if_sysctl.contains_key(&t0)
         });
         assert_eq!(m.resyncs(), 0);
         // The followed state equals a fresh dump.
         let fresh = m.dump().expect("dump");
-        assert!(fastpath_core::mirror::same_state(&st, &fresh), "followed state drifted from the kernel");
+        assert!(
+            fastpath_core::mirror::same_state(&st, &fresh),
+            "followed state drifted from the kernel"
+        );
     });
 }
 
@@ -197,7 +269,9 @@ fn overrun_resyncs() {
         // A tiny buffer, then far more events than it holds.
         let mut m = Mirror::open(4096).expect("open");
         let mut st = m.dump().expect("dump");
-        let batch: String = (0..2000).map(|i| format!("route add 10.{}.{}.0/24 via 192.0.2.2\n", i / 256, i % 256)).collect();
+        let batch: String = (0..2000)
+            .map(|i| format!("route add 10.{}.{}.0/24 via 192.0.2.2\n", i / 256, i % 256))
+            .collect();
         let path = std::env::temp_dir().join(format!("fp-overrun-{}.batch", std::process::id()));
         std::fs::write(&path, batch).expect("write batch");
         sh(&format!("ip -batch {}", path.display()));
@@ -209,7 +283,11 @@ fn overrun_resyncs() {
         }
         assert_eq!(outcome, PollOutcome::Resynced);
         assert_eq!(m.resyncs(), 1);
-        let n = st.routes.keys().filter(|(f, k)| *f == Family::V4 && k.table == RT_TABLE_MAIN && k.prefix_len == 24).count();
+        let n = st
+            .routes
+            .keys()
+            .filter(|(f, k)| *f == Family::V4 && k.table == RT_TABLE_MAIN && k.prefix_len == 24)
+            .count();
         assert!(n >= 2000, "only {n} routes after resync");
     });
 }
@@ -223,7 +301,11 @@ impl Drop for PeerNs {
 }
 
 fn neigh_state(m: &mut Mirror, ifindex: u32, addr: IpAddr) -> u16 {
-    m.dump().expect("dump").neighbours.get(&(ifindex, addr)).map_or(0, |n| n.state)
+    m.dump()
+        .expect("dump")
+        .neighbours
+        .get(&(ifindex, addr))
+        .map_or(0, |n| n.state)
 }
 
 fn wait_state(m: &mut Mirror, ifindex: u32, addr: IpAddr, want: u16, secs: u64) -> u16 {
@@ -257,23 +339,31 @@ fn neigh_use_reprobes_stale_entry() {
         ));
         let mut m = Mirror::open(1 << 20).expect("open");
         let idx = ifindex(&m.dump().expect("dump"), "fpn0");
-        for (proto, addr, ping) in
-            [("ipv4", "192.0.2.2", "ping -c1 -W2 192.0.2.2"), ("ipv6", "2001:db8::2", "ping -6 -c1 -W2 2001:db8::2")]
-        {
+        for (proto, addr, ping) in [
+            ("ipv4", "192.0.2.2", "ping -c1 -W2 192.0.2.2"),
+            ("ipv6", "2001:db8::2", "ping -6 -c1 -W2 2001:db8::2"),
+        ] {
             let addr = ip(addr);
             // With no delay before the first probe, an unused REACHABLE entry goes STALE
             // (otherwise the kernel's own recent use sends it through DELAY instead).
-            sh(&format!("sysctl -qw net.{proto}.neigh.fpn0.delay_first_probe_time=0"));
+            sh(&format!(
+                "sysctl -qw net.{proto}.neigh.fpn0.delay_first_probe_time=0"
+            ));
             sh(ping);
             let s = wait_state(&mut m, idx, addr, NUD_STALE, 10);
             assert_eq!(s, NUD_STALE, "{addr} did not go STALE (state {s:#x})");
             // Now a visible DELAY phase: STALE -> (use) -> DELAY for 1 s -> PROBE -> REACHABLE.
-            sh(&format!("sysctl -qw net.{proto}.neigh.fpn0.delay_first_probe_time=1"));
+            sh(&format!(
+                "sysctl -qw net.{proto}.neigh.fpn0.delay_first_probe_time=1"
+            ));
             neigh_use(idx, addr).expect("neigh_use");
             let s = neigh_state(&mut m, idx, addr);
             assert_eq!(s, NUD_DELAY, "{addr}: after neigh_use state {s:#x}");
             let s = wait_state(&mut m, idx, addr, NUD_REACHABLE, 8);
-            assert_eq!(s, NUD_REACHABLE, "{addr}: probe not answered (state {s:#x})");
+            assert_eq!(
+                s, NUD_REACHABLE,
+                "{addr}: probe not answered (state {s:#x})"
+            );
         }
         // No entry: the kernel says so, and does not create one.
         match neigh_use(idx, ip("192.0.2.99")) {
