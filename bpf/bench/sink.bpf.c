@@ -1,11 +1,16 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * sink.bpf.c — the benchmark's receiver: counts every frame arriving on the
- * sink's veth and drops it. Being an XDP program on that veth is also what
- * makes the router's veth accept XDP-redirected frames towards it.
+ * sink.bpf.c — the benchmark's receiver: counts every IPv4 frame arriving on
+ * the sink's veth and drops it. Everything else (ARP) goes up to the sink's
+ * stack, so the sink still answers the router like a host would if the
+ * router ever has to resolve it. Being an XDP program on that veth is also
+ * what makes the router's veth accept XDP-redirected frames towards it.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#define ETH_P_IP 0x0800
 
 struct sink_count {
 	__u64 packets;
@@ -23,9 +28,15 @@ struct {
 SEC("xdp")
 int fp_bench_sink(struct xdp_md *ctx)
 {
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct sink_count *c;
 	__u32 zero = 0;
-	struct sink_count *c = bpf_map_lookup_elem(&sink_stats, &zero);
 
+	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
+		return XDP_PASS;
+	c = bpf_map_lookup_elem(&sink_stats, &zero);
 	if (c) {
 		c->packets++;
 		c->bytes += ctx->data_end - ctx->data;

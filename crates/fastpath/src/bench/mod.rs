@@ -83,12 +83,7 @@ impl Plan {
         }
         p.modes.sort();
         p.modes.dedup();
-        if p.reps == 0
-            || p.duration.is_zero()
-            || p.sizes.is_empty()
-            || p.flows.is_empty()
-            || p.modes.is_empty()
-        {
+        if p.reps == 0 || p.duration.is_zero() || p.sizes.is_empty() || p.flows.is_empty() || p.modes.is_empty() {
             bail!("nothing to measure: --reps, --duration, --sizes, --flows and --modes must be non-empty");
         }
         for &s in &p.sizes {
@@ -105,8 +100,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let plan = Plan::from_args(&args)?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))
-            .context("installing signal handlers")?;
+        signal_hook::flag::register(sig, Arc::clone(&stop)).context("installing signal handlers")?;
     }
     let exe = match &args.fastpath_bin {
         Some(p) => p.clone(),
@@ -116,11 +110,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
 
     println!(
         "fastpath bench: modes {}, sizes {:?} B, flows {:?}, {} x {:.1} s each, all on CPU {}",
-        plan.modes
-            .iter()
-            .map(|m| m.name())
-            .collect::<Vec<_>>()
-            .join(","),
+        plan.modes.iter().map(|m| m.name()).collect::<Vec<_>>().join(","),
         plan.sizes,
         plan.flows,
         plan.reps,
@@ -145,18 +135,18 @@ pub fn run(args: BenchArgs) -> Result<()> {
     for &mode in &plan.modes {
         println!("-- {}", mode.name());
         match mode {
-            Mode::Kernel => bench.measure_mode(mode, &mut cells)?,
+            Mode::Kernel => bench.measure_mode(mode, &mut cells, None)?,
             Mode::Raw => {
                 let mut obj = MaybeUninit::uninit();
                 let _raw = RawFwd::attach(&mut obj, &topo)?;
-                bench.measure_mode(mode, &mut cells)?;
+                bench.measure_mode(mode, &mut cells, None)?;
             }
             Mode::Fastpath => {
                 let mut daemon = Daemon::spawn(&topo, &exe, work.path())?;
                 daemon.wait_ready(Duration::from_secs(20), &stop)?;
                 let stats = bench.wait_fast_path(&daemon)?;
                 let before = stats.read()?;
-                bench.measure_mode(mode, &mut cells)?;
+                bench.measure_mode(mode, &mut cells, Some(&stats))?;
                 let v = router::verdicts(&before, &stats.read()?);
                 daemon.stop()?;
                 fp_verdicts = Some(v);
@@ -170,23 +160,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
     report::print_table(&cells);
     let fast_ok = match &fp_verdicts {
         Some(v) => {
-            let reasons: Vec<String> = v
-                .punted_by_reason
-                .iter()
-                .map(|(r, n)| format!("{r} {n}"))
-                .collect();
-            println!(
-                "fastpath counters over its runs: forwarded {}, punted {}{}",
-                v.forwarded,
-                v.punted,
-                if reasons.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", reasons.join(", "))
-                }
-            );
-            // Anything beyond a stray packet means the figure measured the kernel.
-            v.forwarded > 0 && v.punted * 100 <= v.forwarded + v.punted
+            println!("fastpath counters over its runs: {}", v.summary());
+            v.mostly_forwarded()
         }
         None => true,
     };
@@ -237,10 +212,14 @@ impl Bench<'_> {
         Ok(())
     }
 
-    fn measure_mode(&self, mode: Mode, cells: &mut Vec<Cell>) -> Result<()> {
+    fn measure_mode(&self, mode: Mode, cells: &mut Vec<Cell>, fp: Option<&FpStats>) -> Result<()> {
         for &size in &self.plan.sizes {
             for &flows in &self.plan.flows {
-                let cell = self.measure(mode, size, flows)?;
+                let before = fp.map(|s| s.read()).transpose()?;
+                let mut cell = self.measure(mode, size, flows)?;
+                if let (Some(stats), Some(before)) = (fp, before) {
+                    cell.fastpath_verdicts = Some(router::verdicts(&before, &stats.read()?));
+                }
                 println!(
                     "   {:>4} B {:>6} flows: {} Mpps",
                     size,
@@ -251,6 +230,9 @@ impl Bench<'_> {
                         .collect::<Vec<_>>()
                         .join("  ")
                 );
+                if let Some(v) = &cell.fastpath_verdicts {
+                    println!("   {:>4} B {:>6} flows: fastpath {}", size, flows, v.summary());
+                }
                 cells.push(cell);
             }
         }
@@ -275,7 +257,11 @@ impl Bench<'_> {
             self.check_stop()?;
             let secs = run.elapsed.as_secs_f64();
             if pkts == 0 {
-                bail!("{} mode, {size} B, {flows} flows: nothing reached the sink (generator sent {})", mode.name(), run.sent);
+                bail!(
+                    "{} mode, {size} B, {flows} flows: nothing reached the sink (generator sent {})",
+                    mode.name(),
+                    run.sent
+                );
             }
             let cpu = run.cpu_time.as_secs_f64().max(1e-9);
             reps.push(Rep {
@@ -309,13 +295,10 @@ impl Bench<'_> {
                         self.stop,
                     )?;
                     let v = router::verdicts(&before, &stats.read()?);
-                    if v.forwarded > 0 && v.punted * 100 <= v.forwarded + v.punted {
+                    if v.mostly_forwarded() {
                         return Ok(stats);
                     }
-                    last = format!(
-                        "forwarded {}, punted {} {:?}",
-                        v.forwarded, v.punted, v.punted_by_reason
-                    );
+                    last = v.summary();
                 }
                 Err(e) => last = format!("{e:#}"),
             }

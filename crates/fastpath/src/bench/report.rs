@@ -39,6 +39,8 @@ pub struct Cell {
     pub median_mpps_per_cpu_s: f64,
     pub ratio_to_kernel_per_cpu_s: Option<f64>,
     pub median_cpu_share: f64,
+    /// fastpath's own counters over this cell's warm-up and repetitions.
+    pub fastpath_verdicts: Option<Verdicts>,
 }
 
 impl Cell {
@@ -57,6 +59,7 @@ impl Cell {
             median_mpps_per_cpu_s: median(&per_cpu),
             ratio_to_kernel_per_cpu_s: None,
             median_cpu_share: median(&share),
+            fastpath_verdicts: None,
             reps,
         }
     }
@@ -84,10 +87,7 @@ pub fn add_ratios(cells: &mut [Cell]) {
         .map(|c| (c.size, c.flows, c.median_mpps, c.median_mpps_per_cpu_s))
         .collect();
     for c in cells.iter_mut() {
-        let Some(&(_, _, k, kc)) = kernel
-            .iter()
-            .find(|(s, f, _, _)| *s == c.size && *f == c.flows)
-        else {
+        let Some(&(_, _, k, kc)) = kernel.iter().find(|(s, f, _, _)| *s == c.size && *f == c.flows) else {
             continue;
         };
         c.ratio_to_kernel = (k > 0.0).then(|| c.median_mpps / k);
@@ -184,12 +184,7 @@ pub fn plot(root: &Path, json: &Path) -> Option<PathBuf> {
         );
         return None;
     }
-    match Command::new(&python)
-        .arg(&script)
-        .arg(json)
-        .arg(&png)
-        .output()
-    {
+    match Command::new(&python).arg(&script).arg(json).arg(&png).output() {
         Ok(o) if o.status.success() => Some(png),
         Ok(o) => {
             println!(

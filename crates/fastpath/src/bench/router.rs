@@ -59,11 +59,7 @@ impl<'obj> RawFwd<'obj> {
             .rodata_data
             .as_deref_mut()
             .context("raw_fwd.bpf.o has no .rodata")?;
-        let macs: Vec<u8> = topo::MAC_S0
-            .iter()
-            .chain(topo::MAC_R1.iter())
-            .copied()
-            .collect();
+        let macs: Vec<u8> = topo::MAC_S0.iter().chain(topo::MAC_R1.iter()).copied().collect();
         for (i, w) in macs.chunks(2).enumerate() {
             ro.raw_macs[i] = u16::from_ne_bytes([w[0], w[1]]);
         }
@@ -77,10 +73,8 @@ impl<'obj> RawFwd<'obj> {
                 .update(&0u32.to_ne_bytes(), &r1.to_ne_bytes(), MapFlags::ANY)
         })?
         .context("setting raw_tx[0] = r1")?;
-        let link = topo::in_netns(&t.router, || {
-            skel.progs.fp_bench_raw_fwd.attach_xdp(r0 as i32)
-        })?
-        .context("attaching raw_fwd to r0")?;
+        let link = topo::in_netns(&t.router, || skel.progs.fp_bench_raw_fwd.attach_xdp(r0 as i32))?
+            .context("attaching raw_fwd to r0")?;
         Ok(RawFwd {
             _skel: skel,
             _link: link,
@@ -179,24 +173,14 @@ impl Daemon {
     }
 
     pub fn stop(&mut self) -> Result<()> {
-        if self
-            .child
-            .try_wait()
-            .context("polling the daemon")?
-            .is_some()
-        {
+        if self.child.try_wait().context("polling the daemon")?.is_some() {
             return Ok(());
         }
         let pid = Pid::from_raw(self.child.id() as i32);
         kill(pid, Signal::SIGTERM).context("sending SIGTERM to fastpath run")?;
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(5) {
-            if self
-                .child
-                .try_wait()
-                .context("polling the daemon")?
-                .is_some()
-            {
+            if self.child.try_wait().context("polling the daemon")?.is_some() {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -224,6 +208,24 @@ pub struct Verdicts {
     pub punted_by_reason: Vec<(String, u64)>,
 }
 
+impl Verdicts {
+    /// At most 1% punted: anything beyond stray packets means a figure would
+    /// be the kernel's, not fastpath's.
+    pub fn mostly_forwarded(&self) -> bool {
+        self.forwarded > 0 && self.punted * 100 <= self.forwarded + self.punted
+    }
+
+    pub fn summary(&self) -> String {
+        let reasons: Vec<String> = self.punted_by_reason.iter().map(|(r, n)| format!("{r} {n}")).collect();
+        let reasons = if reasons.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", reasons.join(", "))
+        };
+        format!("forwarded {}, punted {}{reasons}", self.forwarded, self.punted)
+    }
+}
+
 /// Finds the fp_stats map of the program fastpath attached to r0. Reading
 /// the map (instead of parsing `fastpath status`) gives exact per-run deltas
 /// and does not depend on the CLI's output format.
@@ -240,10 +242,7 @@ impl FpStats {
             libbpf_sys::bpf_xdp_query_id(r0 as i32, 0, &mut prog_id)
         })?;
         if rc < 0 {
-            bail!(
-                "querying XDP on r0: {}",
-                std::io::Error::from_raw_os_error(-rc)
-            );
+            bail!("querying XDP on r0: {}", std::io::Error::from_raw_os_error(-rc));
         }
         if prog_id == 0 {
             bail!("fastpath has no XDP program on r0");
@@ -260,10 +259,7 @@ impl FpStats {
                 return Ok(FpStats { map });
             }
         }
-        bail!(
-            "the XDP program on r0 ({:?}) has no fp_stats map",
-            info.name
-        )
+        bail!("the XDP program on r0 ({:?}) has no fp_stats map", info.name)
     }
 
     /// Packets per reason, summed over ingress slots and CPUs.

@@ -41,10 +41,7 @@ pub struct Topology {
 }
 
 pub fn mac_str(m: &[u8; 6]) -> String {
-    m.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
+    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
 
 fn ip(args: &[&str]) -> Result<()> {
@@ -53,11 +50,7 @@ fn ip(args: &[&str]) -> Result<()> {
         .output()
         .context("running ip (iproute2)")?;
     if !out.status.success() {
-        bail!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        bail!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
     }
     Ok(())
 }
@@ -83,7 +76,7 @@ impl Topology {
 
     fn build(&self) -> Result<()> {
         let (g, r, s) = (self.gen.as_str(), self.router.as_str(), self.sink.as_str());
-        // IPv6 chatter (DAD, router solicitations) would land in the sink's count.
+        // No IPv6 chatter (DAD, router solicitations) in a measurement.
         for ns in [g, s] {
             self.sysctl(ns, "net/ipv6/conf/all/disable_ipv6", "1")?;
             self.sysctl(ns, "net/ipv6/conf/default/disable_ipv6", "1")?;
@@ -125,9 +118,7 @@ impl Topology {
             s,
         ])?;
 
-        ip(&[
-            "-n", g, "link", "add", GX0, "type", "veth", "peer", "name", GX1,
-        ])?;
+        ip(&["-n", g, "link", "add", GX0, "type", "veth", "peer", "name", GX1])?;
 
         ip(&["-n", g, "addr", "add", "192.0.2.2/24", "dev", G0])?;
         ip(&["-n", r, "addr", "add", "192.0.2.1/24", "dev", R0])?;
@@ -138,15 +129,7 @@ impl Topology {
             self.sysctl(r, &format!("net/ipv4/conf/{k}/rp_filter"), "0")?;
             self.sysctl(r, &format!("net/ipv4/conf/{k}/forwarding"), "1")?;
         }
-        for (ns, dev) in [
-            (g, "lo"),
-            (g, G0),
-            (r, "lo"),
-            (r, R0),
-            (r, R1),
-            (s, "lo"),
-            (s, S0),
-        ] {
+        for (ns, dev) in [(g, "lo"), (g, G0), (r, "lo"), (r, R0), (r, R1), (s, "lo"), (s, S0)] {
             ip(&["-n", ns, "link", "set", "dev", dev, "up"])?;
         }
         // Permanent neighbours: no ARP inside a measurement, and a usable NUD
@@ -195,8 +178,7 @@ impl Topology {
 
     fn sysctl(&self, ns: &str, key: &str, value: &str) -> Result<()> {
         in_netns(ns, || {
-            std::fs::write(format!("/proc/sys/{key}"), value)
-                .with_context(|| format!("sysctl {key}={value} in {ns}"))
+            std::fs::write(format!("/proc/sys/{key}"), value).with_context(|| format!("sysctl {key}={value} in {ns}"))
         })?
     }
 

@@ -54,10 +54,7 @@ pub fn frame(size: usize) -> Result<Vec<u8>> {
 }
 
 fn ipv4_checksum(hdr: &[u8]) -> u16 {
-    let mut sum: u32 = hdr
-        .chunks(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-        .sum();
+    let mut sum: u32 = hdr.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
     }
@@ -99,9 +96,7 @@ impl<'obj> Generator<'obj> {
             bail!("flows must be 1..={}", u16::MAX - SPORT_BASE);
         }
         let frame = frame(size)?;
-        let mut open = GenSkelBuilder::default()
-            .open(storage)
-            .context("opening gen.bpf.o")?;
+        let mut open = GenSkelBuilder::default().open(storage).context("opening gen.bpf.o")?;
         let ro = open
             .maps
             .rodata_data
@@ -117,11 +112,7 @@ impl<'obj> Generator<'obj> {
         let gx0 = t.ifindex(&t.gen, topo::GX0)?;
         let pin = topo::in_netns(&t.gen, || skel.progs.fp_bench_gen.attach_xdp(gx0 as i32))?
             .context("attaching the generator to the idle gx0")?;
-        Ok(Generator {
-            skel,
-            frame,
-            _pin: pin,
-        })
+        Ok(Generator { skel, frame, _pin: pin })
     }
 
     /// Sends frames out of g0 for `duration` from a thread that lives in the
@@ -152,8 +143,7 @@ impl<'obj> Generator<'obj> {
 
 pub fn pin_to(cpu: usize) -> Result<()> {
     let mut set = CpuSet::new();
-    set.set(cpu)
-        .with_context(|| format!("CPU {cpu} out of range"))?;
+    set.set(cpu).with_context(|| format!("CPU {cpu} out of range"))?;
     sched_setaffinity(Pid::from_raw(0), &set).with_context(|| format!("pinning to CPU {cpu}"))
 }
 
@@ -166,13 +156,7 @@ pub fn check_cpu(cpu: usize) -> Result<()> {
         .context("--cpu")
 }
 
-fn generate(
-    fd: BorrowedFd<'_>,
-    frame: &[u8],
-    ifindex: u32,
-    duration: Duration,
-    stop: &AtomicBool,
-) -> Result<GenRun> {
+fn generate(fd: BorrowedFd<'_>, frame: &[u8], ifindex: u32, duration: Duration, stop: &AtomicBool) -> Result<GenRun> {
     // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex
     let mut ctx = [0u8; 24];
     ctx[4..8].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
@@ -210,10 +194,7 @@ fn generate(
 }
 
 fn thread_cpu_time() -> Result<Duration> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: writes one timespec we own.
     if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
         return Err(std::io::Error::last_os_error()).context("CLOCK_THREAD_CPUTIME_ID");
@@ -251,19 +232,12 @@ pub struct Sink<'obj> {
 }
 
 impl<'obj> Sink<'obj> {
-    pub fn attach(
-        storage: &'obj mut MaybeUninit<OpenObject>,
-        topo: &topo::Topology,
-    ) -> Result<Self> {
-        let open = SinkSkelBuilder::default()
-            .open(storage)
-            .context("opening sink.bpf.o")?;
+    pub fn attach(storage: &'obj mut MaybeUninit<OpenObject>, topo: &topo::Topology) -> Result<Self> {
+        let open = SinkSkelBuilder::default().open(storage).context("opening sink.bpf.o")?;
         let skel = open.load().context("loading sink.bpf.o")?;
         let ifindex = topo.ifindex(&topo.sink, topo::S0)?;
-        let link = topo::in_netns(&topo.sink, || {
-            skel.progs.fp_bench_sink.attach_xdp(ifindex as i32)
-        })?
-        .context("attaching the sink to s0")?;
+        let link = topo::in_netns(&topo.sink, || skel.progs.fp_bench_sink.attach_xdp(ifindex as i32))?
+            .context("attaching the sink to s0")?;
         Ok(Sink { skel, _link: link })
     }
 
