@@ -333,7 +333,7 @@ fn fib_intents(state: &KernelState, fam: Family) -> BTreeMap<Prefix, Intent> {
             continue;
         }
         // Other tables are reachable only through non-default rules, which
-        // punt the whole family (see `policy`).
+        // punt the whole family (see `policy_problem`).
         let table = match key.table {
             RT_TABLE_LOCAL => &mut local,
             RT_TABLE_MAIN => &mut main,
@@ -1560,7 +1560,7 @@ mod tests {
                     ifindex: 2,
                     addr: ip(addr),
                 };
-                assert_eq!(d.neigh.get(&k).is_some(), usable, "state {state:#x} {addr}");
+                assert_eq!(d.neigh.contains_key(&k), usable, "state {state:#x} {addr}");
                 if usable {
                     assert_eq!(d.neigh[&k], NeighEntry { mac: mac(9) });
                 }
