@@ -18,6 +18,8 @@ endif
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 .PHONY: setup build test test-rust test-e2e demo bench clean
+# `test` runs its layers in order (setup, build, Rust, end to end), also under make -j.
+.NOTPARALLEL:
 
 setup:
 	scripts/setup.sh
