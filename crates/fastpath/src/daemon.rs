@@ -85,7 +85,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     let managed: BTreeMap<u32, u32> = ifaces.iter().map(|i| (i.ifindex, i.slot)).collect();
     let mut lp = Loop {
         ids: NexthopIds::new(caps.nexthops),
-        reconciler: Reconciler::new(),
+        reconciler: Reconciler::with_capacities(caps),
         writer: MapWriter::new(maps.try_clone().context("opening map handles")?),
         caps,
         managed,
@@ -212,6 +212,15 @@ impl Loop {
         let res = self.reconciler.apply(&desired, &mut self.writer);
         // Even after a partial failure the shadow says what the maps hold.
         self.ids.release_unused(&self.reconciler.applied().nexthops);
+        let mut res = res;
+        // Routes that found no free next-hop id were punted on their own;
+        // ids the apply just released may now serve them, so go once more
+        // rather than waiting for the next kernel event.
+        if res.is_ok() && self.ids.starved() {
+            let desired = desired::compute(state, &self.managed, &self.caps, &mut self.ids);
+            res = self.reconciler.apply(&desired, &mut self.writer);
+            self.ids.release_unused(&self.reconciler.applied().nexthops);
+        }
         self.applied = Arc::new(self.reconciler.applied().clone());
         let n = res.context("reconciling the BPF maps")?;
         if n > 0 {
