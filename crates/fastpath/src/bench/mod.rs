@@ -20,7 +20,7 @@ use anyhow::{bail, Context, Result};
 use report::{Cell, Rep, Report, Target};
 use router::{Daemon, FpStats, Mode, RawFwd, Verdicts};
 use topo::Topology;
-use traffic::{Generator, Sink};
+use traffic::{Generator, Placement, Sink};
 
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
@@ -48,6 +48,9 @@ pub struct BenchArgs {
     /// The one CPU that generator, router and sink share.
     #[arg(long, default_value_t = 0)]
     pub cpu: usize,
+    /// Run the generator with normal scheduling instead of SCHED_FIFO (see bench/README.md).
+    #[arg(long)]
+    pub no_rt: bool,
     /// fastpath binary to run in the router namespace (default: this one).
     #[arg(long, hide = true)]
     pub fastpath_bin: Option<PathBuf>,
@@ -60,7 +63,7 @@ struct Plan {
     sizes: Vec<usize>,
     flows: Vec<u32>,
     modes: Vec<Mode>,
-    cpu: usize,
+    place: Placement,
 }
 
 impl Plan {
@@ -72,7 +75,7 @@ impl Plan {
             sizes: a.sizes.clone(),
             flows: a.flows.clone(),
             modes: a.modes.clone(),
-            cpu: a.cpu,
+            place: Placement::check(a.cpu, !a.no_rt)?,
         };
         if a.quick {
             p.reps = 2;
@@ -109,15 +112,15 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let work = WorkDir::create()?;
 
     println!(
-        "fastpath bench: modes {}, sizes {:?} B, flows {:?}, {} x {:.1} s each, all on CPU {}",
+        "fastpath bench: modes {}, sizes {:?} B, flows {:?}, {} x {:.1} s each, all on CPU {}{}",
         plan.modes.iter().map(|m| m.name()).collect::<Vec<_>>().join(","),
         plan.sizes,
         plan.flows,
         plan.reps,
         plan.duration.as_secs_f64(),
-        plan.cpu
+        plan.place.cpu,
+        if plan.place.fifo { " (SCHED_FIFO)" } else { "" }
     );
-    traffic::check_cpu(plan.cpu)?;
 
     let topo = Topology::create()?;
     let mut sink_obj = MaybeUninit::uninit();
@@ -174,7 +177,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
             .unwrap_or(0),
         kernel_release: report::kernel_release(),
         method: report::METHOD,
-        cpu: plan.cpu,
+        cpu: plan.place.cpu,
+        sched_fifo: plan.place.fifo,
         reps: plan.reps,
         duration_s: plan.duration.as_secs_f64(),
         results: &cells,
@@ -242,7 +246,7 @@ impl Bench<'_> {
     fn measure(&self, mode: Mode, size: usize, flows: u32) -> Result<Cell> {
         let mut obj = MaybeUninit::uninit();
         let gen = Generator::load(&mut obj, self.topo, size, flows)?;
-        let (gen_ns, cpu) = (self.topo.gen.as_str(), self.plan.cpu);
+        let (gen_ns, cpu) = (self.topo.gen.as_str(), self.plan.place);
         // Warm caches, the page pool and (for fastpath) its flow state first.
         gen.run(gen_ns, self.g0, cpu, self.plan.warmup, self.stop)?;
         let mut reps = Vec::new();
@@ -290,7 +294,7 @@ impl Bench<'_> {
                     gen.run(
                         &self.topo.gen,
                         self.g0,
-                        self.plan.cpu,
+                        self.plan.place,
                         Duration::from_millis(50),
                         self.stop,
                     )?;

@@ -123,7 +123,7 @@ impl<'obj> Generator<'obj> {
         &self,
         gen_ns: &str,
         g0_ifindex: u32,
-        cpu: usize,
+        place: Placement,
         duration: Duration,
         stop: &AtomicBool,
     ) -> Result<GenRun> {
@@ -132,7 +132,7 @@ impl<'obj> Generator<'obj> {
         std::thread::scope(|s| {
             s.spawn(|| -> Result<GenRun> {
                 topo::enter_netns(gen_ns)?;
-                pin_to(cpu)?;
+                place.apply()?;
                 generate(fd, frame, g0_ifindex, duration, stop)
             })
             .join()
@@ -141,19 +141,60 @@ impl<'obj> Generator<'obj> {
     }
 }
 
-pub fn pin_to(cpu: usize) -> Result<()> {
+/// Where the generator thread (and with it the whole path) runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Placement {
+    pub cpu: usize,
+    /// SCHED_FIFO at the lowest real-time priority: on a shared box the
+    /// ordinary tasks on that CPU then wait for the end of a repetition
+    /// instead of taking a different share of each mode's time, which would
+    /// skew the wall-clock ratios between modes measured one after another.
+    pub fifo: bool,
+}
+
+impl Placement {
+    /// Tries the placement on a throw-away thread (the caller must not be
+    /// pinned: its children, the daemon among them, would inherit it). A bad
+    /// CPU is an error; no real-time scheduling is a note.
+    pub fn check(cpu: usize, fifo: bool) -> Result<Self> {
+        let p = Placement { cpu, fifo };
+        let fifo_ok = std::thread::spawn(move || -> Result<bool> {
+            pin_to(cpu).context("--cpu")?;
+            Ok(!fifo || set_fifo().is_ok())
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("placement check thread panicked"))??;
+        if !fifo_ok {
+            println!("note: cannot use SCHED_FIFO here; measuring with normal scheduling (see cpu% in the table)");
+        }
+        Ok(Placement {
+            fifo: fifo && fifo_ok,
+            ..p
+        })
+    }
+
+    fn apply(&self) -> Result<()> {
+        pin_to(self.cpu)?;
+        if self.fifo {
+            set_fifo()?;
+        }
+        Ok(())
+    }
+}
+
+fn pin_to(cpu: usize) -> Result<()> {
     let mut set = CpuSet::new();
     set.set(cpu).with_context(|| format!("CPU {cpu} out of range"))?;
     sched_setaffinity(Pid::from_raw(0), &set).with_context(|| format!("pinning to CPU {cpu}"))
 }
 
-/// Fails early on a --cpu the bench could not pin to, without pinning the
-/// caller (its children, the daemon among them, must not inherit it).
-pub fn check_cpu(cpu: usize) -> Result<()> {
-    std::thread::spawn(move || pin_to(cpu))
-        .join()
-        .map_err(|_| anyhow::anyhow!("CPU check thread panicked"))?
-        .context("--cpu")
+fn set_fifo() -> Result<()> {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: applies to the calling thread only; reads one sched_param we own.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("SCHED_FIFO");
+    }
+    Ok(())
 }
 
 fn generate(fd: BorrowedFd<'_>, frame: &[u8], ifindex: u32, duration: Duration, stop: &AtomicBool) -> Result<GenRun> {
