@@ -295,6 +295,6 @@ pub fn verdicts(before: &[u64], after: &[u64]) -> Verdicts {
             v.punted_by_reason.push((reason_name(r).to_string(), d));
         }
     }
-    v.punted_by_reason.sort_by(|a, b| b.1.cmp(&a.1));
+    v.punted_by_reason.sort_by_key(|r| std::cmp::Reverse(r.1));
     v
 }
