@@ -29,7 +29,12 @@ build:
 
 # Every test layer: Rust unit tests, root BPF_PROG_RUN and netlink tests
 # (inside cargo test), then the end-to-end suite in network namespaces.
-test: setup build test-rust test-e2e
+# A failing layer does not hide the others' results; the exit status is non-zero if any failed.
+test: setup build
+	@rc=0; \
+	$(MAKE) --no-print-directory test-rust || rc=1; \
+	$(MAKE) --no-print-directory test-e2e || rc=1; \
+	exit $$rc
 
 test-rust:
 	$(CARGO) test --release --locked --workspace
