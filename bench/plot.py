@@ -23,7 +23,7 @@ COLORS = {"kernel": "#7f7f7f", "fastpath": "#1f77b4", "raw": "#2ca02c"}
 def panel(ax, results, groups, modes, value, ratio, whiskers, title):
     width = 0.8 / max(len(modes), 1)
     for i, mode in enumerate(modes):
-        xs, ys, lo, hi, labels = [], [], [], [], []
+        xs, ys, lo, hi, tops, labels = [], [], [], [], [], []
         for g, (size, flows) in enumerate(groups):
             cell = next((c for c in results if c["mode"] == mode and c["size"] == size and c["flows"] == flows), None)
             if cell is None:
@@ -35,18 +35,20 @@ def panel(ax, results, groups, modes, value, ratio, whiskers, title):
             if whiskers:
                 lo.append(y - cell["min_mpps"])
                 hi.append(cell["max_mpps"] - y)
+            tops.append(max(y, cell["max_mpps"]) if whiskers else y)
             r = cell.get(ratio)
             labels.append(f"{r:.2f}x" if r is not None else "")
         err = [lo, hi] if whiskers else None
         bars = ax.bar(xs, ys, width, yerr=err, capsize=3, label=mode, color=COLORS.get(mode))
-        for b, lab in zip(bars, labels):
-            ax.annotate(lab, (b.get_x() + b.get_width() / 2, b.get_height()), xytext=(0, 3),
+        for b, top, lab in zip(bars, tops, labels):
+            ax.annotate(lab, (b.get_x() + b.get_width() / 2, top), xytext=(0, 3),
                         textcoords="offset points", ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels([f"{s} B\n{f} flow{'s' if f != 1 else ''}" for s, f in groups])
     ax.set_ylabel("Mpps")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
+    ax.set_ylim(top=ax.get_ylim()[1] * 1.2)
+    ax.legend(fontsize=8, loc="upper left", ncol=len(modes))
     ax.grid(axis="y", alpha=0.3)
 
 
