@@ -161,7 +161,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         }
 
         if periodic {
-            lp.keepalives += keepalive::refresh(&maps, KEEPALIVE_WINDOW);
+            lp.keepalives += keepalive::refresh(&maps, &state, KEEPALIVE_WINDOW);
             lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
         }
     }
