@@ -8,6 +8,7 @@ mod keepalive;
 mod links;
 mod loader;
 mod maps;
+mod netfilter;
 mod preflight;
 mod render;
 
@@ -78,6 +79,11 @@ pub struct RunArgs {
     /// How the XDP program is attached.
     #[arg(long, value_enum, default_value_t = XdpMode::Auto)]
     pub xdp_mode: XdpMode,
+    /// Run even though netfilter base chains (prerouting, forward, postrouting,
+    /// netdev ingress/egress) exist: fast-pathed packets skip them. Without it,
+    /// fastpath refuses to start, and punts all traffic while such chains exist.
+    #[arg(long)]
+    pub allow_netfilter_bypass: bool,
 }
 
 #[derive(Debug, Clone, clap::Args)]

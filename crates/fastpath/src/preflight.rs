@@ -11,6 +11,7 @@ use anyhow::{bail, Context, Result};
 use fastpath_bpf::intf;
 
 use crate::links::{self, XdpAttach, ARPHRD_ETHER};
+use crate::netfilter;
 use crate::RunArgs;
 
 /// An interface the daemon will manage.
@@ -76,6 +77,24 @@ pub fn check(args: &RunArgs) -> Result<Checked> {
             }
         }
         ifaces.push(Iface { name: name.clone(), ifindex: l.ifindex, slot: i as u32 + 1 });
+    }
+
+    let nf = netfilter::probe();
+    if !nf.bypassed.is_empty() {
+        if args.allow_netfilter_bypass {
+            log::warn!(
+                "netfilter rules bypassed by fast-pathed traffic (--allow-netfilter-bypass): {}",
+                nf.bypassed.join(", ")
+            );
+        } else {
+            bail!(
+                "netfilter rules would be bypassed by the fast path: {}; fastpath forwards statelessly, so remove them or pass --allow-netfilter-bypass if that is intended",
+                nf.bypassed.join(", ")
+            );
+        }
+    }
+    if let Some(why) = nf.unchecked {
+        log::warn!("{why}; netfilter rules, if any, are bypassed by fast-pathed traffic");
     }
 
     let socket = socket_state(&args.socket)?;

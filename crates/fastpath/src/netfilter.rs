@@ -1,0 +1,121 @@
+//! Netfilter rules the stateless fast path would bypass.
+//!
+//! A fast-pathed packet never reaches the netfilter hooks of forwarding:
+//! prerouting (raw, mangle, DNAT, conntrack), forward (the firewall),
+//! postrouting (SNAT, masquerade), nor the netdev ingress/egress hooks (XDP
+//! runs before ingress, and a redirect skips egress). Forwarding past a
+//! firewall rule is a policy violation, not a speed-up, so `fastpath run`
+//! refuses to start while such base chains exist, and the daemon punts all
+//! traffic when they appear later — unless the user said the bypass is
+//! intended (`--allow-netfilter-bypass`).
+
+use std::fs;
+use std::process::Command;
+
+use serde::Deserialize;
+
+/// Hooks forwarded traffic would have passed through.
+const FORWARD_PATH_HOOKS: &[&str] = &["prerouting", "forward", "postrouting", "ingress", "egress"];
+/// Families whose base chains see routed IPv4/IPv6 packets.
+const ROUTED_FAMILIES: &[&str] = &["ip", "ip6", "inet", "netdev"];
+
+/// What the probe found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Findings {
+    /// "family table chain (hook)" of every base chain on the forwarding path,
+    /// and "iptables-legacy table NAME" for loaded legacy tables.
+    pub bypassed: Vec<String>,
+    /// Why a part of the check could not be done (e.g. no `nft` binary).
+    pub unchecked: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct NftOutput {
+    nftables: Vec<NftItem>,
+}
+
+#[derive(Deserialize)]
+struct NftItem {
+    chain: Option<NftChain>,
+}
+
+#[derive(Deserialize)]
+struct NftChain {
+    family: String,
+    table: String,
+    name: String,
+    hook: Option<String>,
+}
+
+/// Base chains on the forwarding path in `nft -j list chains` output.
+pub fn parse_nft_chains(json: &str) -> Result<Vec<String>, serde_json::Error> {
+    let out: NftOutput = serde_json::from_str(json)?;
+    Ok(out
+        .nftables
+        .into_iter()
+        .filter_map(|i| i.chain)
+        .filter_map(|c| {
+            let hook = c.hook?;
+            (FORWARD_PATH_HOOKS.contains(&hook.as_str()) && ROUTED_FAMILIES.contains(&c.family.as_str()))
+                .then(|| format!("{} {} {} ({hook})", c.family, c.table, c.name))
+        })
+        .collect())
+}
+
+/// Probes the current network namespace.
+pub fn probe() -> Findings {
+    let mut f = Findings::default();
+    match Command::new("nft").args(["-j", "list", "chains"]).output() {
+        Ok(o) if o.status.success() => match parse_nft_chains(&String::from_utf8_lossy(&o.stdout)) {
+            Ok(chains) => f.bypassed.extend(chains),
+            Err(e) => f.unchecked = Some(format!("cannot parse `nft -j list chains`: {e}")),
+        },
+        Ok(o) => {
+            f.unchecked = Some(format!(
+                "`nft -j list chains` failed: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ))
+        }
+        Err(e) => f.unchecked = Some(format!("cannot run nft to check nftables rules: {e}")),
+    }
+    // Legacy x_tables register their hooks when a table is loaded.
+    for (file, fam) in [("/proc/net/ip_tables_names", "ip"), ("/proc/net/ip6_tables_names", "ip6")] {
+        if let Ok(names) = fs::read_to_string(file) {
+            for t in names.split_whitespace() {
+                f.bypassed.push(format!("iptables-legacy {fam} table {t}"));
+            }
+        }
+    }
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forwarding_path_base_chains_only() {
+        let json = r#"{"nftables": [{"metainfo": {"version": "1.0.6"}},
+            {"chain": {"family": "inet", "table": "fw", "name": "fwd", "handle": 1, "type": "filter", "hook": "forward", "prio": 0, "policy": "accept"}},
+            {"chain": {"family": "ip", "table": "nat", "name": "post", "handle": 2, "type": "nat", "hook": "postrouting", "prio": 100, "policy": "accept"}},
+            {"chain": {"family": "inet", "table": "fw", "name": "in", "handle": 3, "type": "filter", "hook": "input", "prio": 0, "policy": "drop"}},
+            {"chain": {"family": "inet", "table": "fw", "name": "regular", "handle": 4}},
+            {"chain": {"family": "bridge", "table": "br", "name": "f", "handle": 5, "type": "filter", "hook": "forward", "prio": 0, "policy": "accept"}},
+            {"chain": {"family": "netdev", "table": "nd", "name": "ing", "handle": 6, "type": "filter", "hook": "ingress", "prio": 0, "policy": "accept"}}]}"#;
+        assert_eq!(
+            parse_nft_chains(json).unwrap(),
+            vec!["inet fw fwd (forward)", "ip nat post (postrouting)", "netdev nd ing (ingress)"]
+        );
+    }
+
+    #[test]
+    fn empty_ruleset() {
+        let json = r#"{"nftables": [{"metainfo": {"version": "1.0.6", "json_schema_version": 1}}]}"#;
+        assert!(parse_nft_chains(json).unwrap().is_empty());
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_pass() {
+        assert!(parse_nft_chains("not json").is_err());
+    }
+}
