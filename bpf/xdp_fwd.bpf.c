@@ -82,7 +82,7 @@ fp_fwd_ip4(struct xdp_md *ctx, const struct fp_iface *in, __u32 in_ifindex, __u3
 		return r;
 	if (!(in->flags & FP_IF_FWD4))
 		return FP_R_FORWARDING_DISABLED;
-	r = fp_ip4_rpf_reason(in, in_ifindex, ip->saddr);
+	r = fp_ip4_rpf_reason(in, in_ifindex, ip->saddr, fp_rt.src_lpm);
 	if (r)
 		return r;
 	if (ip->ttl <= 1)

@@ -145,6 +145,14 @@ struct fp_runtime {
 	__u64 generation;        /* bumped on every table change */
 	__u32 table_full;        /* FP_FAM_*: family punted because a table overflowed */
 	__u32 policy_punt;       /* FP_FAM_*: family punted because of non-default ip rules */
+	/*
+	 * FP_FAM_V4: validate sources with rp_filter off by an LPM lookup
+	 * instead of the fp_src_deny4 hash, because the FIB holds a
+	 * non-forwarding prefix shorter than /32 that the hash cannot cover
+	 * (or the hash would overflow). See fp_ip4_rpf_reason().
+	 */
+	__u32 src_lpm;
+	__u32 _pad;
 };
 
 /* Default capacities (overridable at start, see `fastpath run --help`). */

@@ -56,36 +56,65 @@ static __always_inline struct fp_nexthop *fp_nexthop_lookup(__u32 nh_id)
 }
 
 /*
+ * What fib_validate_source() in its full form says about a source whose
+ * FIB entry is @rt, with rp_filter off: only unicast routes are accepted,
+ * and no route at all is accepted too (last_resort). ECMP routes are
+ * unicast in the kernel; every other punt may hide a non-unicast type
+ * (broadcast, throw, ...), so it is refused: punting is always safe.
+ * Returns a reason or 0.
+ */
+static __always_inline __u32 fp_ip4_src_route_reason(const struct fp_route *rt)
+{
+	if (!rt)
+		return 0;
+	switch (rt->type) {
+	case FP_RT_FORWARD:
+		return 0;
+	case FP_RT_LOCAL:
+		return FP_R_MARTIAN;
+	case FP_RT_PUNT:
+		if (rt->punt_reason == FP_R_ECMP)
+			return 0;
+	}
+	return FP_R_RP_FILTER;
+}
+
+/*
  * The source half of fib_validate_source(). With rp_filter on, the source
  * must have a unicast route we understand (ECMP routes are PUNT here, so
  * they fail: conservative), and in strict mode through the ingress.
  *
- * With it off the kernel still refuses a source that is one of its own
- * addresses (inet_lookup_ifaddr_rcu(), accept_local=0): that is a LOCAL
- * route in the merged FIB, so the one lookup serves both cases. With custom
- * local routes it even does the full check, which also refuses sources
- * behind blackhole/unreachable/prohibit routes; we cannot see which variant
- * applies, so those sources are punted too (the kernel then decides).
+ * With it off the kernel refuses a source that is one of its own addresses
+ * (inet_lookup_ifaddr_rcu(), accept_local=0), and once local routes were
+ * ever customised (which netlink does not show) it does the full check,
+ * refusing every source whose route is not unicast. We refuse what either
+ * variant refuses. The daemon lists every such address in fp_src_deny4 as
+ * long as only /32 entries can be non-unicast (the usual FIB: local and
+ * broadcast host routes), so one hash lookup decides; when a shorter
+ * non-forwarding prefix exists (a blackhole /8, a local range) it sets
+ * fp_rt.src_lpm and the source gets a full LPM lookup instead.
  * Returns a reason or 0.
  */
-static __always_inline __u32 fp_ip4_rpf_reason(const struct fp_iface *in, __u32 in_ifindex, __be32 saddr)
+static __always_inline __u32
+fp_ip4_rpf_reason(const struct fp_iface *in, __u32 in_ifindex, __be32 saddr, __u32 src_lpm)
 {
-	struct fp_route *rt = fp_fib4_lookup(saddr);
+	struct fp_route *rt;
 	struct fp_nexthop *nh;
+	__u32 *deny, r;
 
 	if (!(in->flags & (FP_IF_RPF_STRICT | FP_IF_RPF_LOOSE))) {
-		if (!rt)
+		if (src_lpm & FP_FAM_V4)
+			return fp_ip4_src_route_reason(fp_fib4_lookup(saddr));
+		deny = bpf_map_lookup_elem(&fp_src_deny4, &saddr);
+		if (!deny)
 			return 0;
-		switch (rt->type) {
-		case FP_RT_LOCAL:
-			return FP_R_MARTIAN;
-		case FP_RT_BLACKHOLE:
-		case FP_RT_UNREACHABLE:
-		case FP_RT_PROHIBIT:
+		r = *deny;
+		/* 0 or out of range is a daemon bug: still refuse. */
+		if (r == FP_R_FORWARDED || r >= FP_R__COUNT)
 			return FP_R_RP_FILTER;
-		}
-		return 0;
+		return r;
 	}
+	rt = fp_fib4_lookup(saddr);
 	if (!rt || rt->type != FP_RT_FORWARD)
 		return FP_R_RP_FILTER;
 	if (!(in->flags & FP_IF_RPF_STRICT))

@@ -35,6 +35,18 @@ struct {
 	__type(value, struct fp_route);
 } fp_fib6 SEC(".maps");
 
+/*
+ * IPv4 sources the kernel refuses with rp_filter off (its own addresses,
+ * and every other address whose /32 FIB entry is not a unicast route):
+ * address (network order) -> fp_reason to punt with. Sized like fp_fib4.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, FP_DEFAULT_FIB4_ENTRIES);
+	__type(key, __u32);
+	__type(value, __u32);
+} fp_src_deny4 SEC(".maps");
+
 /* Next hops, indexed by the id the daemon allocates (0 unused). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -51,9 +63,12 @@ struct {
 	__type(value, struct fp_neigh);
 } fp_neigh SEC(".maps");
 
-/* Egress ports the program may redirect to: ifindex -> ifindex. */
+/*
+ * Egress ports the program may redirect to: fp_iface.slot -> ifindex. An
+ * array devmap: the lookup is an index, not a hash.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(type, BPF_MAP_TYPE_DEVMAP);
 	__uint(max_entries, FP_MAX_IFACES);
 	__type(key, __u32);
 	__type(value, struct bpf_devmap_val);

@@ -22,7 +22,11 @@ static __always_inline void fp_count(__u32 slot, __u32 reason, __u64 bytes)
 		if (!st)
 			return;
 	}
-	/* Unreachable by construction; the bound is for the verifier. */
+	/*
+	 * Unreachable by construction; the bound is for the verifier. The
+	 * empty asm keeps clang from proving it redundant and dropping it.
+	 */
+	asm volatile("" : "+r"(reason));
 	if (reason >= FP_R__COUNT)
 		reason = FP_R_ROUTE_UNSUPPORTED;
 	st->packets[reason]++;

@@ -18,6 +18,7 @@ struct fp_tx {
 	const struct fp_iface *out;
 	struct fp_neigh *neigh;
 	__u32 ifindex;
+	__u32 slot;              /* fp_tx_ports key */
 };
 
 /*
@@ -62,14 +63,15 @@ fp_tx_resolve(struct fp_tx *tx, const struct fp_route *rt, __u32 in_ifindex,
 	if (!tx->neigh)
 		return FP_R_NO_NEIGH;
 	tx->out = out;
+	tx->slot = out->slot;
 	return FP_R_FORWARDED;
 }
 
 /*
  * Point of no return, taken before the packet is touched. bpf_redirect_map()
  * only records the target (the redirect happens after the program returns)
- * and its own devmap lookup doubles as the "is the egress in fp_tx_ports"
- * check: with flags 0 a missing port returns XDP_ABORTED, and since nothing
+ * and its own devmap lookup (by the egress slot) doubles as the "is the
+ * egress in fp_tx_ports" check: with flags 0 a missing port returns XDP_ABORTED, and since nothing
  * has been modified yet the packet is punted as EGRESS_NOT_MANAGED. (Using
  * XDP_PASS as the fallback flag would hide that from the counters, and any
  * failure after a rewrite would hand the kernel a frame addressed to
@@ -82,7 +84,7 @@ fp_tx_resolve(struct fp_tx *tx, const struct fp_route *rt, __u32 in_ifindex,
  */
 static __always_inline __u32 fp_tx_commit(struct xdp_md *ctx, struct fp_tx *tx, __u32 *len, __u32 l2_len)
 {
-	if (bpf_redirect_map(&fp_tx_ports, tx->ifindex, 0) != XDP_REDIRECT)
+	if (bpf_redirect_map(&fp_tx_ports, tx->slot, 0) != XDP_REDIRECT)
 		return FP_R_EGRESS_NOT_MANAGED;
 	if (*len > l2_len) {
 		if (bpf_xdp_adjust_tail(ctx, (int)l2_len - (int)*len))

@@ -155,6 +155,44 @@ fn forward_ipv4() {
             out4(&p, MAC_GW4),
         ),
         Case::forward(
+            "rp_filter off, src_lpm: source on a unicast route",
+            |w| w.rt.src_lpm = FP_FAM_V4,
+            f4(&p),
+            out4(&p, MAC_GW4),
+        ),
+        Case::forward(
+            "rp_filter off, src_lpm: source behind an ECMP route",
+            |w| {
+                w.rt.src_lpm = FP_FAM_V4;
+                w.set_route4(lpm4("192.0.2.0", 24), punt_route(FP_R_ECMP as u8));
+            },
+            f4(&p),
+            out4(&p, MAC_GW4),
+        ),
+        Case::forward(
+            "rp_filter off, src_lpm: no route back is accepted",
+            |w| {
+                w.rt.src_lpm = FP_FAM_V4;
+                w.fib4.retain(|(k, _)| *k != lpm4("192.0.2.0", 24));
+            },
+            f4(&p),
+            out4(&p, MAC_GW4),
+        ),
+        // The hash mode trusts the deny set: a shorter reject prefix is the
+        // daemon's cue to set src_lpm (desired::src_check4).
+        Case::forward(
+            "rp_filter off, hash mode does not look at the FIB",
+            |w| w.set_route4(lpm4("192.0.2.0", 25), route(fp_route_type::FP_RT_BLACKHOLE, 0)),
+            f4(&p),
+            out4(&p, MAC_GW4),
+        ),
+        Case::forward(
+            "egress slot is the devmap key",
+            move |w| w.iface_mut(b).slot = 77,
+            f4(&p),
+            out4(&p, MAC_GW4),
+        ),
+        Case::forward(
             "v6 switches leave v4 alone",
             |w| {
                 w.rt.policy_punt = FP_FAM_V6;
@@ -417,8 +455,80 @@ fn punt_cases(world: &World) -> Vec<Case> {
             FP_R_RP_FILTER,
         ),
         Case::punt(
-            "rp_filter off, source behind a blackhole route",
-            |w| w.set_route4(lpm4("192.0.2.0", 25), route(fp_route_type::FP_RT_BLACKHOLE, 0)),
+            "rp_filter off, src_lpm: source behind a blackhole route",
+            |w| {
+                w.rt.src_lpm = FP_FAM_V4;
+                w.set_route4(lpm4("192.0.2.0", 25), route(fp_route_type::FP_RT_BLACKHOLE, 0));
+            },
+            f4(&p4),
+            FP_R_RP_FILTER,
+        ),
+        Case::punt(
+            "rp_filter off, src_lpm: source behind an unreachable route",
+            |w| {
+                w.rt.src_lpm = FP_FAM_V4;
+                w.set_route4(lpm4("192.0.2.0", 28), route(fp_route_type::FP_RT_UNREACHABLE, 0));
+            },
+            f4(&p4),
+            FP_R_RP_FILTER,
+        ),
+        Case::punt(
+            "rp_filter off, src_lpm: source is a broadcast address",
+            |w| {
+                w.rt.src_lpm = FP_FAM_V4;
+                w.set_route4(lpm4("192.0.2.10", 32), punt_route(FP_R_MULTICAST as u8));
+            },
+            f4(&p4),
+            FP_R_RP_FILTER,
+        ),
+        Case::punt(
+            "rp_filter off, src_lpm: source is local",
+            |w| w.rt.src_lpm = FP_FAM_V4,
+            ip4("192.0.2.1", "203.0.113.20"),
+            FP_R_MARTIAN,
+        ),
+        Case::punt(
+            "rp_filter off, src_lpm: source in a local range",
+            |w| {
+                w.rt.src_lpm = FP_FAM_V4;
+                w.set_route4(lpm4("192.0.2.0", 26), route(fp_route_type::FP_RT_LOCAL, 0));
+            },
+            f4(&p4),
+            FP_R_MARTIAN,
+        ),
+        Case::punt(
+            "rp_filter off, source is our address (deny set)",
+            same,
+            ip4("198.51.100.254", "203.0.113.20"),
+            FP_R_MARTIAN,
+        ),
+        Case::punt(
+            "rp_filter off, source in the deny set only",
+            |w| w.src_deny4.push((v4("192.0.2.10"), FP_R_RP_FILTER as u32)),
+            f4(&p4),
+            FP_R_RP_FILTER,
+        ),
+        Case::punt(
+            "rp_filter off, broadcast source in the deny set",
+            |w| {
+                w.set_route4(lpm4("192.0.2.10", 32), punt_route(FP_R_MULTICAST as u8));
+                w.src_deny4.push((v4("192.0.2.10"), FP_R_RP_FILTER as u32));
+            },
+            f4(&p4),
+            FP_R_RP_FILTER,
+        ),
+        Case::punt(
+            "rp_filter off, deny entry with a bogus reason still refuses",
+            |w| w.src_deny4.push((v4("192.0.2.10"), 0)),
+            f4(&p4),
+            FP_R_RP_FILTER,
+        ),
+        Case::punt(
+            "rp_filter on ignores src_lpm off: blackhole source",
+            move |w| {
+                *flags_mut(w, a) |= FP_IF_RPF_LOOSE as u16;
+                w.set_route4(lpm4("192.0.2.0", 25), route(fp_route_type::FP_RT_BLACKHOLE, 0));
+            },
             f4(&p4),
             FP_R_RP_FILTER,
         ),

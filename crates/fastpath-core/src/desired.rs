@@ -21,6 +21,8 @@ use crate::tables::{
 /// checks each one against bpf/include/fastpath.h so they cannot drift.
 pub mod reason {
     pub const MULTICAST: u8 = 4;
+    pub const MARTIAN: u8 = 11;
+    pub const RP_FILTER: u8 = 13;
     pub const POLICY_ROUTING: u8 = 14;
     pub const TABLE_FULL: u8 = 15;
     pub const LOCAL: u8 = 16;
@@ -34,6 +36,8 @@ pub mod reason {
     /// (C enumerator, value) of every constant above, for the drift test.
     pub const ALL: &[(&str, u8)] = &[
         ("FP_R_MULTICAST", MULTICAST),
+        ("FP_R_MARTIAN", MARTIAN),
+        ("FP_R_RP_FILTER", RP_FILTER),
         ("FP_R_POLICY_ROUTING", POLICY_ROUTING),
         ("FP_R_TABLE_FULL", TABLE_FULL),
         ("FP_R_LOCAL", LOCAL),
@@ -475,6 +479,60 @@ fn iface_flags(state: &KernelState, ifindex: u32, admin_up: bool, running: bool)
 
 const BOTH: u32 = 1 | 2;
 
+/// Source classes the data path punts before any lookup
+/// (fp_ip4_addr_reason): 0/8, 127/8, 224/4 (with 240/4 and the limited
+/// broadcast), 169.254/16. A reject route inside them never meets a source.
+const SRC_PUNTED4: &[(u32, u8)] = &[
+    (0x0000_0000, 8),
+    (0x7F00_0000, 8),
+    (0xE000_0000, 3),
+    (0xA9FE_0000, 16),
+];
+
+/// How the data path should validate IPv4 sources with rp_filter off
+/// (fib_validate_source, see fp_ip4_rpf_reason in bpf/lib/fib.h).
+///
+/// The kernel refuses its own addresses, and (once local routes were ever
+/// customised, which netlink does not show) every source whose route is not
+/// unicast. Returns the deny set of exact addresses, and whether a hash of
+/// addresses cannot express the rule because a non-unicast entry shorter
+/// than /32 exists, in which case sources need the LPM lookup. The same
+/// route classification as the data path's LPM mode: FORWARD and ECMP punts
+/// are unicast; local refuses as martian; anything else, including other
+/// punts (broadcast, throw, TOS-specific, ...), as rp_filter.
+fn src_check4(fib4: &BTreeMap<(Ipv4Addr, u8), RouteEntry>, state: &KernelState) -> (BTreeMap<Ipv4Addr, u8>, bool) {
+    let refusal = |e: &RouteEntry| match e.action {
+        RouteAction::Forward { .. } => None,
+        RouteAction::Punt { reason: r } if r == reason::ECMP => None,
+        RouteAction::Local => Some(reason::MARTIAN),
+        _ => Some(reason::RP_FILTER),
+    };
+    let mut deny = BTreeMap::new();
+    let mut needs_lpm = false;
+    for ((addr, len), e) in fib4 {
+        let Some(r) = refusal(e) else { continue };
+        if *len >= 32 {
+            deny.insert(*addr, r);
+            continue;
+        }
+        let a = u32::from(*addr);
+        let inside_punted = SRC_PUNTED4
+            .iter()
+            .any(|(net, plen)| *len >= *plen && a & (u32::MAX << (32 - u32::from(*plen))) == *net);
+        if !inside_punted {
+            needs_lpm = true;
+        }
+    }
+    // inet_lookup_ifaddr_rcu() looks at addresses, not routes: an address
+    // whose local route was deleted is still refused.
+    for a in state.addrs.keys() {
+        if let IpAddr::V4(v4) = a.addr {
+            deny.insert(v4, reason::MARTIAN);
+        }
+    }
+    (deny, needs_lpm)
+}
+
 /// `managed`: ifindex -> fp_stats slot of every interface fastpath runs on.
 pub fn compute(
     state: &KernelState,
@@ -540,6 +598,14 @@ pub fn compute(
     };
     d.fib4 = fib4.into_iter().map(|(p, i)| (p.v4(), entry(i))).collect();
     d.fib6 = fib6.into_iter().map(|(p, i)| (p.v6(), entry(i))).collect();
+    let (deny, needs_lpm) = src_check4(&d.fib4, state);
+    // The map is sized like fib4. With LPM checks the set is not read, so
+    // it is not kept either.
+    if needs_lpm || deny.len() > caps.fib4 as usize {
+        d.switches.src_lpm |= Family::V4.bit();
+    } else {
+        d.src_deny4 = deny;
+    }
     if ids.starved() {
         d.problems.push(format!(
             "next-hop ids exhausted (capacity {}): some routes punted until ids are released",

@@ -9,7 +9,10 @@
 //!    point at them;
 //! 3. routes change, longest prefixes first, then deletes shortest first:
 //!    at every step each address resolves either as before or as after
-//!    (see `fib_ops`);
+//!    (see `fib_ops`); IPv4 source deny entries are written before the
+//!    routes change and deleted after, so the deny set always covers the
+//!    old and the new FIB (an extra entry only punts); `src_lpm` is set
+//!    first and cleared last like the punt switches;
 //! 4. neighbours, next hops and interfaces nobody needs any more go last,
 //!    and a next hop only once no written route references it;
 //! 5. families that become un-punted are switched on after their tables
@@ -81,7 +84,11 @@ impl Reconciler {
             .is_some_and(|c| desired.ifaces.len() > c.ifaces as usize);
         let mut transient = 0;
         let mut neigh_tight = false;
+        // Old and new deny sets together would not fit (the map is sized
+        // like fib4): check sources by LPM while the set is rewritten.
+        let mut deny_tight = false;
         if let Some(c) = &self.caps {
+            deny_tight = !skip4 && union_len(&old.src_deny4, &desired.src_deny4) > c.fib4 as usize;
             if !skip4 && union_len(&old.fib4, &desired.fib4) > c.fib4 as usize {
                 transient |= V4;
             }
@@ -95,6 +102,7 @@ impl Reconciler {
         let first = Switches {
             table_full: old.switches.table_full | new_sw.table_full | transient,
             policy_punt: old.switches.policy_punt | new_sw.policy_punt,
+            src_lpm: old.switches.src_lpm | new_sw.src_lpm | if deny_tight { V4 } else { 0 },
         };
         let mut written = old.switches;
         if first != written {
@@ -123,6 +131,13 @@ impl Reconciler {
             });
         }
 
+        // A skipped family's FIB stays as it is, and so does its deny set.
+        if !skip4 {
+            if deny_tight {
+                deletes(&old.src_deny4, &desired.src_deny4, &mut ops, |k| Op::DeleteSrcDeny4(*k));
+            }
+            upserts(&old.src_deny4, &desired.src_deny4, &mut ops, |k, v| Op::UpsertSrcDeny4(*k, *v));
+        }
         if !skip4 {
             fib_ops(
                 &old.fib4,
@@ -142,6 +157,10 @@ impl Reconciler {
                 Op::UpsertRoute6,
                 Op::DeleteRoute6,
             );
+        }
+
+        if !skip4 && !deny_tight {
+            deletes(&old.src_deny4, &desired.src_deny4, &mut ops, |k| Op::DeleteSrcDeny4(*k));
         }
 
         if !skip_l2 {
@@ -248,6 +267,12 @@ impl Reconciler {
             }
             Op::DeleteRoute6(addr, len) => {
                 a.fib6.remove(&(*addr, *len));
+            }
+            Op::UpsertSrcDeny4(addr, reason) => {
+                a.src_deny4.insert(*addr, *reason);
+            }
+            Op::DeleteSrcDeny4(addr) => {
+                a.src_deny4.remove(addr);
             }
             Op::BumpGeneration => {
                 self.generation += 1;
@@ -414,6 +439,10 @@ mod tests {
                 Op::DeleteRoute6(a, l) => {
                     assert!(t.fib6.remove(&(*a, *l)).is_some(), "{op:?}: absent")
                 }
+                Op::UpsertSrcDeny4(a, r) => drop(t.src_deny4.insert(*a, *r)),
+                Op::DeleteSrcDeny4(a) => {
+                    assert!(t.src_deny4.remove(a).is_some(), "{op:?}: absent")
+                }
                 Op::BumpGeneration => self.gen += 1,
             }
             if let Some(c) = &self.caps {
@@ -428,6 +457,10 @@ mod tests {
                 assert!(
                     t.neigh.len() <= c.neigh as usize,
                     "neigh over capacity after {op:?}"
+                );
+                assert!(
+                    t.src_deny4.len() <= c.fib4 as usize,
+                    "src_deny4 over capacity after {op:?}"
                 );
             }
             if let Some((before, after)) = &self.safety {
@@ -477,8 +510,34 @@ mod tests {
         }
     }
 
+    /// What the data plane does with an IPv4 source on an ingress with
+    /// rp_filter off (fp_ip4_rpf_reason): true = accepted.
+    fn src_accepts(t: &Desired, a: Ipv4Addr) -> bool {
+        if t.switches.src_lpm & V4 == 0 {
+            return !t.src_deny4.contains_key(&a);
+        }
+        src_lpm_accepts(t, a)
+    }
+
+    /// The full check (fib_validate_source) against the FIB of `t`.
+    fn src_lpm_accepts(t: &Desired, a: Ipv4Addr) -> bool {
+        let x = u32::from(a);
+        let hit = (0..=32u8).rev().find_map(|l| {
+            let m = if l == 0 { 0 } else { x & (u32::MAX << (32 - l)) };
+            t.fib4.get(&(Ipv4Addr::from(m), l))
+        });
+        match hit.map(|e| e.action) {
+            None | Some(RouteAction::Forward { .. }) => true,
+            Some(RouteAction::Punt { reason }) => reason == crate::desired::reason::ECMP,
+            Some(_) => false,
+        }
+    }
+
     /// Addresses around every prefix of `t`: first, second, last, one past the last.
     fn probes(t: &Desired, out: &mut BTreeSet<IpAddr>) {
+        for a in t.src_deny4.keys() {
+            out.insert(IpAddr::V4(*a));
+        }
         for (a, l) in t.fib4.keys() {
             let x = u32::from(*a);
             let last = if *l == 0 {
@@ -515,6 +574,35 @@ mod tests {
                 ok,
                 "after {op:?}: {a} forwarded via {d:?}, neither before nor after"
             );
+        }
+        // Sources: in hash mode the deny set is written early and deleted
+        // late, so it refuses whatever the FIB written at this moment
+        // refuses, and like a destination each source is decided as before
+        // or as after; in LPM mode the written FIB gives old-or-new per
+        // address. Sources the data path punts by class
+        // before any lookup are not probed.
+        let mut srcs = BTreeSet::new();
+        probes(before, &mut srcs);
+        probes(after, &mut srcs);
+        if (now.switches.table_full | now.switches.policy_punt) & V4 != 0 {
+            return;
+        }
+        for a in srcs {
+            let IpAddr::V4(a) = a else { continue };
+            let o = a.octets();
+            if o[0] == 0 || o[0] == 127 || o[0] >= 224 || (o[0] == 169 && o[1] == 254) {
+                continue;
+            }
+            if !src_accepts(now, a) {
+                continue;
+            }
+            let (b, f) = (src_accepts(before, a), src_accepts(after, a));
+            if now.switches.src_lpm & V4 == 0 {
+                let w = src_lpm_accepts(now, a);
+                assert!(w && (b || f), "after {op:?}: source {a} accepted by the deny set, refused by the written FIB ({w}) or before ({b}) and after ({f})");
+            } else {
+                assert!(b || f, "after {op:?}: source {a} accepted by LPM, refused before and after");
+            }
         }
     }
 
@@ -592,6 +680,8 @@ mod tests {
                 mtu: 0,
             },
         );
+        d.src_deny4
+            .insert(v4("192.0.2.1"), crate::desired::reason::MARTIAN);
         d.fib6.insert((v6("2001:db8:1::"), 64), fw(1));
         d.fib6.insert((v6("::"), 0), fw(2));
         d
@@ -621,6 +711,7 @@ mod tests {
             && a.fib6 == b.fib6
             && a.nexthops == b.nexthops
             && a.neigh == b.neigh
+            && a.src_deny4 == b.src_deny4
             && a.switches == b.switches
     }
 
@@ -654,8 +745,9 @@ mod tests {
                 < first(|o| matches!(o, Op::UpsertNeigh(..)))
         );
         assert!(last(|o| matches!(o, Op::UpsertNeigh(..))) < first(is_route));
+        assert!(first(|o| matches!(o, Op::UpsertSrcDeny4(..))) < first(is_route));
         assert_eq!(ops.last(), Some(&Op::BumpGeneration));
-        assert_eq!(ops.len(), 2 + 2 + 2 + 5 + 1);
+        assert_eq!(ops.len(), 2 + 2 + 2 + 1 + 5 + 1);
         assert!(!ops.iter().any(|o| matches!(o, Op::SetSwitches(_))));
 
         assert!(
@@ -670,7 +762,7 @@ mod tests {
         for i in pos(&ops, |o| {
             matches!(
                 o,
-                Op::DeleteNexthop(_) | Op::DeleteNeigh(_) | Op::DeleteIface(_)
+                Op::DeleteNexthop(_) | Op::DeleteNeigh(_) | Op::DeleteIface(_) | Op::DeleteSrcDeny4(_)
             )
         }) {
             assert!(i > last_route, "{:?} before the routes were gone", ops[i]);
@@ -771,7 +863,8 @@ mod tests {
             ops[0],
             Op::SetSwitches(Switches {
                 table_full: 0,
-                policy_punt: 1
+                policy_punt: 1,
+                src_lpm: 0,
             })
         );
         assert_eq!(pos(&ops, |o| matches!(o, Op::SetSwitches(_))).len(), 1);
@@ -785,14 +878,16 @@ mod tests {
             ops[0],
             Op::SetSwitches(Switches {
                 table_full: 0,
-                policy_punt: 3
+                policy_punt: 3,
+                src_lpm: 0,
             })
         );
         assert_eq!(
             ops[ops.len() - 2],
             Op::SetSwitches(Switches {
                 table_full: 0,
-                policy_punt: 2
+                policy_punt: 2,
+                src_lpm: 0,
             })
         );
         assert!(pos(&ops, is_route)[0] > 0);
@@ -826,7 +921,8 @@ mod tests {
             ops[0],
             Op::SetSwitches(Switches {
                 table_full: 1,
-                policy_punt: 0
+                policy_punt: 0,
+                src_lpm: 0,
             })
         );
         assert!(!ops
@@ -870,7 +966,8 @@ mod tests {
             vec![
                 Op::SetSwitches(Switches {
                     table_full: 3,
-                    policy_punt: 0
+                    policy_punt: 0,
+                    src_lpm: 0,
                 }),
                 Op::UpsertIface(2, over.ifaces[&2].clone()),
                 Op::BumpGeneration
@@ -982,7 +1079,8 @@ mod tests {
             vec![
                 Op::SetSwitches(Switches {
                     table_full: 1,
-                    policy_punt: 0
+                    policy_punt: 0,
+                    src_lpm: 0,
                 }),
                 Op::DeleteNeigh(nk(2, "192.0.2.1")),
                 Op::UpsertNeigh(nk(2, "192.0.2.3"), NeighEntry { mac: [1; 6] }),

@@ -68,6 +68,10 @@ pub struct Switches {
     pub table_full: u32,
     /// FP_FAM_* bits punted because of non-default ip rules.
     pub policy_punt: u32,
+    /// FP_FAM_V4: sources are checked by an LPM lookup, not `src_deny4`
+    /// (a non-forwarding prefix shorter than /32 exists, or the deny set
+    /// does not fit). Not a punt: nothing stops being fast-pathed.
+    pub src_lpm: u32,
 }
 
 /// Table capacities (max_entries of each map).
@@ -89,6 +93,9 @@ pub struct Desired {
     /// nh id -> next hop; ids come from `NexthopIds` and are stable.
     pub nexthops: BTreeMap<u32, NexthopEntry>,
     pub neigh: BTreeMap<NeighKey, NeighEntry>,
+    /// fp_src_deny4: IPv4 sources the kernel refuses with rp_filter off
+    /// (own addresses, /32 entries that are not unicast) -> fp_reason index.
+    pub src_deny4: BTreeMap<Ipv4Addr, u8>,
     pub switches: Switches,
     /// Human-readable reasons for every switch set (for logs and `fastpath status`).
     pub problems: Vec<String>,
@@ -109,6 +116,10 @@ pub enum Op {
     DeleteRoute4(Ipv4Addr, u8),
     UpsertRoute6(Ipv6Addr, u8, RouteEntry),
     DeleteRoute6(Ipv6Addr, u8),
+    /// Written before any route change, deleted after all of them: a deny
+    /// entry too many only punts, one too few could forward.
+    UpsertSrcDeny4(Ipv4Addr, u8),
+    DeleteSrcDeny4(Ipv4Addr),
     /// Always the last op of a non-empty plan.
     BumpGeneration,
 }

@@ -36,18 +36,18 @@ const KEEPALIVE_WINDOW: Duration = Duration::from_secs(2);
 /// After a failed reconcile, try again no sooner than this.
 const RETRY: Duration = Duration::from_secs(1);
 
-/// Devmap entries we added; removed on drop (after the links are gone).
+/// Devmap slots we filled; cleared on drop (after the links are gone).
 struct TxPorts<'a> {
     maps: &'a Maps,
-    ifindexes: Vec<u32>,
+    slots: Vec<u32>,
 }
 
 impl Drop for TxPorts<'_> {
     fn drop(&mut self) {
-        for i in &self.ifindexes {
+        for s in &self.slots {
             // A deleted device already took its entry with it.
-            if let Err(e) = self.maps.del_tx_port(*i) {
-                debug!("removing devmap entry {i}: {e}");
+            if let Err(e) = self.maps.del_tx_port(*s) {
+                debug!("removing devmap slot {s}: {e}");
             }
         }
     }
@@ -74,10 +74,10 @@ pub fn run(args: RunArgs) -> Result<()> {
     let skel = loader::load(&mut storage, &caps)?;
     let maps = Maps::from_skel(&skel).context("opening map handles")?;
 
-    let mut tx = TxPorts { maps: &maps, ifindexes: Vec::new() };
+    let mut tx = TxPorts { maps: &maps, slots: Vec::new() };
     for i in &ifaces {
-        maps.add_tx_port(i.ifindex).with_context(|| format!("adding {} to the devmap", i.name))?;
-        tx.ifindexes.push(i.ifindex);
+        maps.add_tx_port(i.slot, i.ifindex).with_context(|| format!("adding {} to the devmap", i.name))?;
+        tx.slots.push(i.slot);
     }
 
     let mut mirror = Mirror::open(args.netlink_rcvbuf).context("opening the netlink mirror")?;

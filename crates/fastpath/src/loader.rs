@@ -36,6 +36,9 @@ pub fn load<'obj>(storage: &'obj mut MaybeUninit<OpenObject>, caps: &Capacities)
     let mut open = XdpFwdSkelBuilder::default().open(storage).context("opening the XDP program")?;
     let sizes = [
         (&mut open.maps.fp_fib4, caps.fib4, "fp_fib4"),
+        // Its entries are a subset of fib4's /32s plus our own addresses;
+        // the reconciler falls back to src_lpm when they do not fit.
+        (&mut open.maps.fp_src_deny4, caps.fib4, "fp_src_deny4"),
         (&mut open.maps.fp_fib6, caps.fib6, "fp_fib6"),
         (&mut open.maps.fp_nexthops, caps.nexthops, "fp_nexthops"),
         (&mut open.maps.fp_neigh, caps.neigh, "fp_neigh"),

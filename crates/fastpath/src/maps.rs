@@ -50,6 +50,7 @@ pub struct Maps {
     fib6: MapHandle,
     nexthops: MapHandle,
     neigh: MapHandle,
+    src_deny4: MapHandle,
     tx_ports: MapHandle,
     stats: MapHandle,
     bss: MapHandle,
@@ -94,6 +95,7 @@ impl Maps {
             fib6: handle("fp_fib6", &m.fp_fib6)?,
             nexthops: handle("fp_nexthops", &m.fp_nexthops)?,
             neigh: handle("fp_neigh", &m.fp_neigh)?,
+            src_deny4: handle("fp_src_deny4", &m.fp_src_deny4)?,
             tx_ports: handle("fp_tx_ports", &m.fp_tx_ports)?,
             stats: handle("fp_stats", &m.fp_stats)?,
             bss: handle(".bss", &m.bss)?,
@@ -107,21 +109,23 @@ impl Maps {
             fib6: dup("fp_fib6", &self.fib6)?,
             nexthops: dup("fp_nexthops", &self.nexthops)?,
             neigh: dup("fp_neigh", &self.neigh)?,
+            src_deny4: dup("fp_src_deny4", &self.src_deny4)?,
             tx_ports: dup("fp_tx_ports", &self.tx_ports)?,
             stats: dup("fp_stats", &self.stats)?,
             bss: dup(".bss", &self.bss)?,
         })
     }
 
-    /// Lets the program redirect to `ifindex` (devmap entry ifindex -> ifindex, no egress program).
-    pub fn add_tx_port(&self, ifindex: u32) -> MapResult<()> {
+    /// Lets the program redirect to `ifindex` through its fp_iface slot
+    /// (devmap entry slot -> ifindex, no egress program).
+    pub fn add_tx_port(&self, slot: u32, ifindex: u32) -> MapResult<()> {
         let mut val = vec![0u8; self.tx_ports.value_size() as usize];
         val[..4].copy_from_slice(&ifindex.to_ne_bytes());
-        ctx("fp_tx_ports", self.tx_ports.update(&ifindex.to_ne_bytes(), &val, MapFlags::ANY))
+        ctx("fp_tx_ports", self.tx_ports.update(&slot.to_ne_bytes(), &val, MapFlags::ANY))
     }
 
-    pub fn del_tx_port(&self, ifindex: u32) -> MapResult<()> {
-        ctx("fp_tx_ports", self.tx_ports.delete(&ifindex.to_ne_bytes()))
+    pub fn del_tx_port(&self, slot: u32) -> MapResult<()> {
+        ctx("fp_tx_ports", self.tx_ports.delete(&slot.to_ne_bytes()))
     }
 
     /// Counters of one fp_stats slot, summed over CPUs.
@@ -255,6 +259,7 @@ impl MapWriter {
     fn set_switches(&mut self, s: &Switches) -> MapResult<()> {
         self.rt.table_full = s.table_full;
         self.rt.policy_punt = s.policy_punt;
+        self.rt.src_lpm = s.src_lpm;
         self.write_runtime()
     }
 }
@@ -288,6 +293,11 @@ impl TableWriter for MapWriter {
             Op::DeleteRoute4(a, l) => ignore_missing(ctx("fp_fib4", m.fib4.delete(bytes(&lpm4(*a, *l))))),
             Op::UpsertRoute6(a, l, e) => ctx("fp_fib6", m.fib6.update(bytes(&lpm6(*a, *l)), bytes(&route(e)), any)),
             Op::DeleteRoute6(a, l) => ignore_missing(ctx("fp_fib6", m.fib6.delete(bytes(&lpm6(*a, *l))))),
+            Op::UpsertSrcDeny4(a, reason) => ctx(
+                "fp_src_deny4",
+                m.src_deny4.update(&a.octets(), &u32::from(*reason).to_ne_bytes(), any),
+            ),
+            Op::DeleteSrcDeny4(a) => ignore_missing(ctx("fp_src_deny4", m.src_deny4.delete(&a.octets()))),
             Op::BumpGeneration => {
                 self.rt.generation += 1;
                 self.write_runtime()

@@ -90,7 +90,10 @@ pub struct World {
     pub fib6: Vec<(fp_lpm6_key, fp_route)>,
     pub nexthops: Vec<(u32, fp_nexthop)>,
     pub neigh: Vec<(fp_neigh_key, fp_neigh)>,
+    /// Ingress ifindexes in the devmap, each under its fp_iface slot.
     pub tx_ports: Vec<u32>,
+    /// fp_src_deny4: source address -> reason (what desired derives from the FIB).
+    pub src_deny4: Vec<([u8; 4], u32)>,
     pub rt: fp_runtime,
 }
 
@@ -130,6 +133,10 @@ impl World {
                 (neigh_key(a, AF_INET, &v4("192.0.2.10")), neigh(MAC_CLIENT)),
             ],
             tx_ports: vec![a, b],
+            src_deny4: vec![
+                (v4("192.0.2.1"), fp_reason::FP_R_MARTIAN as u32),
+                (v4("198.51.100.254"), fp_reason::FP_R_MARTIAN as u32),
+            ],
             rt: fp_runtime::default(),
         }
     }
@@ -171,10 +178,15 @@ impl World {
             m.fp_neigh.update(raw(k), raw(v), MapFlags::ANY).context("fp_neigh")?;
         }
         for ifindex in &self.tx_ports {
+            // Without an fp_ifaces entry the program never gets as far as the devmap.
+            let Some(slot) = self.ifaces.iter().find(|(i, _)| i == ifindex).map(|(_, f)| f.slot) else { continue };
             // struct bpf_devmap_val: ifindex, then a program fd (0: none).
             let mut val = [0u8; 8];
             val[..4].copy_from_slice(&ifindex.to_ne_bytes());
-            m.fp_tx_ports.update(&ifindex.to_ne_bytes(), &val, MapFlags::ANY).context("fp_tx_ports")?;
+            m.fp_tx_ports.update(&slot.to_ne_bytes(), &val, MapFlags::ANY).context("fp_tx_ports")?;
+        }
+        for (a, r) in &self.src_deny4 {
+            m.fp_src_deny4.update(a, &r.to_ne_bytes(), MapFlags::ANY).context("fp_src_deny4")?;
         }
         // The daemon's way: the whole .bss as one value at key 0.
         m.bss.update(&0u32.to_ne_bytes(), raw(&self.rt), MapFlags::ANY).context(".bss (fp_rt)")?;
