@@ -155,6 +155,18 @@ struct fp_runtime {
 	__u32 _pad;
 };
 
+/*
+ * fp_src_bloom4: a bitmap in front of fp_src_deny4, so that the common
+ * source (not denied) costs an array read instead of a hash lookup. Bit
+ * (addr * FP_SRC_BLOOM_MUL) >> (32 - FP_SRC_BLOOM_BITS), with addr the
+ * network-order address read as a host u32, is set for every address in
+ * fp_src_deny4: set before the entry is added, cleared after the last
+ * entry on it is deleted. Bit b lives in word b / 64, bit b % 64.
+ */
+#define FP_SRC_BLOOM_BITS  16
+#define FP_SRC_BLOOM_WORDS (1U << (FP_SRC_BLOOM_BITS - 6))
+#define FP_SRC_BLOOM_MUL   0x9E3779B1U
+
 /* Default capacities (overridable at start, see `fastpath run --help`). */
 #define FP_DEFAULT_FIB4_ENTRIES    65536
 #define FP_DEFAULT_FIB6_ENTRIES    16384

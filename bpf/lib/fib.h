@@ -90,7 +90,8 @@ static __always_inline __u32 fp_ip4_src_route_reason(const struct fp_route *rt)
  * refusing every source whose route is not unicast. We refuse what either
  * variant refuses. The daemon lists every such address in fp_src_deny4 as
  * long as only /32 entries can be non-unicast (the usual FIB: local and
- * broadcast host routes), so one hash lookup decides; when a shorter
+ * broadcast host routes), so one hash lookup decides (and a bitmap in
+ * front of it spares that lookup for almost every source); when a shorter
  * non-forwarding prefix exists (a blackhole /8, a local range) it sets
  * fp_rt.src_lpm and the source gets a full LPM lookup instead.
  * Returns a reason or 0.
@@ -100,11 +101,18 @@ fp_ip4_rpf_reason(const struct fp_iface *in, __u32 in_ifindex, __be32 saddr, __u
 {
 	struct fp_route *rt;
 	struct fp_nexthop *nh;
-	__u32 *deny, r;
+	__u32 *deny, r, word;
+	__u64 *bits;
 
 	if (!(in->flags & (FP_IF_RPF_STRICT | FP_IF_RPF_LOOSE))) {
 		if (src_lpm & FP_FAM_V4)
 			return fp_ip4_src_route_reason(fp_fib4_lookup(saddr));
+		/* Almost every source misses the bitmap: no hash lookup. */
+		r = ((__u32)saddr * FP_SRC_BLOOM_MUL) >> (32 - FP_SRC_BLOOM_BITS);
+		word = r >> 6;
+		bits = bpf_map_lookup_elem(&fp_src_bloom4, &word);
+		if (!bits || !(*bits & (1ULL << (r & 63))))
+			return 0;
 		deny = bpf_map_lookup_elem(&fp_src_deny4, &saddr);
 		if (!deny)
 			return 0;

@@ -47,6 +47,14 @@ struct {
 	__type(value, __u32);
 } fp_src_deny4 SEC(".maps");
 
+/* Bitmap filter in front of fp_src_deny4 (see FP_SRC_BLOOM_BITS). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FP_SRC_BLOOM_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} fp_src_bloom4 SEC(".maps");
+
 /* Next hops, indexed by the id the daemon allocates (0 unused). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

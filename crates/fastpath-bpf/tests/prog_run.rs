@@ -187,6 +187,15 @@ fn forward_ipv4() {
             out4(&p, MAC_GW4),
         ),
         Case::forward(
+            "rp_filter off, deny entry behind a clear bloom bit is not looked up",
+            |w| {
+                w.src_deny4.push((v4("192.0.2.10"), FP_R_RP_FILTER as u32));
+                w.no_bloom = true;
+            },
+            f4(&p),
+            out4(&p, MAC_GW4),
+        ),
+        Case::forward(
             "egress slot is the devmap key",
             move |w| w.iface_mut(b).slot = 77,
             f4(&p),

@@ -3,6 +3,7 @@
 //! the few reads the daemon needs (counters, neighbour use times). Handles
 //! are fd duplicates, so the API thread can own its own copy.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::mem::size_of;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -51,6 +52,7 @@ pub struct Maps {
     nexthops: MapHandle,
     neigh: MapHandle,
     src_deny4: MapHandle,
+    src_bloom4: MapHandle,
     tx_ports: MapHandle,
     stats: MapHandle,
     bss: MapHandle,
@@ -96,6 +98,7 @@ impl Maps {
             nexthops: handle("fp_nexthops", &m.fp_nexthops)?,
             neigh: handle("fp_neigh", &m.fp_neigh)?,
             src_deny4: handle("fp_src_deny4", &m.fp_src_deny4)?,
+            src_bloom4: handle("fp_src_bloom4", &m.fp_src_bloom4)?,
             tx_ports: handle("fp_tx_ports", &m.fp_tx_ports)?,
             stats: handle("fp_stats", &m.fp_stats)?,
             bss: handle(".bss", &m.bss)?,
@@ -110,6 +113,7 @@ impl Maps {
             nexthops: dup("fp_nexthops", &self.nexthops)?,
             neigh: dup("fp_neigh", &self.neigh)?,
             src_deny4: dup("fp_src_deny4", &self.src_deny4)?,
+            src_bloom4: dup("fp_src_bloom4", &self.src_bloom4)?,
             tx_ports: dup("fp_tx_ports", &self.tx_ports)?,
             stats: dup("fp_stats", &self.stats)?,
             bss: dup(".bss", &self.bss)?,
@@ -234,16 +238,78 @@ fn iface(e: &IfaceEntry) -> fp_iface {
     fp_iface { mac: e.mac, flags: e.flags, mtu: e.mtu, mtu6: e.mtu6, slot: e.slot }
 }
 
+/// The fp_src_bloom4 bit of a source address (FP_SRC_BLOOM_* in fastpath.h).
+pub fn src_bloom_bit(a: Ipv4Addr) -> u32 {
+    u32::from_ne_bytes(a.octets()).wrapping_mul(intf::FP_SRC_BLOOM_MUL) >> (32 - intf::FP_SRC_BLOOM_BITS)
+}
+
 /// Applies reconcile's ops to the maps. Owns fp_runtime: the switches come
-/// from SetSwitches, the generation counts BumpGeneration ops.
+/// from SetSwitches, the generation counts BumpGeneration ops. Also owns
+/// fp_src_bloom4, derived from the deny entries it writes.
 pub struct MapWriter {
     maps: Maps,
     rt: fp_runtime,
+    /// Deny entries written, and how many of them sit on each bloom bit.
+    deny: BTreeSet<Ipv4Addr>,
+    bloom_refs: BTreeMap<u32, u32>,
 }
 
 impl MapWriter {
     pub fn new(maps: Maps) -> MapWriter {
-        MapWriter { maps, rt: fp_runtime::default() }
+        MapWriter { maps, rt: fp_runtime::default(), deny: BTreeSet::new(), bloom_refs: BTreeMap::new() }
+    }
+
+    /// Writes the bitmap word holding `bit` as `bloom_refs` says it is.
+    fn write_bloom_word(&self, bit: u32) -> MapResult<()> {
+        let word = bit / 64;
+        let mut v = 0u64;
+        for (b, _) in self.bloom_refs.range(word * 64..(word + 1) * 64) {
+            v |= 1u64 << (b % 64);
+        }
+        ctx("fp_src_bloom4", self.maps.src_bloom4.update(&word.to_ne_bytes(), &v.to_ne_bytes(), MapFlags::ANY))
+    }
+
+    /// The bit goes up before the entry is added: until then the entry is
+    /// absent anyway, and once it is there it is always seen.
+    fn upsert_deny(&mut self, a: Ipv4Addr, reason: u8) -> MapResult<()> {
+        if !self.deny.contains(&a) {
+            let bit = src_bloom_bit(a);
+            *self.bloom_refs.entry(bit).or_insert(0) += 1;
+            if let Err(e) = self.write_bloom_word(bit) {
+                self.unref_bloom(bit);
+                return Err(e);
+            }
+        }
+        ctx("fp_src_deny4", self.maps.src_deny4.update(&a.octets(), &u32::from(reason).to_ne_bytes(), MapFlags::ANY))?;
+        self.deny.insert(a);
+        Ok(())
+    }
+
+    /// The bit comes down only after the last entry on it is gone. A
+    /// failed bitmap write leaves the bit set: that only costs lookups.
+    fn delete_deny(&mut self, a: Ipv4Addr) -> MapResult<()> {
+        ignore_missing(ctx("fp_src_deny4", self.maps.src_deny4.delete(&a.octets())))?;
+        if self.deny.remove(&a) {
+            let bit = src_bloom_bit(a);
+            if self.unref_bloom(bit) {
+                self.write_bloom_word(bit)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops one reference; true if the bit is now clear.
+    fn unref_bloom(&mut self, bit: u32) -> bool {
+        match self.bloom_refs.get_mut(&bit) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            _ => {
+                self.bloom_refs.remove(&bit);
+                true
+            }
+        }
     }
 
     /// The .bss is one array element holding `fp_rt` at offset 0; written
@@ -293,11 +359,8 @@ impl TableWriter for MapWriter {
             Op::DeleteRoute4(a, l) => ignore_missing(ctx("fp_fib4", m.fib4.delete(bytes(&lpm4(*a, *l))))),
             Op::UpsertRoute6(a, l, e) => ctx("fp_fib6", m.fib6.update(bytes(&lpm6(*a, *l)), bytes(&route(e)), any)),
             Op::DeleteRoute6(a, l) => ignore_missing(ctx("fp_fib6", m.fib6.delete(bytes(&lpm6(*a, *l))))),
-            Op::UpsertSrcDeny4(a, reason) => ctx(
-                "fp_src_deny4",
-                m.src_deny4.update(&a.octets(), &u32::from(*reason).to_ne_bytes(), any),
-            ),
-            Op::DeleteSrcDeny4(a) => ignore_missing(ctx("fp_src_deny4", m.src_deny4.delete(&a.octets()))),
+            Op::UpsertSrcDeny4(a, reason) => self.upsert_deny(*a, *reason),
+            Op::DeleteSrcDeny4(a) => self.delete_deny(*a),
             Op::BumpGeneration => {
                 self.rt.generation += 1;
                 self.write_runtime()
@@ -335,6 +398,15 @@ mod tests {
             let k = NeighKey { ifindex: 7, addr: a.parse().unwrap() };
             assert_eq!(decode_neigh_key(&neigh_key(&k)), Some(k));
         }
+    }
+
+    #[test]
+    fn src_bloom_bit_matches_the_header_formula() {
+        // 192.0.2.1 read as a little- or big-endian u32, times the constant.
+        let a = Ipv4Addr::new(192, 0, 2, 1);
+        let raw = u32::from_ne_bytes([192, 0, 2, 1]);
+        assert_eq!(src_bloom_bit(a), raw.wrapping_mul(0x9E37_79B1) >> 16);
+        assert!(src_bloom_bit(a) < intf::FP_SRC_BLOOM_WORDS * 64);
     }
 
     #[test]

@@ -94,6 +94,8 @@ pub struct World {
     pub tx_ports: Vec<u32>,
     /// fp_src_deny4: source address -> reason (what desired derives from the FIB).
     pub src_deny4: Vec<([u8; 4], u32)>,
+    /// Leave fp_src_bloom4 empty (the daemon always sets the bits).
+    pub no_bloom: bool,
     pub rt: fp_runtime,
 }
 
@@ -137,6 +139,7 @@ impl World {
                 (v4("192.0.2.1"), fp_reason::FP_R_MARTIAN as u32),
                 (v4("198.51.100.254"), fp_reason::FP_R_MARTIAN as u32),
             ],
+            no_bloom: false,
             rt: fp_runtime::default(),
         }
     }
@@ -185,8 +188,16 @@ impl World {
             val[..4].copy_from_slice(&ifindex.to_ne_bytes());
             m.fp_tx_ports.update(&slot.to_ne_bytes(), &val, MapFlags::ANY).context("fp_tx_ports")?;
         }
+        let mut words = std::collections::BTreeMap::<u32, u64>::new();
         for (a, r) in &self.src_deny4 {
             m.fp_src_deny4.update(a, &r.to_ne_bytes(), MapFlags::ANY).context("fp_src_deny4")?;
+            let bit = u32::from_ne_bytes(*a).wrapping_mul(FP_SRC_BLOOM_MUL) >> (32 - FP_SRC_BLOOM_BITS);
+            *words.entry(bit / 64).or_default() |= 1u64 << (bit % 64);
+        }
+        if !self.no_bloom {
+            for (w, v) in words {
+                m.fp_src_bloom4.update(&w.to_ne_bytes(), &v.to_ne_bytes(), MapFlags::ANY).context("fp_src_bloom4")?;
+            }
         }
         // The daemon's way: the whole .bss as one value at key 0.
         m.bss.update(&0u32.to_ne_bytes(), raw(&self.rt), MapFlags::ANY).context(".bss (fp_rt)")?;
