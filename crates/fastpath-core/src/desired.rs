@@ -1190,6 +1190,61 @@ mod tests {
     }
 
     #[test]
+    fn source_deny_set_and_src_lpm_switch() {
+        let mut st = base();
+        let local = |dst, len, k| table(kind(via(rt(dst, len), 2, None), k), RT_TABLE_LOCAL);
+        add(&mut st, local("192.0.2.10", 32, RouteKind::Local));
+        add(&mut st, local("192.0.2.255", 32, RouteKind::Broadcast));
+        add(&mut st, local("127.0.0.0", 8, RouteKind::Local));
+        add(&mut st, via(rt("192.0.2.0", 24), 2, None));
+        add(&mut st, kind(rt("198.51.100.66", 32), RouteKind::Blackhole));
+        add(&mut st, kind(rt("224.0.0.0", 4), RouteKind::Unreachable));
+        // An address whose local route is gone is still refused by the kernel.
+        st.addrs.insert(
+            crate::model::Addr {
+                ifindex: 2,
+                addr: ip("203.0.113.9"),
+                prefix_len: 24,
+            },
+            (),
+        );
+        let d = run(&st);
+        let a = |s: &str| -> Ipv4Addr { s.parse().unwrap() };
+        assert_eq!(d.switches.src_lpm, 0, "only /32s and punted classes: the hash suffices");
+        assert_eq!(d.src_deny4.get(&a("192.0.2.10")), Some(&reason::MARTIAN));
+        assert_eq!(d.src_deny4.get(&a("192.0.2.255")), Some(&reason::RP_FILTER));
+        assert_eq!(d.src_deny4.get(&a("198.51.100.66")), Some(&reason::RP_FILTER));
+        assert_eq!(d.src_deny4.get(&a("203.0.113.9")), Some(&reason::MARTIAN));
+        assert!(!d.src_deny4.contains_key(&a("192.0.2.0")));
+
+        // A shorter reject prefix outside the punted classes needs the LPM;
+        // the deny set is then not kept.
+        let mut st2 = st.clone();
+        add(&mut st2, kind(rt("10.0.0.0", 8), RouteKind::Blackhole));
+        let d = run(&st2);
+        assert_eq!(d.switches.src_lpm, Family::V4.bit());
+        assert!(d.src_deny4.is_empty());
+        assert!(d.problems.is_empty(), "src_lpm is a mode, not a problem");
+
+        // ECMP sources are unicast: no LPM needed for them.
+        let mut st3 = st.clone();
+        let mut m = via(rt("10.0.0.0", 8), 2, Some("192.0.2.1"));
+        m.target = RouteTarget::Multipath(vec![hop(2, Some("192.0.2.1")), hop(2, Some("192.0.2.2"))]);
+        add(&mut st3, m);
+        let d = run(&st3);
+        assert_eq!(act(&d, "10.0.0.0", 8), p(reason::ECMP));
+        assert_eq!(d.switches.src_lpm, 0);
+
+        // A deny set larger than the map falls back to the LPM too.
+        let mut c = caps();
+        c.fib4 = 3;
+        let mut ids = NexthopIds::new(c.nexthops);
+        let d = compute(&st, &managed(), &c, &mut ids);
+        assert_eq!(d.switches.src_lpm, Family::V4.bit());
+        assert!(d.src_deny4.is_empty());
+    }
+
+    #[test]
     fn local_table_covers_longer_main_routes() {
         let mut st = base();
         let local = |dst, len| {
