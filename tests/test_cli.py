@@ -88,24 +88,3 @@ def test_signal_detaches(lab, fastpath_bin, sig):
     assert not lab.xdp_attached()
     assert not d.sock.exists(), "socket left behind after exit"
 
-
-def add_forward_chain(lab: Lab) -> None:
-    lab.run(lab.router, "nft", "add", "table", "inet", "fw")
-    lab.run(lab.router, "nft", "add", "chain", "inet", "fw", "transit",
-            "{ type filter hook forward priority 0; policy accept; }")
-    lab.run(lab.router, "nft", "add", "rule", "inet", "fw", "transit", "udp", "dport", "9", "drop")
-
-
-def test_run_refuses_netfilter_bypass(lab, fastpath_bin):
-    """A forward-hook firewall would be bypassed by stateless forwarding: refuse, name the chain."""
-    add_forward_chain(lab)
-    line = one_line_error(run_in_router(lab, "-i", "r0", "-i", "r1"))
-    assert "inet fw transit (forward)" in line and "--allow-netfilter-bypass" in line, line
-    assert not lab.xdp_attached()
-
-
-def test_netfilter_bypass_allowed_explicitly(lab, fastpath_bin):
-    add_forward_chain(lab)
-    with Daemon(lab, extra=["--allow-netfilter-bypass"]) as d:
-        assert d.status()["families"]["ipv4"]["fast_path"]
-        assert "bypassed" in d.log_text()

@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use fastpath_bpf::intf;
 use fastpath_core::desired::{self, NexthopIds};
 use fastpath_core::mirror::{Mirror, PollOutcome};
-use fastpath_core::model::KernelState;
+use fastpath_core::model::{Family, KernelState};
 use fastpath_core::reconcile::Reconciler;
 use fastpath_core::tables::{Capacities, Desired};
 use log::{debug, error, info, warn};
@@ -20,7 +20,7 @@ use crate::api::{self, IfaceInfo, Shared, Snapshot};
 use crate::loader::{self, Attachment};
 use crate::maps::{MapWriter, Maps};
 use crate::preflight::{self, Iface};
-use crate::{keepalive, RunArgs};
+use crate::{keepalive, netfilter, RunArgs};
 
 /// How long the main loop sleeps in poll when nothing happens; bounds the
 /// reaction time to signals.
@@ -55,6 +55,7 @@ impl Drop for TxPorts<'_> {
 
 pub fn run(args: RunArgs) -> Result<()> {
     let checked = preflight::check(&args)?;
+    let mut nf_watch = netfilter::Watcher::new(&checked.netfilter, args.allow_netfilter_bypass);
     let ifaces = checked.ifaces;
 
     let term = Arc::new(AtomicBool::new(false));
@@ -84,6 +85,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     let mut state = mirror.dump().context("dumping kernel state")?;
     let managed: BTreeMap<u32, u32> = ifaces.iter().map(|i| (i.ifindex, i.slot)).collect();
     let mut lp = Loop {
+        netfilter_block: nf_watch.blocking().to_vec(),
         ids: NexthopIds::new(caps.nexthops),
         reconciler: Reconciler::with_capacities(caps),
         writer: MapWriter::new(maps.try_clone().context("opening map handles")?),
@@ -140,6 +142,10 @@ pub fn run(args: RunArgs) -> Result<()> {
         let periodic = last_periodic.elapsed() >= PERIODIC;
         if periodic {
             last_periodic = Instant::now();
+            if nf_watch.refresh() {
+                lp.netfilter_block = nf_watch.blocking().to_vec();
+                dirty = true;
+            }
             if mirror.refresh_sysctls(&mut state) {
                 dirty = true;
             }
@@ -192,6 +198,9 @@ fn debounce(mirror: &mut Mirror, state: &mut KernelState) {
 }
 
 struct Loop {
+    /// Netfilter base chains that appeared while running (not allowed by
+    /// --allow-netfilter-bypass): everything is punted while any exists.
+    netfilter_block: Vec<String>,
     ids: NexthopIds,
     reconciler: Reconciler,
     writer: MapWriter,
@@ -207,7 +216,8 @@ struct Loop {
 
 impl Loop {
     fn reconcile(&mut self, state: &KernelState) -> Result<()> {
-        let desired = desired::compute(state, &self.managed, &self.caps, &mut self.ids);
+        let mut desired = desired::compute(state, &self.managed, &self.caps, &mut self.ids);
+        self.punt_for_netfilter(&mut desired);
         self.log_problems(&desired);
         let res = self.reconciler.apply(&desired, &mut self.writer);
         // Even after a partial failure the shadow says what the maps hold.
@@ -217,7 +227,8 @@ impl Loop {
         // ids the apply just released may now serve them, so go once more
         // rather than waiting for the next kernel event.
         if res.is_ok() && self.ids.starved() {
-            let desired = desired::compute(state, &self.managed, &self.caps, &mut self.ids);
+            let mut desired = desired::compute(state, &self.managed, &self.caps, &mut self.ids);
+            self.punt_for_netfilter(&mut desired);
             res = self.reconciler.apply(&desired, &mut self.writer);
             self.ids.release_unused(&self.reconciler.applied().nexthops);
         }
@@ -227,6 +238,20 @@ impl Loop {
             debug!("applied {n} map writes, generation {}", self.reconciler.generation());
         }
         Ok(())
+    }
+
+    /// Forwarding past a firewall rule would be a policy violation, so
+    /// while such chains exist both families go to the kernel. Counted under
+    /// `policy_routing`: it is the kernel's policy that must decide.
+    fn punt_for_netfilter(&self, d: &mut Desired) {
+        if self.netfilter_block.is_empty() {
+            return;
+        }
+        d.switches.policy_punt |= Family::V4.bit() | Family::V6.bit();
+        d.problems.push(format!(
+            "netfilter base chains on the forwarding path ({}): IPv4 and IPv6 punted (restart with --allow-netfilter-bypass if the bypass is intended)",
+            self.netfilter_block.join(", ")
+        ));
     }
 
     fn log_problems(&mut self, d: &Desired) {

@@ -89,6 +89,40 @@ pub fn probe() -> Findings {
     f
 }
 
+/// Re-probes while the daemon runs: rules added after start must stop the
+/// fast path too. A fork+exec of nft per period is cheap next to a period.
+pub struct Watcher {
+    allowed: bool,
+    current: Vec<String>,
+}
+
+impl Watcher {
+    /// `initial`: the findings of preflight; `allowed`: --allow-netfilter-bypass.
+    pub fn new(initial: &Findings, allowed: bool) -> Self {
+        Watcher { allowed, current: initial.bypassed.clone() }
+    }
+
+    /// Probes again; true if what the daemon must punt changed.
+    pub fn refresh(&mut self) -> bool {
+        if self.allowed {
+            return false;
+        }
+        let now = probe().bypassed;
+        let changed = now != self.current;
+        self.current = now;
+        changed
+    }
+
+    /// Chains that must stop the fast path now (empty when allowed or none).
+    pub fn blocking(&self) -> &[String] {
+        if self.allowed {
+            &[]
+        } else {
+            &self.current
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,6 +34,8 @@ pub enum SocketState {
 pub struct Checked {
     pub ifaces: Vec<Iface>,
     pub socket: SocketState,
+    /// What the netfilter probe found (the daemon keeps watching).
+    pub netfilter: netfilter::Findings,
 }
 
 pub fn check(args: &RunArgs) -> Result<Checked> {
@@ -93,12 +95,12 @@ pub fn check(args: &RunArgs) -> Result<Checked> {
             );
         }
     }
-    if let Some(why) = nf.unchecked {
+    if let Some(why) = &nf.unchecked {
         log::warn!("{why}; netfilter rules, if any, are bypassed by fast-pathed traffic");
     }
 
     let socket = socket_state(&args.socket)?;
-    Ok(Checked { ifaces, socket })
+    Ok(Checked { ifaces, socket, netfilter: nf })
 }
 
 /// A live daemon answers connect(); a stale file refuses it.
