@@ -91,7 +91,7 @@ fp_fwd_ip4(struct xdp_md *ctx, const struct fp_iface *in, __u32 in_ifindex, __u3
 	r = fp_tx_resolve(&tx, rt, in_ifindex, FP_AF_INET, ip->daddr, NULL, tot_len);
 	if (r != FP_R_FORWARDED)
 		return r;
-	r = fp_tx_commit(ctx, &tx, len, FP_ETH_HLEN + tot_len);
+	r = fp_tx_commit(ctx, &tx, len, FP_ETH_HLEN + tot_len, fp_rt.neigh_clock);
 	if (r != FP_R_FORWARDED)
 		return r;
 
@@ -150,7 +150,7 @@ fp_fwd_ip6(struct xdp_md *ctx, const struct fp_iface *in, __u32 in_ifindex, __u3
 	r = fp_tx_resolve(&tx, rt, in_ifindex, FP_AF_INET6, 0, key.addr, ip_len);
 	if (r != FP_R_FORWARDED)
 		return r;
-	r = fp_tx_commit(ctx, &tx, len, FP_ETH_HLEN + ip_len);
+	r = fp_tx_commit(ctx, &tx, len, FP_ETH_HLEN + ip_len, fp_rt.neigh_clock);
 	if (r != FP_R_FORWARDED)
 		return r;
 

@@ -124,11 +124,18 @@ struct fp_neigh_key {
 	__u8  addr[16];          /* network order; IPv4 in the first 4 bytes, rest zero */
 };
 
-/* fp_neigh value: only neighbours in a usable NUD state are present. */
+/*
+ * fp_neigh value: only neighbours in a usable NUD state are present.
+ * used: fp_runtime.neigh_clock when a packet last went out to it. The data
+ * path stores it only when it differs (about once per tick per neighbour),
+ * so the common case is a compare on the cache line already read for the
+ * MAC; the daemon never writes it back (a hash update would recycle the
+ * element under a concurrent reader), it only reads it for the keep-alive.
+ */
 struct fp_neigh {
 	__u8  mac[FP_ETH_ALEN];
 	__u16 _pad;
-	__u64 used_ns;           /* coarse monotonic ns of last fast-path use (refreshed <= 1/s) */
+	__u32 used;              /* neigh_clock of the last use, 0 = never */
 };
 
 /* fp_stats: per-CPU array indexed by fp_iface.slot (ingress interface). */
@@ -152,7 +159,11 @@ struct fp_runtime {
 	 * (or the hash would overflow). See fp_ip4_rpf_reason().
 	 */
 	__u32 src_lpm;
-	__u32 _pad;
+	/*
+	 * Keep-alive clock: CLOCK_MONOTONIC_COARSE seconds + 1, advanced by
+	 * the daemon's keep-alive (~1/s); 0 = not running, nothing is marked.
+	 */
+	__u32 neigh_clock;
 };
 
 /*

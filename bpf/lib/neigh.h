@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* neigh.h — next-hop neighbour lookup and the "in use" timestamp. */
+/* neigh.h — next-hop neighbour lookup and the "in use" mark. */
 #ifndef FP_NEIGH_H
 #define FP_NEIGH_H
 
@@ -7,9 +7,6 @@
 #include <bpf/bpf_helpers.h>
 #include "maps.h"
 #include "parse.h"
-
-/* How stale used_ns may get before a packet rewrites it. */
-#define FP_NEIGH_TOUCH_NS 1000000000ULL
 
 /*
  * The neighbour is the gateway when the next hop has one (its family may
@@ -39,15 +36,14 @@ fp_neigh_lookup(__u32 ifindex, const struct fp_nexthop *nh, __u8 family, __be32 
 
 /*
  * Fast-pathed packets never touch the kernel's neighbour entry; the daemon
- * reads used_ns to keep in-use entries alive. Refreshing at most once a
- * second keeps the cache line clean on the per-packet path.
+ * reads `used` to keep in-use entries alive. The clock only moves once per
+ * keep-alive tick, so the store (and its cache-line bounce between CPUs)
+ * happens about once a second per neighbour, and no per-packet time helper.
  */
-static __always_inline void fp_neigh_touch(struct fp_neigh *n)
+static __always_inline void fp_neigh_touch(struct fp_neigh *n, __u32 clock)
 {
-	__u64 now = bpf_ktime_get_coarse_ns();
-
-	if (now - n->used_ns > FP_NEIGH_TOUCH_NS)
-		n->used_ns = now;
+	if (n->used != clock)
+		n->used = clock;
 }
 
 #endif /* FP_NEIGH_H */

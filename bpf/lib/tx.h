@@ -81,8 +81,10 @@ fp_tx_resolve(struct fp_tx *tx, const struct fp_route *rt, __u32 in_ifindex,
  *
  * Ethernet padding is cut so the frame is exactly @l2_len bytes, as the
  * kernel's pskb_trim_rcsum() would. Packet pointers are invalid afterwards.
+ * @neigh_clock is fp_runtime.neigh_clock, stamped on the neighbour.
  */
-static __always_inline __u32 fp_tx_commit(struct xdp_md *ctx, struct fp_tx *tx, __u32 *len, __u32 l2_len)
+static __always_inline __u32
+fp_tx_commit(struct xdp_md *ctx, struct fp_tx *tx, __u32 *len, __u32 l2_len, __u32 neigh_clock)
 {
 	if (bpf_redirect_map(&fp_tx_ports, tx->slot, 0) != XDP_REDIRECT)
 		return FP_R_EGRESS_NOT_MANAGED;
@@ -91,7 +93,7 @@ static __always_inline __u32 fp_tx_commit(struct xdp_md *ctx, struct fp_tx *tx, 
 			return FP_R_REDIRECT_FAILED;
 		*len = l2_len;
 	}
-	fp_neigh_touch(tx->neigh);
+	fp_neigh_touch(tx->neigh, neigh_clock);
 	return FP_R_FORWARDED;
 }
 

@@ -698,22 +698,34 @@ fn ttl_checksum_sweep() {
     assert_eq!(s.packets[FP_R_FORWARDED as usize], 65536);
 }
 
-/// used_ns is refreshed on use, but at most about once a second.
+/// A forwarded packet stamps the keep-alive clock of the .bss into its
+/// neighbour's `used`; other neighbours keep theirs; clock 0 stamps nothing.
 #[test]
 fn neighbour_use_is_recorded() {
-    let Some((_lab, world)) = lab("neighbour_use_is_recorded") else { return };
+    let Some((_lab, mut world)) = lab("neighbour_use_is_recorded") else { return };
+    world.rt.neigh_clock = 7;
     let loaded = Loaded::new(&world).expect("load");
-    let key = neigh_key(world.b, AF_INET, &v4("198.51.100.1"));
-    let used = || -> u64 {
+    let gw = neigh_key(world.b, AF_INET, &v4("198.51.100.1"));
+    let other = neigh_key(world.b, AF_INET, &v4("198.51.100.7"));
+    let used = |key: &fp_neigh_key| -> u32 {
         use libbpf_rs::{MapCore, MapFlags};
-        let raw_val = loaded.skel.maps.fp_neigh.lookup(raw(&key), MapFlags::ANY).expect("lookup").expect("neighbour");
-        from_raw::<fp_neigh>(&raw_val).used_ns
+        let raw_val = loaded.skel.maps.fp_neigh.lookup(raw(key), MapFlags::ANY).expect("lookup").expect("neighbour");
+        from_raw::<fp_neigh>(&raw_val).used
     };
-    assert_eq!(used(), 0);
+    let set_clock = |clock: u32| {
+        use libbpf_rs::{MapCore, MapFlags};
+        let rt = fp_runtime { neigh_clock: clock, ..world.rt };
+        loaded.skel.maps.bss.update(&0u32.to_ne_bytes(), raw(&rt), MapFlags::ANY).expect(".bss");
+    };
+    assert_eq!(used(&gw), 0);
     let pkt = f4(&c4());
     assert_eq!(loaded.run(world.a, &pkt).expect("run").0, XDP_REDIRECT);
-    let first = used();
-    assert_ne!(first, 0, "forwarding did not record the neighbour's use");
+    assert_eq!(used(&gw), 7, "forwarding did not record the neighbour's use");
+    assert_eq!(used(&other), 0, "an unused neighbour got stamped");
+    set_clock(8);
     assert_eq!(loaded.run(world.a, &pkt).expect("run").0, XDP_REDIRECT);
-    assert_eq!(used(), first, "refreshed again within a second");
+    assert_eq!(used(&gw), 8, "the next tick's use was not recorded");
+    set_clock(0);
+    assert_eq!(loaded.run(world.a, &pkt).expect("run").0, XDP_REDIRECT);
+    assert_eq!(used(&gw), 0, "clock 0 (no keep-alive) must be stored as is");
 }

@@ -1,6 +1,6 @@
 //! The BPF maps seen from Rust: `MapWriter` applies reconcile's `Op`s to
 //! them (converting to the `fp_*` structs of fastpath.h), and `Maps` offers
-//! the few reads the daemon needs (counters, neighbour use times). Handles
+//! the few reads the daemon needs (counters, neighbour use marks). Handles
 //! are fd duplicates, so the API thread can own its own copy.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -145,24 +145,51 @@ impl Maps {
         Ok(c)
     }
 
-    /// Last fast-path use of a neighbour (coarse monotonic ns, 0 = never).
+    /// Last fast-path use of a neighbour as coarse monotonic ns (0 = never):
+    /// the start of the keep-alive tick in which a packet last went to it,
+    /// so it is up to one tick (~1 s) early.
     pub fn neigh_used_ns(&self, key: &NeighKey) -> MapResult<Option<u64>> {
         let v = ctx("fp_neigh", self.neigh.lookup(bytes(&neigh_key(key)), MapFlags::ANY))?;
-        Ok(v.map(|v| from_bytes::<fp_neigh>(&v).used_ns))
+        Ok(v.map(|v| clock_to_ns(from_bytes::<fp_neigh>(&v).used)))
     }
 
-    /// Every neighbour entry with its last-use time.
-    pub fn neigh_uses(&self) -> Vec<(NeighKey, u64)> {
+    /// Every neighbour entry with the neigh_clock of its last use (0 = never).
+    pub fn neigh_uses(&self) -> Vec<(NeighKey, u32)> {
         let mut out = Vec::new();
         for k in self.neigh.keys() {
             let Ok(Some(v)) = self.neigh.lookup(&k, MapFlags::ANY) else { continue };
             let key: fp_neigh_key = from_bytes(&k);
             if let Some(nk) = decode_neigh_key(&key) {
-                out.push((nk, from_bytes::<fp_neigh>(&v).used_ns));
+                out.push((nk, from_bytes::<fp_neigh>(&v).used));
             }
         }
         out
     }
+
+    /// Advances fp_runtime.neigh_clock, leaving the rest of the .bss as it
+    /// is. Only the daemon thread writes the .bss (here and in MapWriter),
+    /// so the read-modify-write cannot lose a switch update.
+    pub fn set_neigh_clock(&self, clock: u32) -> MapResult<()> {
+        let mut val = self.read_bss()?;
+        let mut rt: fp_runtime = from_bytes(&val);
+        rt.neigh_clock = clock;
+        val[..size_of::<fp_runtime>()].copy_from_slice(bytes(&rt));
+        ctx(".bss", self.bss.update(&0u32.to_ne_bytes(), &val, MapFlags::ANY))
+    }
+
+    /// The whole .bss value, at least as long as fp_runtime.
+    fn read_bss(&self) -> MapResult<Vec<u8>> {
+        let size = self.bss.value_size() as usize;
+        let mut val = ctx(".bss", self.bss.lookup(&0u32.to_ne_bytes(), MapFlags::ANY))?.unwrap_or_default();
+        val.resize(size.max(size_of::<fp_runtime>()), 0);
+        Ok(val)
+    }
+}
+
+/// neigh_clock value (CLOCK_MONOTONIC_COARSE seconds + 1) as coarse ns;
+/// 0 stays 0 (never).
+pub fn clock_to_ns(clock: u32) -> u64 {
+    u64::from(clock.saturating_sub(1)) * 1_000_000_000 * u64::from(clock != 0)
 }
 
 fn read_u64(b: &[u8], off: usize) -> u64 {
@@ -313,12 +340,13 @@ impl MapWriter {
     }
 
     /// The .bss is one array element holding `fp_rt` at offset 0; written
-    /// whole so generation and switches change together.
+    /// whole so generation and switches change together. neigh_clock
+    /// belongs to the keep-alive and is carried over as it is.
     fn write_runtime(&self) -> MapResult<()> {
-        let size = self.maps.bss.value_size() as usize;
-        let mut val = ctx(".bss", self.maps.bss.lookup(&0u32.to_ne_bytes(), MapFlags::ANY))?.unwrap_or_default();
-        val.resize(size.max(size_of::<fp_runtime>()), 0);
-        val[..size_of::<fp_runtime>()].copy_from_slice(bytes(&self.rt));
+        let mut val = self.maps.read_bss()?;
+        let mut rt = self.rt;
+        rt.neigh_clock = from_bytes::<fp_runtime>(&val).neigh_clock;
+        val[..size_of::<fp_runtime>()].copy_from_slice(bytes(&rt));
         ctx(".bss", self.maps.bss.update(&0u32.to_ne_bytes(), &val, MapFlags::ANY))
     }
 
@@ -347,11 +375,11 @@ impl TableWriter for MapWriter {
             }
             Op::UpsertNeigh(k, NeighEntry { mac }) => {
                 let key = neigh_key(k);
-                // The data path owns used_ns; a MAC change must not reset keep-alive.
-                let used_ns = ctx("fp_neigh", m.neigh.lookup(bytes(&key), any))?
-                    .map(|v| from_bytes::<fp_neigh>(&v).used_ns)
+                // The data path owns `used`; a MAC change must not reset keep-alive.
+                let used = ctx("fp_neigh", m.neigh.lookup(bytes(&key), any))?
+                    .map(|v| from_bytes::<fp_neigh>(&v).used)
                     .unwrap_or(0);
-                let val = fp_neigh { mac: *mac, _pad: 0, used_ns };
+                let val = fp_neigh { mac: *mac, _pad: 0, used };
                 ctx("fp_neigh", m.neigh.update(bytes(&key), bytes(&val), any))
             }
             Op::DeleteNeigh(k) => ignore_missing(ctx("fp_neigh", m.neigh.delete(bytes(&neigh_key(k))))),
@@ -407,6 +435,13 @@ mod tests {
         let raw = u32::from_ne_bytes([192, 0, 2, 1]);
         assert_eq!(src_bloom_bit(a), raw.wrapping_mul(0x9E37_79B1) >> 16);
         assert!(src_bloom_bit(a) < intf::FP_SRC_BLOOM_WORDS * 64);
+    }
+
+    #[test]
+    fn neigh_clock_to_ns() {
+        assert_eq!(clock_to_ns(0), 0);
+        assert_eq!(clock_to_ns(1), 0);
+        assert_eq!(clock_to_ns(u32::MAX), u64::from(u32::MAX - 1) * 1_000_000_000);
     }
 
     #[test]
