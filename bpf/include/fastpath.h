@@ -116,16 +116,24 @@ struct fp_nexthop {
 	__u8  gw[16];            /* gateway, network order; IPv4 in the first 4 bytes */
 };
 
-/* fp_neigh key: the L2 table of one interface (split L2/L3, FreeBSD paper). */
-struct fp_neigh_key {
+/*
+ * Neighbour keys: the L2 table of one interface (split L2/L3, FreeBSD
+ * paper), one map per address family so the IPv4 key is 8 bytes. The map
+ * follows the neighbour's family (gateway family, else the packet's), so
+ * IPv4 via an IPv6 gateway looks in fp_neigh6.
+ */
+struct fp_neigh4_key {           /* fp_neigh4 */
 	__u32 ifindex;
-	__u8  family;            /* AF_INET or AF_INET6 */
-	__u8  _pad[3];
-	__u8  addr[16];          /* network order; IPv4 in the first 4 bytes, rest zero */
+	__u32 addr;              /* network order */
+};
+
+struct fp_neigh6_key {           /* fp_neigh6 */
+	__u32 ifindex;
+	__u8  addr[16];
 };
 
 /*
- * fp_neigh value: only neighbours in a usable NUD state are present.
+ * fp_neigh4 / fp_neigh6 value: only neighbours in a usable NUD state are present.
  * used: fp_runtime.neigh_clock when a packet last went out to it. The data
  * path stores it only when it differs (about once per tick per neighbour),
  * so the common case is a compare on the cache line already read for the

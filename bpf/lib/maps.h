@@ -63,13 +63,24 @@ struct {
 	__type(value, struct fp_nexthop);
 } fp_nexthops SEC(".maps");
 
-/* Per-interface L2 tables (one hash, keyed by ifindex + address). */
+/*
+ * Per-interface L2 tables, one hash per family keyed by ifindex + address.
+ * Both are sized by --neigh-entries (the reconciler counts all neighbours
+ * against it, so either map alone always has room).
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, FP_DEFAULT_NEIGH_ENTRIES);
-	__type(key, struct fp_neigh_key);
+	__type(key, struct fp_neigh4_key);
 	__type(value, struct fp_neigh);
-} fp_neigh SEC(".maps");
+} fp_neigh4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, FP_DEFAULT_NEIGH_ENTRIES);
+	__type(key, struct fp_neigh6_key);
+	__type(value, struct fp_neigh);
+} fp_neigh6 SEC(".maps");
 
 /*
  * Egress ports the program may redirect to: fp_iface.slot -> ifindex. An

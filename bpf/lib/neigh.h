@@ -11,27 +11,32 @@
 /*
  * The neighbour is the gateway when the next hop has one (its family may
  * differ from the packet's: IPv4 via an IPv6 gateway, RFC 5549), else the
- * packet's own destination: @dst4 for IPv4, @dst6 (16 bytes) for IPv6.
- * Callers pass a constant @family, so the other branch folds away.
+ * packet's own destination: @dst4 for IPv4, @dst6 (16 bytes) for IPv6. The
+ * neighbour's family picks the map. Callers pass a constant @family, so the
+ * other on-link branch folds away.
  */
 static __always_inline struct fp_neigh *
 fp_neigh_lookup(__u32 ifindex, const struct fp_nexthop *nh, __u8 family, __be32 dst4, const __u8 *dst6)
 {
-	struct fp_neigh_key key;
+	struct fp_neigh4_key k4;
+	struct fp_neigh6_key k6;
+	__u8 nfam = nh->gw_family ? nh->gw_family : family;
 
-	__builtin_memset(&key, 0, sizeof(key));
-	key.ifindex = ifindex;
-	if (nh->gw_family) {
-		key.family = nh->gw_family;
-		__builtin_memcpy(key.addr, nh->gw, sizeof(key.addr));
-	} else if (family == FP_AF_INET) {
-		key.family = FP_AF_INET;
-		*(__be32 *)key.addr = dst4;
-	} else {
-		key.family = FP_AF_INET6;
-		__builtin_memcpy(key.addr, dst6, sizeof(key.addr));
+	if (nfam == FP_AF_INET) {
+		k4.ifindex = ifindex;
+		k4.addr = nh->gw_family ? *(const __u32 *)nh->gw : dst4;
+		return bpf_map_lookup_elem(&fp_neigh4, &k4);
 	}
-	return bpf_map_lookup_elem(&fp_neigh, &key);
+	if (nfam != FP_AF_INET6)
+		return NULL;
+	k6.ifindex = ifindex;
+	/* Separate copies: a select between a map value and a stack pointer
+	 * would not pass the verifier. */
+	if (nh->gw_family)
+		__builtin_memcpy(k6.addr, nh->gw, sizeof(k6.addr));
+	else
+		__builtin_memcpy(k6.addr, dst6, sizeof(k6.addr));
+	return bpf_map_lookup_elem(&fp_neigh6, &k6);
 }
 
 /*

@@ -646,6 +646,16 @@ fn punt_cases(world: &World) -> Vec<Case> {
             FP_R_NO_NEIGH,
         ),
         Case::punt(
+            "v4 via v6 never takes a v4 entry with the gateway's leading bytes",
+            move |w| {
+                w.set_route4(lpm4("203.0.113.0", 24), route(fp_route_type::FP_RT_FORWARD, NH_V4_VIA_V6));
+                w.neigh.retain(|(k, _)| *k != neigh_key(b, AF_INET6, &v6("fe80::d6")));
+                w.neigh.push((neigh_key(b, AF_INET, &v6("fe80::d6")[..4]), neigh(MAC_GW6LL)));
+            },
+            f4(&p4),
+            FP_R_NO_NEIGH,
+        ),
+        Case::punt(
             "v6 no neighbour for the gateway",
             move |w| w.neigh.retain(|(k, _)| *k != neigh_key(b, AF_INET6, &v6("2001:db8:b::1"))),
             f6(&p6),
@@ -704,13 +714,20 @@ fn ttl_checksum_sweep() {
 fn neighbour_use_is_recorded() {
     let Some((_lab, mut world)) = lab("neighbour_use_is_recorded") else { return };
     world.rt.neigh_clock = 7;
+    world.set_route4(lpm4("203.0.113.128", 25), route(fp_route_type::FP_RT_FORWARD, NH_V4_VIA_V6));
     let loaded = Loaded::new(&world).expect("load");
     let gw = neigh_key(world.b, AF_INET, &v4("198.51.100.1"));
     let other = neigh_key(world.b, AF_INET, &v4("198.51.100.7"));
-    let used = |key: &fp_neigh_key| -> u32 {
+    let gw6 = neigh_key(world.b, AF_INET6, &v6("2001:db8:b::1"));
+    let gw6ll = neigh_key(world.b, AF_INET6, &v6("fe80::d6"));
+    let used = |key: &NeighKey| -> u32 {
         use libbpf_rs::{MapCore, MapFlags};
-        let raw_val = loaded.skel.maps.fp_neigh.lookup(raw(key), MapFlags::ANY).expect("lookup").expect("neighbour");
-        from_raw::<fp_neigh>(&raw_val).used
+        let m = &loaded.skel.maps;
+        let raw_val = match key {
+            NeighKey::V4(k) => m.fp_neigh4.lookup(raw(k), MapFlags::ANY),
+            NeighKey::V6(k) => m.fp_neigh6.lookup(raw(k), MapFlags::ANY),
+        };
+        from_raw::<fp_neigh>(&raw_val.expect("lookup").expect("neighbour")).used
     };
     let set_clock = |clock: u32| {
         use libbpf_rs::{MapCore, MapFlags};
@@ -725,6 +742,13 @@ fn neighbour_use_is_recorded() {
     set_clock(8);
     assert_eq!(loaded.run(world.a, &pkt).expect("run").0, XDP_REDIRECT);
     assert_eq!(used(&gw), 8, "the next tick's use was not recorded");
+    assert_eq!(loaded.run(world.a, &f6(&c6())).expect("run").0, XDP_REDIRECT);
+    assert_eq!(used(&gw6), 8, "IPv6 use not recorded in fp_neigh6");
+    // 203.0.113.128/25 goes via the IPv6 link-local gateway (RFC 5549).
+    let via6 = with4(|p| p.dst = v4("203.0.113.200"));
+    assert_eq!(loaded.run(world.a, &f4(&via6)).expect("run").0, XDP_REDIRECT);
+    assert_eq!(used(&gw6ll), 8, "IPv4 via IPv6 use not recorded in fp_neigh6");
+    assert_eq!(used(&other), 0);
     set_clock(0);
     assert_eq!(loaded.run(world.a, &pkt).expect("run").0, XDP_REDIRECT);
     assert_eq!(used(&gw), 0, "clock 0 (no keep-alive) must be stored as is");

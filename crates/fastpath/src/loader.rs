@@ -41,7 +41,10 @@ pub fn load<'obj>(storage: &'obj mut MaybeUninit<OpenObject>, caps: &Capacities)
         (&mut open.maps.fp_src_deny4, caps.fib4, "fp_src_deny4"),
         (&mut open.maps.fp_fib6, caps.fib6, "fp_fib6"),
         (&mut open.maps.fp_nexthops, caps.nexthops, "fp_nexthops"),
-        (&mut open.maps.fp_neigh, caps.neigh, "fp_neigh"),
+        // One map per family, each big enough for every neighbour: the
+        // reconciler counts both families against caps.neigh together.
+        (&mut open.maps.fp_neigh4, caps.neigh, "fp_neigh4"),
+        (&mut open.maps.fp_neigh6, caps.neigh, "fp_neigh6"),
     ];
     for (map, n, name) in sizes {
         if n == 0 {

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::mem::size_of;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use fastpath_bpf::intf::{self, fp_iface, fp_lpm4_key, fp_lpm6_key, fp_neigh, fp_neigh_key, fp_nexthop, fp_route, fp_runtime};
+use fastpath_bpf::intf::{self, fp_iface, fp_lpm4_key, fp_lpm6_key, fp_neigh, fp_neigh4_key, fp_neigh6_key, fp_nexthop, fp_route, fp_runtime};
 use fastpath_bpf::skel::xdp_fwd::XdpFwdSkel;
 use fastpath_core::tables::{IfaceEntry, NeighEntry, NeighKey, NexthopEntry, Op, RouteAction, RouteEntry, Switches, TableWriter};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
@@ -50,7 +50,8 @@ pub struct Maps {
     fib4: MapHandle,
     fib6: MapHandle,
     nexthops: MapHandle,
-    neigh: MapHandle,
+    neigh4: MapHandle,
+    neigh6: MapHandle,
     src_deny4: MapHandle,
     src_bloom4: MapHandle,
     tx_ports: MapHandle,
@@ -96,7 +97,8 @@ impl Maps {
             fib4: handle("fp_fib4", &m.fp_fib4)?,
             fib6: handle("fp_fib6", &m.fp_fib6)?,
             nexthops: handle("fp_nexthops", &m.fp_nexthops)?,
-            neigh: handle("fp_neigh", &m.fp_neigh)?,
+            neigh4: handle("fp_neigh4", &m.fp_neigh4)?,
+            neigh6: handle("fp_neigh6", &m.fp_neigh6)?,
             src_deny4: handle("fp_src_deny4", &m.fp_src_deny4)?,
             src_bloom4: handle("fp_src_bloom4", &m.fp_src_bloom4)?,
             tx_ports: handle("fp_tx_ports", &m.fp_tx_ports)?,
@@ -111,7 +113,8 @@ impl Maps {
             fib4: dup("fp_fib4", &self.fib4)?,
             fib6: dup("fp_fib6", &self.fib6)?,
             nexthops: dup("fp_nexthops", &self.nexthops)?,
-            neigh: dup("fp_neigh", &self.neigh)?,
+            neigh4: dup("fp_neigh4", &self.neigh4)?,
+            neigh6: dup("fp_neigh6", &self.neigh6)?,
             src_deny4: dup("fp_src_deny4", &self.src_deny4)?,
             src_bloom4: dup("fp_src_bloom4", &self.src_bloom4)?,
             tx_ports: dup("fp_tx_ports", &self.tx_ports)?,
@@ -149,21 +152,30 @@ impl Maps {
     /// the start of the keep-alive tick in which a packet last went to it,
     /// so it is up to one tick (~1 s) early.
     pub fn neigh_used_ns(&self, key: &NeighKey) -> MapResult<Option<u64>> {
-        let v = ctx("fp_neigh", self.neigh.lookup(bytes(&neigh_key(key)), MapFlags::ANY))?;
+        let (name, map, k) = self.neigh_map(key);
+        let v = ctx(name, map.lookup(&k, MapFlags::ANY))?;
         Ok(v.map(|v| clock_to_ns(from_bytes::<fp_neigh>(&v).used)))
     }
 
     /// Every neighbour entry with the neigh_clock of its last use (0 = never).
     pub fn neigh_uses(&self) -> Vec<(NeighKey, u32)> {
         let mut out = Vec::new();
-        for k in self.neigh.keys() {
-            let Ok(Some(v)) = self.neigh.lookup(&k, MapFlags::ANY) else { continue };
-            let key: fp_neigh_key = from_bytes(&k);
-            if let Some(nk) = decode_neigh_key(&key) {
+        for (map, v6) in [(&self.neigh4, false), (&self.neigh6, true)] {
+            for k in map.keys() {
+                let Ok(Some(v)) = map.lookup(&k, MapFlags::ANY) else { continue };
+                let nk = if v6 { decode_neigh6_key(&from_bytes(&k)) } else { decode_neigh4_key(&from_bytes(&k)) };
                 out.push((nk, from_bytes::<fp_neigh>(&v).used));
             }
         }
         out
+    }
+
+    /// The map a neighbour lives in (by its address family) and its key bytes there.
+    fn neigh_map(&self, k: &NeighKey) -> (&'static str, &MapHandle, Vec<u8>) {
+        match k.addr {
+            IpAddr::V4(a) => ("fp_neigh4", &self.neigh4, bytes(&neigh4_key(k.ifindex, a)).to_vec()),
+            IpAddr::V6(a) => ("fp_neigh6", &self.neigh6, bytes(&neigh6_key(k.ifindex, a)).to_vec()),
+        }
     }
 
     /// Advances fp_runtime.neigh_clock, leaving the rest of the .bss as it
@@ -213,17 +225,20 @@ fn addr16(a: &IpAddr) -> [u8; 16] {
     out
 }
 
-fn neigh_key(k: &NeighKey) -> fp_neigh_key {
-    fp_neigh_key { ifindex: k.ifindex, family: family_of(&k.addr), _pad: [0; 3], addr: addr16(&k.addr) }
+fn neigh4_key(ifindex: u32, a: Ipv4Addr) -> fp_neigh4_key {
+    fp_neigh4_key { ifindex, addr: u32::from_ne_bytes(a.octets()) }
 }
 
-fn decode_neigh_key(k: &fp_neigh_key) -> Option<NeighKey> {
-    let addr = match k.family as i32 {
-        libc::AF_INET => IpAddr::V4(Ipv4Addr::new(k.addr[0], k.addr[1], k.addr[2], k.addr[3])),
-        libc::AF_INET6 => IpAddr::V6(Ipv6Addr::from(k.addr)),
-        _ => return None,
-    };
-    Some(NeighKey { ifindex: k.ifindex, addr })
+fn neigh6_key(ifindex: u32, a: Ipv6Addr) -> fp_neigh6_key {
+    fp_neigh6_key { ifindex, addr: a.octets() }
+}
+
+fn decode_neigh4_key(k: &fp_neigh4_key) -> NeighKey {
+    NeighKey { ifindex: k.ifindex, addr: IpAddr::V4(Ipv4Addr::from(k.addr.to_ne_bytes())) }
+}
+
+fn decode_neigh6_key(k: &fp_neigh6_key) -> NeighKey {
+    NeighKey { ifindex: k.ifindex, addr: IpAddr::V6(Ipv6Addr::from(k.addr)) }
 }
 
 fn lpm4(addr: Ipv4Addr, len: u8) -> fp_lpm4_key {
@@ -374,15 +389,16 @@ impl TableWriter for MapWriter {
                 ctx("fp_nexthops", m.nexthops.update(&id.to_ne_bytes(), bytes(&fp_nexthop::default()), any))
             }
             Op::UpsertNeigh(k, NeighEntry { mac }) => {
-                let key = neigh_key(k);
+                let (name, map, key) = m.neigh_map(k);
                 // The data path owns `used`; a MAC change must not reset keep-alive.
-                let used = ctx("fp_neigh", m.neigh.lookup(bytes(&key), any))?
-                    .map(|v| from_bytes::<fp_neigh>(&v).used)
-                    .unwrap_or(0);
+                let used = ctx(name, map.lookup(&key, any))?.map(|v| from_bytes::<fp_neigh>(&v).used).unwrap_or(0);
                 let val = fp_neigh { mac: *mac, _pad: 0, used };
-                ctx("fp_neigh", m.neigh.update(bytes(&key), bytes(&val), any))
+                ctx(name, map.update(&key, bytes(&val), any))
             }
-            Op::DeleteNeigh(k) => ignore_missing(ctx("fp_neigh", m.neigh.delete(bytes(&neigh_key(k))))),
+            Op::DeleteNeigh(k) => {
+                let (name, map, key) = m.neigh_map(k);
+                ignore_missing(ctx(name, map.delete(&key)))
+            }
             Op::UpsertRoute4(a, l, e) => ctx("fp_fib4", m.fib4.update(bytes(&lpm4(*a, *l)), bytes(&route(e)), any)),
             Op::DeleteRoute4(a, l) => ignore_missing(ctx("fp_fib4", m.fib4.delete(bytes(&lpm4(*a, *l))))),
             Op::UpsertRoute6(a, l, e) => ctx("fp_fib6", m.fib6.update(bytes(&lpm6(*a, *l)), bytes(&route(e)), any)),
@@ -424,7 +440,11 @@ mod tests {
     fn neigh_key_round_trips() {
         for a in ["192.0.2.1", "2001:db8::1"] {
             let k = NeighKey { ifindex: 7, addr: a.parse().unwrap() };
-            assert_eq!(decode_neigh_key(&neigh_key(&k)), Some(k));
+            let back = match k.addr {
+                IpAddr::V4(v4) => decode_neigh4_key(&neigh4_key(7, v4)),
+                IpAddr::V6(v6) => decode_neigh6_key(&neigh6_key(7, v6)),
+            };
+            assert_eq!(back, k);
         }
     }
 

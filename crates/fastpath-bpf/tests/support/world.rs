@@ -71,10 +71,24 @@ pub fn gw_nh(ifindex: u32, family: u8, gw: &[u8]) -> fp_nexthop {
     nh
 }
 
-pub fn neigh_key(ifindex: u32, family: u8, addr: &[u8]) -> fp_neigh_key {
-    let mut k = fp_neigh_key { ifindex, family, ..Default::default() };
-    k.addr[..addr.len()].copy_from_slice(addr);
-    k
+/// A neighbour as the daemon sees it; `apply` writes it to fp_neigh4 or
+/// fp_neigh6 by family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NeighKey {
+    V4(fp_neigh4_key),
+    V6(fp_neigh6_key),
+}
+
+pub fn neigh_key(ifindex: u32, family: u8, addr: &[u8]) -> NeighKey {
+    if family == AF_INET {
+        let mut a = [0u8; 4];
+        a.copy_from_slice(addr);
+        NeighKey::V4(fp_neigh4_key { ifindex, addr: u32::from_ne_bytes(a) })
+    } else {
+        let mut k = fp_neigh6_key { ifindex, ..Default::default() };
+        k.addr.copy_from_slice(addr);
+        NeighKey::V6(k)
+    }
 }
 
 pub fn neigh(mac: Mac) -> fp_neigh {
@@ -89,7 +103,7 @@ pub struct World {
     pub fib4: Vec<(fp_lpm4_key, fp_route)>,
     pub fib6: Vec<(fp_lpm6_key, fp_route)>,
     pub nexthops: Vec<(u32, fp_nexthop)>,
-    pub neigh: Vec<(fp_neigh_key, fp_neigh)>,
+    pub neigh: Vec<(NeighKey, fp_neigh)>,
     /// Ingress ifindexes in the devmap, each under its fp_iface slot.
     pub tx_ports: Vec<u32>,
     /// fp_src_deny4: source address -> reason (what desired derives from the FIB).
@@ -178,7 +192,10 @@ impl World {
             m.fp_nexthops.update(&k.to_ne_bytes(), raw(v), MapFlags::ANY).context("fp_nexthops")?;
         }
         for (k, v) in &self.neigh {
-            m.fp_neigh.update(raw(k), raw(v), MapFlags::ANY).context("fp_neigh")?;
+            match k {
+                NeighKey::V4(k) => m.fp_neigh4.update(raw(k), raw(v), MapFlags::ANY).context("fp_neigh4")?,
+                NeighKey::V6(k) => m.fp_neigh6.update(raw(k), raw(v), MapFlags::ANY).context("fp_neigh6")?,
+            }
         }
         for ifindex in &self.tx_ports {
             // Without an fp_ifaces entry the program never gets as far as the devmap.
