@@ -47,6 +47,8 @@ fn main() {
                     "-g",
                     "-Wall",
                     "-Werror",
+                    // v3 (ALU32, JMP32; kernels >= 5.1): clang-19 still defaults to v1.
+                    "-mcpu=v3",
                     "-D__TARGET_ARCH_x86",
                     &format!("-I{}", include.display()),
                     &format!("-I{}", lib.display()),
