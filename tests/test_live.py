@@ -217,3 +217,27 @@ def test_egress_carrier_loss(lab, fastpath_bin):
 
     _, fp = differential(lab, scenario, rx=[lab.c0])
     assert fp.counters["r0"].get("forwarded", 0) == 4, fp.counters
+
+
+def test_same_subnet_on_two_interfaces_is_punted(lab, daemon):
+    """Two equal-metric kernel prefix routes for one IPv6 subnet (or IPv4
+    aliases): the kernel may use either, one FIB entry cannot say which, so the
+    prefix is punted — and forwarded again once only one route is left."""
+    def action(prefix):
+        for r in daemon.routes():
+            if r["prefix"] == prefix:
+                return r["action"], r["reason"]
+        return None
+
+    for fam, a0, a1, prefix in (("-6", "2001:db8:9::1/64", "2001:db8:9::2/64", "2001:db8:9::/64"),
+                                ("-4", "203.0.113.129/25", "203.0.113.130/25", "203.0.113.128/25")):
+        extra = ["nodad"] if fam == "-6" else []
+        lab.ip(lab.router, fam, "addr", "add", a0, "dev", "r0", *extra)
+        daemon.wait_converged()
+        assert action(prefix) == ("forward", None), daemon.routes()
+        lab.ip(lab.router, fam, "addr", "add", a1, "dev", "r1", *extra)
+        daemon.wait_converged(0.3)
+        assert action(prefix) == ("punt", "route_unsupported"), daemon.routes()
+        lab.ip(lab.router, fam, "addr", "del", a1, "dev", "r1")
+        daemon.wait_converged(0.3)
+        assert action(prefix) == ("forward", None), daemon.routes()

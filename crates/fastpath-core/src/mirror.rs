@@ -130,13 +130,18 @@ pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
             state.addrs.remove(&a).is_some()
         }
         Msg::NewRoute(fam, route) => insert_route(state, fam, route),
-        Msg::AddRoute(Family::V4, route) => {
-            let key = (Family::V4, route.key.clone());
+        Msg::AddRoute(fam, route) => {
+            let key = (fam, route.key.clone());
             match state.routes.get(&key) {
                 Some(old) if *old != route => {
-                    // Two IPv4 aliases share this key and the kernel uses the first; deleting
-                    // that one later would silently uncover the other. Punt the prefix and let
-                    // a re-dump tell whether an alias really exists (or we held a stale route).
+                    // A second, different route under a key we hold. IPv4: aliases
+                    // (append/prepend), the kernel uses the first. IPv6: not only
+                    // multipath siblings — the kernel keeps equal-metric device
+                    // routes side by side (the same subnet on two interfaces gives
+                    // two `proto kernel` routes) and may pick either. Either way
+                    // one entry cannot say what the kernel does: punt the prefix and
+                    // let a re-dump tell what really exists (a multipath set comes
+                    // back from the dump as one RTA_MULTIPATH message).
                     if !parse::is_opaque(old) {
                         let alias = alias_marker(route.key.clone());
                         state.routes.insert(key, alias);
@@ -146,12 +151,9 @@ pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
                     false
                 }
                 Some(_) => false,
-                None => insert_route(state, Family::V4, route),
+                None => insert_route(state, fam, route),
             }
         }
-        // IPv6 has no aliases: a second route with the key becomes a multipath sibling,
-        // and the kernel announces the whole set.
-        Msg::AddRoute(Family::V6, route) => insert_route(state, Family::V6, route),
         Msg::DelRoute(fam, route) => {
             let key = (fam, route.key.clone());
             match state.routes.get(&key) {
@@ -202,7 +204,7 @@ pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
     }
 }
 
-/// The opaque (punted) entry standing for several IPv4 aliases of one key.
+/// The opaque (punted) entry standing for several routes under one key.
 fn alias_marker(key: RouteKey) -> Route {
     Route {
         key,
@@ -835,7 +837,8 @@ mod tests {
         // Deleting one alias does not match the marker: re-dump.
         let (changed, f) = run(&mut st, Msg::DelRoute(Family::V4, a));
         assert!(!changed && f.fib);
-        // IPv6 has no aliases: last wins.
+        // IPv6 too: a different second route under the key (equal-metric
+        // device routes, or a sibling announced alone) is punted until re-dumped.
         let mut st = KernelState::default();
         run(
             &mut st,
@@ -849,11 +852,9 @@ mod tests {
             64,
             RouteTarget::Multipath(vec![via(3, "fe80::2"), via(3, "fe80::3")]),
         );
-        assert_eq!(
-            run(&mut st, Msg::AddRoute(Family::V6, mp.clone())),
-            (true, Followups::default())
-        );
-        assert_eq!(st.routes[&(Family::V6, mp.key.clone())], mp);
+        let (changed, f) = run(&mut st, Msg::AddRoute(Family::V6, mp.clone()));
+        assert!(changed && f.fib);
+        assert!(parse::is_opaque(&st.routes[&(Family::V6, mp.key.clone())]));
     }
 
     #[test]
