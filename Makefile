@@ -45,7 +45,7 @@ test-e2e:
 demo: setup build
 	$(PYTHON) tests/demo.py
 
-bench: build
+bench: setup build
 	$(BIN) bench
 
 clean:

@@ -48,7 +48,7 @@ pub struct NexthopEntry {
     pub gateway: Option<std::net::IpAddr>,
 }
 
-/// fp_neigh_key
+/// fp_neigh4_key / fp_neigh6_key (the address family picks the map)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct NeighKey {
     pub ifindex: u32,
