@@ -709,8 +709,9 @@ pub fn compute(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::{ip, main_route, plain_rule};
     use crate::model::{
-        IfSysctl, Link, Neighbour, NexthopObject, RouteKey, NUD_DELAY, NUD_FAILED, NUD_INCOMPLETE,
+        IfSysctl, Link, Neighbour, NexthopObject, NUD_DELAY, NUD_FAILED, NUD_INCOMPLETE,
         NUD_NOARP, NUD_PERMANENT, NUD_PROBE, NUD_REACHABLE, NUD_STALE, RT_TABLE_DEFAULT,
     };
 
@@ -790,10 +791,6 @@ mod tests {
 
     // ---- builders ----
 
-    fn ip(s: &str) -> IpAddr {
-        s.parse().unwrap()
-    }
-
     fn mac(n: u8) -> [u8; 6] {
         [2, 0, 0, 0, 0, n]
     }
@@ -813,14 +810,7 @@ mod tests {
     }
 
     fn rule(family: Family, priority: u32, table: u32) -> Rule {
-        Rule {
-            family,
-            priority,
-            table,
-            action: 1,
-            has_selectors: false,
-            invert: false,
-        }
+        plain_rule(family, priority, table)
     }
 
     fn default_rule_set() -> Vec<Rule> {
@@ -884,20 +874,7 @@ mod tests {
 
     /// A unicast main-table route to `dst/len` with no target yet.
     fn rt(dst: &str, len: u8) -> Route {
-        Route {
-            key: RouteKey {
-                table: RT_TABLE_MAIN,
-                dst: ip(dst),
-                prefix_len: len,
-                tos: 0,
-                priority: 0,
-            },
-            kind: RouteKind::Unicast,
-            target: RouteTarget::None,
-            mtu: 0,
-            mtu_locked: false,
-            encap: false,
-        }
+        main_route(dst, len, RouteTarget::None)
     }
 
     fn via(mut r: Route, ifindex: u32, gw: Option<&str>) -> Route {

@@ -4,6 +4,8 @@
 //! ordered list of map writes (`reconcile`).
 
 pub mod desired;
+#[cfg(test)]
+mod fixtures;
 pub mod mirror;
 pub mod model;
 pub mod parse;

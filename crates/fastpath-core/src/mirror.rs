@@ -719,27 +719,11 @@ fn send_and_ack(sock: &Socket, req: &[u8], seq: u32) -> Result<(), MirrorError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::{ip, main_route};
     use crate::model::*;
 
-    fn ip(s: &str) -> IpAddr {
-        s.parse().unwrap()
-    }
-
     fn route(dst: &str, len: u8, target: RouteTarget) -> Route {
-        Route {
-            key: RouteKey {
-                table: RT_TABLE_MAIN,
-                dst: ip(dst),
-                prefix_len: len,
-                tos: 0,
-                priority: 0,
-            },
-            kind: RouteKind::Unicast,
-            target,
-            mtu: 0,
-            mtu_locked: false,
-            encap: false,
-        }
+        main_route(dst, len, target)
     }
 
     fn via(ifindex: u32, gw: &str) -> NextHop {

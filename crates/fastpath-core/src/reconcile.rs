@@ -362,10 +362,11 @@ fn fib_ops<A: Ord + Copy>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::plain_rule;
     use crate::desired::{compute, NexthopIds};
     use crate::model::{
         Family, IfSysctl, KernelState, Link, Neighbour, NextHop, Route, RouteKey, RouteKind,
-        RouteTarget, Rule, NUD_FAILED, NUD_REACHABLE,
+        RouteTarget, NUD_FAILED, NUD_REACHABLE,
     };
     use crate::tables::{IfaceEntry, NeighEntry, NeighKey, NexthopEntry};
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -1212,14 +1213,7 @@ mod tests {
             );
         }
         st.sysctl.forwarding6_all = true;
-        let r = |family, priority, table| Rule {
-            family,
-            priority,
-            table,
-            action: 1,
-            has_selectors: false,
-            invert: false,
-        };
+        let r = plain_rule;
         st.rules = vec![
             r(Family::V4, 0, 255),
             r(Family::V4, 32766, 254),
