@@ -1,0 +1,120 @@
+"""The daemon's mirror of kernel state under stress: neighbour keep-alive and
+netlink overruns, end to end."""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+import time
+
+from lab import Daemon, Lab, Sender, counter_delta
+from pkts import udp4
+
+
+def neigh_state(lab: Lab, addr: str, dev: str = "r1") -> str | None:
+    out = lab.ip(lab.router, "neigh", "show", addr, "dev", dev).stdout.split()
+    return out[-1] if out else None
+
+
+def wait_for(what: str, cond, timeout: float, step: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        time.sleep(step)
+
+
+class OneWayStream:
+    """UDP from the client to the server at a steady rate, in a thread. The
+    server drops it silently, so nothing the server sends can refresh the
+    router's neighbour entry: only fastpath's keep-alive can."""
+
+    def __init__(self, lab: Lab, dst: str, pps: int = 50):
+        lab.run(lab.server, "nft", "add", "table", "ip", "sink")
+        lab.run(lab.server, "nft", "add", "chain", "ip", "sink", "input",
+                "{ type filter hook input priority 0; policy accept; }")
+        lab.run(lab.server, "nft", "add", "rule", "ip", "sink", "input", "udp", "dport", "9", "drop")
+        self.frames = [bytes(udp4(lab, dst=dst, seq=i)) for i in range(pps)]
+        self.sender = Sender(lab.c0)
+        self.gap = 1.0 / pps
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        lab.defer(self.close)
+
+    def _run(self) -> None:
+        i = 0
+        while not self.stop.wait(self.gap):
+            self.sender.send(self.frames[i % len(self.frames)])
+            i += 1
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.sender.close()
+
+
+def test_vanished_neighbour_stops_the_fast_path_like_the_kernel(lab, daemon):
+    """A neighbour that stops answering must stop the fast path the way it
+    stops the kernel: the kernel's probes fail (FAILED/INCOMPLETE), the mirror
+    drops the entry, and fastpath hands the flow back to the kernel (no_neigh)
+    instead of sending to a MAC nobody answers for. Also checks that the
+    keep-alive reports the in-use entry (neigh_keepalives).
+
+    What this cannot show on 6.18: that the keep-alive is *needed*. In this
+    lab the kernel keeps a once-probed entry cycling REACHABLE/DELAY even
+    when idle (`ip -s neigh` shows used 0), so it detects the dead neighbour
+    on its own; the NTF_USE re-probe of a STALE entry is tested directly in
+    crates/fastpath-core/tests/mirror_netns.rs."""
+    for key, value in (("base_reachable_time_ms", "500"), ("delay_first_probe_time", "1"),
+                       ("retrans_time_ms", "100"), ("ucast_solicit", "3"), ("mcast_solicit", "3")):
+        lab.sysctl(lab.router, f"net.ipv4.neigh.r1.{key}", value)
+    lab.resolve_neighbours()
+    daemon.wait_converged()
+    OneWayStream(lab, Lab.S4)
+
+    # Several reachable-time periods of one-way fast-pathed traffic.
+    time.sleep(3.0)
+    before = daemon.counters("r0")
+    time.sleep(1.0)
+    d = counter_delta(before, daemon.counters("r0"))
+    assert d.get("forwarded", 0) >= 40 and d.get("no_neigh", 0) == 0, d
+    assert daemon.status()["neigh_keepalives"] > 0
+
+    # The server stops answering ARP: the kernel's probes must fail.
+    lab.ip(lab.server, "link", "set", "s0", "arp", "off")
+    wait_for("the router's neighbour to fail",
+             lambda: neigh_state(lab, Lab.S4) in (None, "FAILED", "INCOMPLETE"), timeout=8)
+    daemon.wait_converged(0.3)
+    before = daemon.counters("r0")
+    time.sleep(1.0)
+    d = counter_delta(before, daemon.counters("r0"))
+    assert d.get("forwarded", 0) == 0 and d.get("no_neigh", 0) > 0, d
+
+
+def test_netlink_overrun_resyncs_to_the_exact_table(lab, fastpath_bin):
+    """A tiny event-socket buffer and a burst of 3000 route changes: the
+    socket overruns (ENOBUFS), the daemon re-dumps, counts it, and ends with
+    exactly the kernel's routes — on add and on delete."""
+    n = 3000
+    prefixes = [str(ipaddress.ip_network(f"2001:db8:100:{i:x}::/64")) for i in range(n)]
+    add = lab.tmp / "add.batch"
+    add.write_text("".join(f"route add {p} via {Lab.S6}\n" for p in prefixes))
+    delete = lab.tmp / "del.batch"
+    delete.write_text("".join(f"route del {p} via {Lab.S6}\n" for p in prefixes))
+
+    with Daemon(lab, extra=["--netlink-rcvbuf", "4096"]) as d:
+        base = d.status()["tables"]["fib6"]["used"]
+        lab.run(lab.router, "ip", "-6", "-batch", str(add))
+        wait_for("all routes mirrored", lambda: d.status()["tables"]["fib6"]["used"] == base + n, timeout=20)
+        assert d.status()["netlink_resyncs"] >= 1, "a 4 KiB buffer should have overrun"
+        mirrored = {r["prefix"]: r for r in d.routes() if r["family"] == "ipv6"}
+        for p in (prefixes[0], prefixes[n // 2], prefixes[-1]):
+            assert mirrored[p]["action"] == "forward" and mirrored[p]["nexthop"]["gateway"] == Lab.S6, mirrored[p]
+
+        lab.run(lab.router, "ip", "-6", "-batch", str(delete))
+        wait_for("all routes gone", lambda: d.status()["tables"]["fib6"]["used"] == base, timeout=20)
+        left = {r["prefix"] for r in d.routes() if r["family"] == "ipv6"} & set(prefixes)
+        assert not left, f"{len(left)} deleted routes still mirrored"
