@@ -107,9 +107,17 @@ impl Watcher {
         if self.allowed {
             return false;
         }
-        let now = probe().bypassed;
-        let changed = now != self.current;
-        self.current = now;
+        self.update(probe())
+    }
+
+    /// A probe that could not check proves nothing: keep what we knew, so
+    /// a failing `nft` never lifts the punt while chains exist (fail closed).
+    fn update(&mut self, f: Findings) -> bool {
+        if f.unchecked.is_some() {
+            return false;
+        }
+        let changed = f.bypassed != self.current;
+        self.current = f.bypassed;
         changed
     }
 
@@ -146,6 +154,23 @@ mod tests {
     fn empty_ruleset() {
         let json = r#"{"nftables": [{"metainfo": {"version": "1.0.6", "json_schema_version": 1}}]}"#;
         assert!(parse_nft_chains(json).unwrap().is_empty());
+    }
+
+    #[test]
+    fn watcher_fails_closed_and_honours_the_override() {
+        let chains = vec!["inet fw transit (forward)".to_string()];
+        let found = Findings { bypassed: chains.clone(), unchecked: None };
+        let mut w = Watcher::new(&found, false);
+        assert_eq!(w.blocking(), chains.as_slice());
+        // nft failing says nothing about the rules: still blocked.
+        assert!(!w.update(Findings { bypassed: vec![], unchecked: Some("nft failed".into()) }));
+        assert_eq!(w.blocking(), chains.as_slice());
+        // A real empty answer lifts it.
+        assert!(w.update(Findings::default()));
+        assert!(w.blocking().is_empty());
+        assert!(w.update(found.clone()));
+        // --allow-netfilter-bypass: never blocks.
+        assert!(Watcher::new(&found, true).blocking().is_empty());
     }
 
     #[test]
