@@ -6,13 +6,37 @@ use std::env;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use anyhow::{anyhow, Context, Result};
 use libbpf_cargo::SkeletonBuilder;
 
 fn main() {
-    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
-    let root = manifest.join("../..").canonicalize().unwrap();
+    // A build script fails by panicking; the message carries the whole chain.
+    if let Err(e) = run() {
+        panic!("{e:#}");
+    }
+}
+
+/// The paths of a directory's entries, sorted so builds are reproducible.
+fn entries(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut paths = fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<std::io::Result<Vec<_>>>()
+        .with_context(|| format!("reading {}", dir.display()))?;
+    paths.sort();
+    Ok(paths)
+}
+
+fn write(path: PathBuf, text: impl AsRef<[u8]>) -> Result<()> {
+    fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+fn run() -> Result<()> {
+    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").context("CARGO_MANIFEST_DIR unset")?);
+    let root = manifest.join("../..");
+    let root = root.canonicalize().with_context(|| format!("resolving {}", root.display()))?;
     let bpf = root.join("bpf");
-    let out = PathBuf::from(env::var("OUT_DIR").unwrap());
+    let out = PathBuf::from(env::var("OUT_DIR").context("OUT_DIR unset")?);
     let clang = env::var("FASTPATH_CLANG").unwrap_or_else(|_| "clang-19".into());
     println!("cargo:rerun-if-env-changed=FASTPATH_CLANG");
 
@@ -20,23 +44,19 @@ fn main() {
     let lib = bpf.join("lib");
     for dir in [&include, &lib] {
         println!("cargo:rerun-if-changed={}", dir.display());
-        for e in fs::read_dir(dir).unwrap() {
-            println!("cargo:rerun-if-changed={}", e.unwrap().path().display());
+        for e in entries(dir)? {
+            println!("cargo:rerun-if-changed={}", e.display());
         }
     }
 
     let mut skels = String::new();
     for dir in [bpf.clone(), bpf.join("bench")] {
         println!("cargo:rerun-if-changed={}", dir.display());
-        let mut srcs: Vec<PathBuf> = fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.to_string_lossy().ends_with(".bpf.c"))
-            .collect();
-        srcs.sort();
-        for src in srcs {
+        for src in entries(&dir)? {
+            let Some(stem) = src.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".bpf.c")) else {
+                continue;
+            };
             println!("cargo:rerun-if-changed={}", src.display());
-            let stem = src.file_name().unwrap().to_string_lossy().trim_end_matches(".bpf.c").to_string();
             let skel = out.join(format!("{stem}.skel.rs"));
             SkeletonBuilder::new()
                 .source(&src)
@@ -54,13 +74,13 @@ fn main() {
                     &format!("-I{}", lib.display()),
                 ])
                 .build_and_generate(&skel)
-                .unwrap_or_else(|e| panic!("building {}: {e:#}", src.display()));
+                .with_context(|| format!("building {} with {clang}", src.display()))?;
             skels.push_str(&format!(
                 "pub mod {stem} {{ include!(concat!(env!(\"OUT_DIR\"), \"/{stem}.skel.rs\")); }}\n"
             ));
         }
     }
-    fs::write(out.join("skels.rs"), skels).unwrap();
+    write(out.join("skels.rs"), skels)?;
 
     let header = include.join("fastpath.h");
     bindgen::Builder::default()
@@ -72,17 +92,21 @@ fn main() {
         .derive_default(true)
         .derive_eq(true)
         .generate()
-        .expect("bindgen fastpath.h")
+        .with_context(|| format!("bindgen {}", header.display()))?
         .write_to_file(out.join("intf.rs"))
-        .unwrap();
+        .context("writing intf.rs")?;
 
-    fs::write(out.join("reason_names.rs"), reason_names(&header)).unwrap();
+    write(out.join("reason_names.rs"), reason_names(&header)?)
 }
 
 /// `FP_R_NOT_IP` -> "not_ip", in enum order, straight from the header.
-fn reason_names(header: &Path) -> String {
-    let text = fs::read_to_string(header).unwrap();
-    let body = text.split("enum fp_reason {").nth(1).expect("enum fp_reason").split("};").next().unwrap();
+fn reason_names(header: &Path) -> Result<String> {
+    let text = fs::read_to_string(header).with_context(|| format!("reading {}", header.display()))?;
+    let body = text
+        .split_once("enum fp_reason {")
+        .and_then(|(_, rest)| rest.split_once("};"))
+        .map(|(body, _)| body)
+        .ok_or_else(|| anyhow!("{}: no `enum fp_reason {{ ... }};`", header.display()))?;
     let mut names = Vec::new();
     for line in body.lines() {
         let t = line.trim();
@@ -93,5 +117,5 @@ fn reason_names(header: &Path) -> String {
             }
         }
     }
-    format!("/// Reason names in `enum fp_reason` order.\npub const REASON_NAMES: &[&str] = &[{}];\n", names.join(", "))
+    Ok(format!("/// Reason names in `enum fp_reason` order.\npub const REASON_NAMES: &[&str] = &[{}];\n", names.join(", ")))
 }
