@@ -227,18 +227,6 @@ fn insert_route(state: &mut KernelState, fam: Family, route: Route) -> bool {
     true
 }
 
-/// Field-wise equality (KernelState itself has no PartialEq).
-pub fn same_state(a: &KernelState, b: &KernelState) -> bool {
-    a.links == b.links
-        && a.addrs == b.addrs
-        && a.routes == b.routes
-        && a.nexthops == b.nexthops
-        && a.neighbours == b.neighbours
-        && a.rules == b.rules
-        && a.if_sysctl == b.if_sysctl
-        && a.sysctl == b.sysctl
-}
-
 fn recv(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
     // SAFETY: buf is valid for buf.len() bytes; MSG_TRUNC makes the return value
     // the real datagram length, which we compare against buf.len().
@@ -444,7 +432,7 @@ impl Mirror {
         }
         if f.full {
             let fresh = self.resync()?;
-            let changed = !same_state(state, &fresh);
+            let changed = *state != fresh;
             *state = fresh;
             return Ok(if changed {
                 PollOutcome::Changed
@@ -985,11 +973,12 @@ mod tests {
     }
 
     #[test]
-    fn same_state_compares_every_part() {
+    fn state_equality_sees_every_part() {
+        // The re-dump decides "changed" by comparing whole states.
         let mut a = KernelState::default();
         let b = KernelState::default();
-        assert!(same_state(&a, &b));
+        assert_eq!(a, b);
         a.sysctl.forwarding6_all = true;
-        assert!(!same_state(&a, &b));
+        assert_ne!(a, b);
     }
 }

@@ -202,7 +202,7 @@ pub struct GlobalSysctl {
 }
 
 /// Everything fastpath mirrors from one network namespace.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KernelState {
     pub links: BTreeMap<u32, Link>,
     pub addrs: BTreeMap<Addr, ()>,
