@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from lab import Daemon, Lab, counter_delta
+from lab import FASTPATH, Daemon, Lab, counter_delta
 from test_cli import one_line_error, run_in_router
 
 
@@ -60,3 +60,12 @@ def test_chain_added_while_running_punts_everything(lab, daemon):
         assert time.monotonic() < deadline, "fast path not back 5 s after the chain was removed"
         time.sleep(0.2)
     assert ping_deltas(lab, daemon).get("forwarded", 0) >= 5
+
+
+def test_run_refuses_when_it_cannot_check(lab, fastpath_bin):
+    """No nft binary on PATH: no evidence of no rules, so refuse (fail closed)."""
+    p = lab.run(lab.router, "env", "PATH=/nonexistent", str(FASTPATH), "run", "-i", "r0", "-i", "r1",
+                "--socket", str(lab.tmp / "bad.sock"), check=False)
+    line = one_line_error(p)
+    assert "nft" in line and "--allow-netfilter-bypass" in line, line
+    assert not lab.xdp_attached()

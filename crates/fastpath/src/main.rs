@@ -81,7 +81,8 @@ pub struct RunArgs {
     pub xdp_mode: XdpMode,
     /// Run even though netfilter base chains (prerouting, forward, postrouting,
     /// netdev ingress/egress) exist: fast-pathed packets skip them. Without it,
-    /// fastpath refuses to start, and punts all traffic while such chains exist.
+    /// fastpath refuses to start (also when it cannot check, e.g. without the
+    /// nft binary), and punts all traffic while such chains exist.
     #[arg(long)]
     pub allow_netfilter_bypass: bool,
 }

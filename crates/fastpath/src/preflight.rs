@@ -95,8 +95,16 @@ pub fn check(args: &RunArgs) -> Result<Checked> {
             );
         }
     }
+    // Not being able to look is no evidence of no rules: iptables-nft and
+    // firewalld program nftables without the nft binary being installed.
     if let Some(why) = &nf.unchecked {
-        log::warn!("{why}; netfilter rules, if any, are bypassed by fast-pathed traffic");
+        if args.allow_netfilter_bypass {
+            log::warn!("{why}; netfilter rules, if any, are bypassed by fast-pathed traffic");
+        } else {
+            bail!(
+                "{why}: cannot tell whether netfilter rules would be bypassed by the fast path; install nftables, or pass --allow-netfilter-bypass"
+            );
+        }
     }
 
     let socket = socket_state(&args.socket)?;
