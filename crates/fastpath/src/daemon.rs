@@ -216,22 +216,22 @@ struct Loop {
 
 impl Loop {
     fn reconcile(&mut self, state: &KernelState) -> Result<()> {
-        let mut desired = desired::compute(state, &self.managed, &self.caps, &mut self.ids);
-        self.punt_for_netfilter(&mut desired);
-        self.log_problems(&desired);
-        let res = self.reconciler.apply(&desired, &mut self.writer);
-        // Even after a partial failure the shadow says what the maps hold.
-        self.ids.release_unused(&self.reconciler.applied().nexthops);
-        let mut res = res;
-        // Routes that found no free next-hop id were punted on their own;
-        // ids the apply just released may now serve them, so go once more
-        // rather than waiting for the next kernel event.
-        if res.is_ok() && self.ids.starved() {
+        // Routes that found no free next-hop id are punted on their own; ids
+        // the apply releases may serve them, so a starved pass is followed by
+        // one more rather than waiting for the next kernel event.
+        let mut passes = 0;
+        let (desired, res) = loop {
+            passes += 1;
             let mut desired = desired::compute(state, &self.managed, &self.caps, &mut self.ids);
             self.punt_for_netfilter(&mut desired);
-            res = self.reconciler.apply(&desired, &mut self.writer);
+            let res = self.reconciler.apply(&desired, &mut self.writer);
+            // Even after a partial failure the shadow says what the maps hold.
             self.ids.release_unused(&self.reconciler.applied().nexthops);
-        }
+            if res.is_err() || !self.ids.starved() || passes == 2 {
+                break (desired, res);
+            }
+        };
+        self.log_problems(&desired);
         self.applied = Arc::new(self.reconciler.applied().clone());
         let n = res.context("reconciling the BPF maps")?;
         if n > 0 {
