@@ -331,8 +331,10 @@ struct WorkDir(PathBuf);
 
 impl WorkDir {
     fn create() -> Result<Self> {
-        let p = std::env::temp_dir().join(format!("fpbench-{}", std::process::id()));
-        std::fs::create_dir_all(&p).with_context(|| format!("creating {}", p.display()))?;
+        // mkdtemp: a fresh 0700 directory with an unpredictable name, so no
+        // other user can plant a symlink where root writes the daemon's log.
+        let template = std::env::temp_dir().join("fpbench-XXXXXX");
+        let p = nix::unistd::mkdtemp(&template).with_context(|| format!("creating {}", template.display()))?;
         Ok(WorkDir(p))
     }
 
