@@ -169,7 +169,8 @@ struct fp_runtime {
 	__u32 src_lpm;
 	/*
 	 * Keep-alive clock: CLOCK_MONOTONIC_COARSE seconds + 1, advanced by
-	 * the daemon's keep-alive (~1/s); 0 = not running, nothing is marked.
+	 * the daemon's keep-alive (~1/s). 0 before the first tick: packets then
+ * stamp `used` = 0, which reads as "never" (no keep-alive is owed yet).
 	 */
 	__u32 neigh_clock;
 };

@@ -16,6 +16,11 @@ pub mod intf {
     include!(concat!(env!("OUT_DIR"), "/intf.rs"));
     include!(concat!(env!("OUT_DIR"), "/reason_names.rs"));
 
+    // The names are parsed from the header's text; the enum comes from
+    // bindgen. If the parse ever drifts (two enumerators on a line, ...),
+    // fail the build rather than mislabel every counter.
+    const _: () = assert!(REASON_NAMES.len() == fp_reason::FP_R__COUNT as usize);
+
     /// Name of a reason index as shown by the CLI and metrics.
     pub fn reason_name(i: usize) -> &'static str {
         REASON_NAMES.get(i).copied().unwrap_or("unknown")
