@@ -279,8 +279,38 @@ fn fallback(msg_type: u16, payload: &[u8], why: String) -> Result<Msg, ParseErro
             }
             None => Err(perr(msg_type, why)),
         },
+        RTM_NEWRULE | RTM_DELRULE => match rule_fallback(payload) {
+            Some(None) => Ok(Msg::Ignored),
+            Some(Some(r)) => {
+                log::warn!("rule message not fully understood ({why}); punting its family");
+                Ok(if msg_type == RTM_NEWRULE { Msg::NewRule(r) } else { Msg::DelRule(r) })
+            }
+            None => Err(perr(msg_type, why)),
+        },
         _ => Err(perr(msg_type, why)),
     }
+}
+
+/// A rule we could not read is a rule we cannot rule out: keep it as one
+/// with selectors, which makes `desired` punt its family (fail closed).
+/// fib_rule_hdr: family, dst_len, src_len, tos, table, res1, res2, action, flags.
+fn rule_fallback(p: &[u8]) -> Option<Option<Rule>> {
+    if p.len() < 12 {
+        return None;
+    }
+    let family = match p[0] {
+        AF_INET => Family::V4,
+        AF_INET6 => Family::V6,
+        _ => return Some(None),
+    };
+    Some(Some(Rule {
+        family,
+        priority: u32::MAX,
+        table: u32::from(p[4]),
+        action: p[7],
+        has_selectors: true,
+        invert: false,
+    }))
 }
 
 fn family_of(af: AddressFamily) -> Option<Family> {
@@ -1493,5 +1523,28 @@ mod tests {
         bad[0] = 200;
         assert!(frames(&bad).next().unwrap().is_err());
         assert_eq!(status_code(&(-2i32).to_ne_bytes()), -2);
+    }
+
+    #[test]
+    fn unreadable_rule_fails_closed() {
+        // fib_rule_hdr (AF_INET, table main, action to_tbl) + FRA_PRIORITY
+        // with 2 bytes where the parser wants 4.
+        let mut p = vec![2, 0, 0, 0, 254, 0, 0, 1, 0, 0, 0, 0];
+        p.extend_from_slice(&[6, 0, 6, 0, 0x10, 0x27, 0, 0]);
+        let r = match decode(RTM_NEWRULE, &p).expect("fallback, not an error") {
+            Msg::NewRule(r) => r,
+            other => panic!("want NewRule, got {other:?}"),
+        };
+        assert_eq!(r.family, Family::V4);
+        assert!(r.has_selectors, "an unreadable rule must not pass for a default one");
+        let mut st = crate::model::KernelState::default();
+        st.rules = vec![r];
+        let d = crate::desired::compute(
+            &st,
+            &Default::default(),
+            &crate::tables::Capacities { fib4: 16, fib6: 16, nexthops: 16, neigh: 16, ifaces: 16 },
+            &mut crate::desired::NexthopIds::new(16),
+        );
+        assert_ne!(d.switches.policy_punt & Family::V4.bit(), 0, "IPv4 must be punted");
     }
 }
