@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
-use crate::model::{Family, KernelState, Route, RouteKey, RouteKind, RouteTarget};
+use crate::model::{Family, KernelState, Neighbour, Route, RouteKey, RouteKind, RouteTarget, NUD_USABLE};
 use crate::parse::{self, Msg};
 use crate::sysctl::SysctlReader;
 
@@ -184,8 +184,13 @@ pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
             state.nexthops.remove(&id).is_some()
         }
         Msg::NewNeigh(n) => {
+            // The tables depend on a neighbour's MAC and on whether its state
+            // is usable, nothing else; moves among REACHABLE/STALE/DELAY/PROBE
+            // (the keep-alive causes a few per neighbour per second) are
+            // stored but need no recompute.
             let key = (n.ifindex, n.addr);
-            let changed = state.neighbours.get(&key) != Some(&n);
+            let forwarding = |m: &Neighbour| (m.mac, m.state & NUD_USABLE != 0);
+            let changed = state.neighbours.get(&key).map(forwarding) != Some(forwarding(&n));
             state.neighbours.insert(key, n);
             changed
         }
@@ -934,6 +939,12 @@ mod tests {
         assert!(run(&mut st, Msg::NewNeigh(neigh(3, "192.0.2.2", NUD_REACHABLE))).0);
         assert!(!run(&mut st, Msg::NewNeigh(neigh(3, "192.0.2.2", NUD_REACHABLE))).0);
         assert_eq!(st.neighbours[&(3, ip("192.0.2.2"))].state, NUD_REACHABLE);
+        // Usable to usable: stored, but nothing for the tables to recompute.
+        assert!(!run(&mut st, Msg::NewNeigh(neigh(3, "192.0.2.2", NUD_DELAY))).0);
+        assert_eq!(st.neighbours[&(3, ip("192.0.2.2"))].state, NUD_DELAY);
+        // Usable to unusable is a change.
+        assert!(run(&mut st, Msg::NewNeigh(neigh(3, "192.0.2.2", NUD_FAILED))).0);
+        assert!(run(&mut st, Msg::NewNeigh(neigh(3, "192.0.2.2", NUD_REACHABLE))).0);
         assert_eq!(
             run(&mut st, Msg::DelNeigh(3, ip("192.0.2.2"))),
             (true, Followups::default())
