@@ -91,6 +91,9 @@ pub struct NexthopIds {
     wanted: BTreeSet<u32>,
     /// The last `compute` found no free id for some next hop.
     starved: bool,
+    /// Some entry may own several ids (only through adoption); until then
+    /// releasing an id needs no search for another one.
+    shared_entries: bool,
 }
 
 impl NexthopIds {
@@ -110,7 +113,9 @@ impl NexthopIds {
             match self.by_id.get(id) {
                 None => {
                     self.by_id.insert(*id, entry.clone());
-                    self.by_entry.entry(entry.clone()).or_insert(*id);
+                    if *self.by_entry.entry(entry.clone()).or_insert(*id) != *id {
+                        self.shared_entries = true;
+                    }
                 }
                 Some(mine) if mine != entry => {
                     log::error!(
@@ -133,8 +138,10 @@ impl NexthopIds {
             if self.by_entry.get(&entry) == Some(&id) {
                 self.by_entry.remove(&entry);
                 // Another reserved id for the same entry (adopted) can serve it.
-                if let Some((other, _)) = self.by_id.iter().find(|(_, e)| **e == entry) {
-                    self.by_entry.insert(entry, *other);
+                if self.shared_entries {
+                    if let Some((other, _)) = self.by_id.iter().find(|(_, e)| **e == entry) {
+                        self.by_entry.insert(entry, *other);
+                    }
                 }
             }
         }
