@@ -204,7 +204,8 @@ pub fn clock_to_ns(clock: u32) -> u64 {
     u64::from(clock.saturating_sub(1)) * 1_000_000_000 * u64::from(clock != 0)
 }
 
-fn read_u64(b: &[u8], off: usize) -> u64 {
+/// A native-endian u64 at `off` of a map value (0 if out of range).
+pub fn read_u64(b: &[u8], off: usize) -> u64 {
     b.get(off..off + 8).map(|s| u64::from_ne_bytes(s.try_into().unwrap_or([0; 8]))).unwrap_or(0)
 }
 

@@ -20,7 +20,7 @@ use nix::unistd::Pid;
 use serde::Serialize;
 
 use super::topo::{self, Topology};
-use super::traffic::u64_at;
+use crate::maps::read_u64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -276,7 +276,7 @@ impl FpStats {
             };
             for v in vals {
                 for (r, c) in per_reason.iter_mut().enumerate() {
-                    *c += u64_at(&v, r * 8);
+                    *c += read_u64(&v, r * 8);
                 }
             }
         }

@@ -13,6 +13,8 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use nix::sched::{setns, CloneFlags};
 
+use crate::api::fmt_mac;
+
 pub const G0: &str = "g0";
 pub const R0: &str = "r0";
 pub const R1: &str = "r1";
@@ -38,10 +40,6 @@ pub struct Topology {
     pub router: String,
     pub sink: String,
     created: Vec<String>,
-}
-
-pub fn mac_str(m: &[u8; 6]) -> String {
-    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
 
 fn ip(args: &[&str]) -> Result<()> {
@@ -88,14 +86,14 @@ impl Topology {
             "add",
             G0,
             "address",
-            &mac_str(&MAC_G0),
+            &fmt_mac(&MAC_G0),
             "type",
             "veth",
             "peer",
             "name",
             R0,
             "address",
-            &mac_str(&MAC_R0),
+            &fmt_mac(&MAC_R0),
             "netns",
             r,
         ])?;
@@ -106,14 +104,14 @@ impl Topology {
             "add",
             R1,
             "address",
-            &mac_str(&MAC_R1),
+            &fmt_mac(&MAC_R1),
             "type",
             "veth",
             "peer",
             "name",
             S0,
             "address",
-            &mac_str(&MAC_S0),
+            &fmt_mac(&MAC_S0),
             "netns",
             s,
         ])?;
@@ -141,7 +139,7 @@ impl Topology {
             "replace",
             "198.51.100.2",
             "lladdr",
-            &mac_str(&MAC_S0),
+            &fmt_mac(&MAC_S0),
             "dev",
             R1,
             "nud",
@@ -154,7 +152,7 @@ impl Topology {
             "replace",
             "192.0.2.2",
             "lladdr",
-            &mac_str(&MAC_G0),
+            &fmt_mac(&MAC_G0),
             "dev",
             R0,
             "nud",

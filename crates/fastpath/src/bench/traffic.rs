@@ -16,6 +16,7 @@ use nix::sched::{sched_setaffinity, CpuSet};
 use nix::unistd::Pid;
 
 use super::topo;
+use crate::maps::read_u64;
 
 /// BPF_F_TEST_XDP_LIVE_FRAMES: frames the program XDP_TXes really leave.
 const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
@@ -293,8 +294,8 @@ impl<'obj> Sink<'obj> {
             .context("sink_stats has no slot 0")?;
         let mut total = (0u64, 0u64);
         for v in vals {
-            total.0 += u64_at(&v, 0);
-            total.1 += u64_at(&v, 8);
+            total.0 += read_u64(&v, 0);
+            total.1 += read_u64(&v, 8);
         }
         Ok(total)
     }
@@ -310,11 +311,6 @@ impl<'obj> Sink<'obj> {
     }
 }
 
-pub fn u64_at(b: &[u8], off: usize) -> u64 {
-    b.get(off..off + 8)
-        .map(|s| u64::from_ne_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]))
-        .unwrap_or(0)
-}
 
 #[cfg(test)]
 mod tests {
@@ -397,8 +393,8 @@ mod tests {
             .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
             .unwrap()
             .unwrap();
-        let pkts: u64 = per_cpu.iter().map(|v| u64_at(v, 0)).sum();
-        let bytes: u64 = per_cpu.iter().map(|v| u64_at(v, 8)).sum();
+        let pkts: u64 = per_cpu.iter().map(|v| read_u64(v, 0)).sum();
+        let bytes: u64 = per_cpu.iter().map(|v| read_u64(v, 8)).sum();
         assert_eq!((pkts, bytes), (2, 2 * ipv4.len() as u64));
     }
 
