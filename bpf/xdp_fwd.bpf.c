@@ -25,6 +25,18 @@
  *   -> neighbour -> devmap -> rewrite.
  * Since every punt is the same XDP_PASS, the order only affects which
  * counter moves, never the bytes on the wire.
+ *
+ * In front of the FIB sits the per-CPU flow cache (flow.h): once the IP
+ * header has passed its sanity checks, a packet whose flow was forwarded
+ * under the current table generation reuses that result (egress, MACs,
+ * MTU) and only the per-packet checks remain (TTL, length). The cached
+ * result is only ever a forward; every punt is decided afresh.
+ *
+ * Two entry points share all of this: fp_xdp_fwd takes the flow hash from
+ * an fp_rx_hint in the metadata area or computes it, fp_xdp_fwd_hw first
+ * asks the NIC (bpf_xdp_metadata_rx_hash, so it must be loaded bound to
+ * its device; BPF_PROG_RUN cannot run it). One instance is loaded per
+ * interface with its own fp_config; all instances share the maps.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -35,20 +47,220 @@
 #include "fib.h"
 #include "neigh.h"
 #include "tx.h"
+#include "ecmp.h"
+#include "mphash.h"
+#include "flow.h"
 #include "stats.h"
+
+/* Per instance, set before load. */
+const volatile struct fp_config fp_cfg = {};
 
 /* The whole .bss: the daemon writes it as one value. Nothing else goes here. */
 struct fp_runtime fp_rt;
 
-static __always_inline __u32
-fp_fwd_ip4(struct xdp_md *ctx, const struct fp_iface *in, __u32 in_ifindex, __u32 *len)
+#define FP_IPPROTO_ICMP   1
+#define FP_IPPROTO_TCP    6
+#define FP_IPPROTO_UDP    17
+#define FP_IPPROTO_ICMPV6 58
+
+/* One packet's way through the program. */
+struct fp_pkt {
+	struct xdp_md *ctx;
+	const struct fp_iface *in;
+	struct fp_stats *st;
+	__u64 gen;               /* fp_rt.generation, read once before any table */
+	__u32 len;               /* frame length, updated by the trim */
+	__u32 hash;              /* flow hash from a hint (hash_src != SOFTWARE) */
+	__u32 hash_src;          /* enum fp_hash_src */
+	__u32 hash_l4;           /* the hint is an L4 (RSS) hash */
+	__u32 clock;             /* fp_rt.neigh_clock */
+	__u32 timeout;           /* fp_rt.flow_timeout, 0 = no cache */
+};
+
+/* Where the cache lookup left off, for the miss path to fill. */
+struct fp_flow_pos {
+	struct fp_flow_set *set;
+	__u32 hash;
+	int way;                 /* way holding the key (stale or idle), or -1 */
+	__u32 prev_nh;           /* its next hop if stale: ECMP stickiness */
+};
+
+/* L4 part of the key: ports for TCP/UDP, type and code for ICMP. */
+static __always_inline void
+fp_flow_key_l4(struct fp_flow_key *k, void *l4, void *data_end, __u32 l4_len, __u8 icmp_proto)
 {
+	__u16 *w = l4;
+
+	k->sport = 0;
+	k->dport = 0;
+	if (k->proto == FP_IPPROTO_TCP || k->proto == FP_IPPROTO_UDP) {
+		/* A datagram too short for ports hashes without them (the flow
+		 * dissector finds none either). */
+		if (l4_len >= 4 && (void *)(w + 2) <= data_end) {
+			k->sport = w[0];
+			k->dport = w[1];
+		}
+	} else if (k->proto == icmp_proto) {
+		if (l4_len >= 2 && (void *)(w + 1) <= data_end)
+			k->sport = w[0];
+	}
+}
+
+/* Looks the flow up; on a hit returns it, else records where to fill. */
+static __always_inline struct fp_flow *
+fp_flow_lookup(struct fp_pkt *p, const struct fp_flow_key *k, struct fp_flow_pos *pos)
+{
+	struct fp_flow *f;
+	__u32 idx;
+
+	pos->set = NULL;
+	pos->way = -1;
+	pos->prev_nh = 0;
+	if (!p->timeout || !fp_cfg.flow_sets)
+		return NULL;
+	pos->hash = p->hash_src != FP_HS_SOFTWARE ? p->hash : fp_flow_hash_sw(k);
+	if (p->hash_src < FP_HS__COUNT)
+		p->st->hash_src[p->hash_src]++;
+	idx = pos->hash & (fp_cfg.flow_sets - 1);
+	pos->set = bpf_map_lookup_elem(&fp_flows, &idx);
+	if (!pos->set)
+		return NULL;
+	pos->way = fp_flow_find(pos->set, k);
+	if (pos->way < 0) {
+		p->st->flow[FP_FC_MISS]++;
+		return NULL;
+	}
+	f = &pos->set->way[pos->way & (FP_FLOW_WAYS - 1)];
+	if (f->generation != p->gen) {
+		p->st->flow[FP_FC_STALE]++;
+		p->st->flow[FP_FC_MISS]++;
+		pos->prev_nh = f->nh_id;
+		return NULL;
+	}
+	if (p->clock - f->used > p->timeout) {
+		p->st->flow[FP_FC_EXPIRED]++;
+		p->st->flow[FP_FC_MISS]++;
+		return NULL;
+	}
+	p->st->flow[FP_FC_HIT]++;
+	return f;
+}
+
+static __always_inline void
+fp_flow_store(struct fp_pkt *p, struct fp_flow_pos *pos, const struct fp_flow_key *k, const struct fp_tx *tx)
+{
+	bool evict = false;
+	__u32 w;
+
+	if (!pos->set)
+		return;
+	if (pos->way >= 0) {
+		w = pos->way;
+	} else {
+		w = fp_flow_victim(pos->set, pos->hash, p->gen, p->clock, p->timeout, &evict);
+		if (evict)
+			p->st->flow[FP_FC_EVICT]++;
+	}
+	fp_flow_fill(pos->set, w, k, tx, p->gen, p->clock);
+}
+
+/*
+ * Keep-alive for a flow served from the cache: once per clock tick, mark
+ * its neighbour used, as the full path does on every packet.
+ */
+static __always_inline void fp_flow_touch(struct fp_pkt *p, struct fp_flow *f, __u8 family, __be32 dst4,
+					  const __u8 *dst6)
+{
+	struct fp_nexthop *nh;
+	struct fp_neigh *n;
+
+	if (f->used == p->clock)
+		return;
+	f->used = p->clock;
+	nh = fp_nexthop_lookup(f->nh_id);
+	if (!nh)
+		return;
+	n = fp_neigh_lookup(nh->ifindex, nh, family, dst4, dst6);
+	if (n)
+		fp_neigh_touch(n, p->clock);
+}
+
+/* ICMP types whose multipath hash the kernel takes from the inner header
+ * (or might): everything but echo. */
+static __always_inline bool fp_icmp_not_echo(__u8 proto, __u16 type_code)
+{
+	__u8 type = *(__u8 *)&type_code;
+
+	if (proto == FP_IPPROTO_ICMP)
+		return type != 0 && type != 8;
+	if (proto == FP_IPPROTO_ICMPV6)
+		return type != 128 && type != 129;
+	return false;
+}
+
+/*
+ * The next hop for route @rt: its own, or for a multipath route the path
+ * the kernel's hash picks (a stale cached flow keeps its path while that
+ * is still one). Returns FP_R_FORWARDED with *@nh_id set, or why not.
+ */
+static __always_inline __u32
+fp_route_nexthop(struct fp_pkt *p, const struct fp_route *rt, const struct fp_flow_key *k, __u32 prev_nh,
+		 __u32 *nh_id)
+{
+	const struct fp_group *g;
+	__u32 policy, hash;
+	__u16 sport = 0, dport = 0;
+	int l4;
+
+	if (rt->type == FP_RT_FORWARD) {
+		*nh_id = rt->nh_id;
+		return FP_R_FORWARDED;
+	}
+	g = fp_group_lookup(rt->nh_id);
+	if (!g || !g->kind)
+		return FP_R_ROUTE_UNSUPPORTED;
+	if (fp_icmp_not_echo(k->proto, k->sport))
+		return FP_R_ICMP_ERROR_ECMP;
+	if (fp_group_has(g, prev_nh)) {
+		*nh_id = prev_nh;
+		return FP_R_FORWARDED;
+	}
+	policy = k->family == FP_AF_INET ? fp_rt.mp_policy4 : fp_rt.mp_policy6;
+	if (policy == 1) {
+		l4 = fp_mp_l4_ports_proto(k->proto);
+		if (l4 < 0)
+			return FP_R_ECMP;
+		if (l4 > 0) {
+			sport = k->sport;
+			dport = k->dport;
+		}
+	}
+	if (policy == 1 && p->hash_src == FP_HS_NIC && p->hash_l4 && fp_cfg.nic_hash_is_skb_hash)
+		hash = p->hash >> 1;
+	else if (k->family == FP_AF_INET)
+		hash = fp_mp_hash4(policy, fp_rt.mp_seed, *(__be32 *)k->saddr, *(__be32 *)k->daddr, k->proto,
+				   sport, dport);
+	else
+		hash = fp_mp_hash6(policy, fp_rt.mp_seed, k->saddr, k->daddr, k->flowlabel, k->proto, sport,
+				   dport);
+	*nh_id = fp_group_select(g, rt->nh_id, hash);
+	if (!*nh_id)
+		return FP_R_ROUTE_UNSUPPORTED;
+	return FP_R_FORWARDED;
+}
+
+static __always_inline __u32 fp_fwd_ip4(struct fp_pkt *p)
+{
+	struct xdp_md *ctx = p->ctx;
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct iphdr *ip = data + FP_ETH_HLEN;
+	struct fp_flow_key k = {};
+	struct fp_flow_pos pos;
 	const struct fp_route *rt;
+	struct fp_flow *f;
 	struct fp_tx tx;
-	__u32 tot_len, r;
+	__u32 tot_len, r, nh_id;
 	__u8 vihl;
 
 	if ((void *)(ip + 1) > data_end)
@@ -59,12 +271,41 @@ fp_fwd_ip4(struct xdp_md *ctx, const struct fp_iface *in, __u32 in_ifindex, __u3
 	if ((vihl & 0xF) > 5)
 		return FP_R_IP_OPTIONS;
 	tot_len = bpf_ntohs(ip->tot_len);
-	if (tot_len < FP_IP4_HLEN || tot_len > *len - FP_ETH_HLEN)
+	if (tot_len < FP_IP4_HLEN || tot_len > p->len - FP_ETH_HLEN)
 		return FP_R_MALFORMED;
 	if (!fp_ip4_csum_ok(ip))
 		return FP_R_MALFORMED;
 	if (ip->frag_off & bpf_htons(FP_IP4_FRAG_MASK))
 		return FP_R_FRAGMENT;
+
+	k.family = FP_AF_INET;
+	k.proto = ip->protocol;
+	k.ingress = fp_cfg.ingress_slot;
+	*(__be32 *)k.saddr = ip->saddr;
+	*(__be32 *)k.daddr = ip->daddr;
+	fp_flow_key_l4(&k, ip + 1, data_end, tot_len - FP_IP4_HLEN, FP_IPPROTO_ICMP);
+
+	f = fp_flow_lookup(p, &k, &pos);
+	if (f) {
+		if (ip->ttl <= 1)
+			return FP_R_TTL_EXCEEDED;
+		if (tot_len > f->mtu)
+			goto full;
+		r = fp_tx_commit(ctx, f->slot, &p->len, FP_ETH_HLEN + tot_len);
+		if (r != FP_R_FORWARDED)
+			return r;
+		fp_flow_touch(p, f, FP_AF_INET, *(__be32 *)k.daddr, NULL);
+		f->packets++;
+		data = (void *)(long)ctx->data;
+		data_end = (void *)(long)ctx->data_end;
+		ip = data + FP_ETH_HLEN;
+		if ((void *)(ip + 1) > data_end)
+			return FP_R_REDIRECT_FAILED;
+		fp_tx_rewrite_eth(data, f->dmac, f->smac);
+		fp_ip4_dec_ttl(ip);
+		return FP_R_FORWARDED;
+	}
+full:
 	r = fp_ip4_addr_reason(ip->saddr, ip->daddr);
 	if (r)
 		return r;
@@ -80,20 +321,25 @@ fp_fwd_ip4(struct xdp_md *ctx, const struct fp_iface *in, __u32 in_ifindex, __u3
 	r = fp_route_reason(rt);
 	if (r != FP_R_FORWARDED)
 		return r;
-	if (!(in->flags & FP_IF_FWD4))
+	if (!(p->in->flags & FP_IF_FWD4))
 		return FP_R_FORWARDING_DISABLED;
-	r = fp_ip4_rpf_reason(in, in_ifindex, ip->saddr, fp_rt.src_lpm);
+	r = fp_ip4_rpf_reason(p->in, fp_cfg.ingress_ifindex, ip->saddr, fp_rt.src_lpm);
 	if (r)
 		return r;
 	if (ip->ttl <= 1)
 		return FP_R_TTL_EXCEEDED;
 
-	r = fp_tx_resolve(&tx, rt, in_ifindex, FP_AF_INET, ip->daddr, NULL, tot_len);
+	r = fp_route_nexthop(p, rt, &k, pos.prev_nh, &nh_id);
 	if (r != FP_R_FORWARDED)
 		return r;
-	r = fp_tx_commit(ctx, &tx, len, FP_ETH_HLEN + tot_len, fp_rt.neigh_clock);
+	r = fp_tx_resolve(&tx, rt, nh_id, fp_cfg.ingress_slot, FP_AF_INET, ip->daddr, NULL, tot_len);
 	if (r != FP_R_FORWARDED)
 		return r;
+	r = fp_tx_commit(ctx, tx.slot, &p->len, FP_ETH_HLEN + tot_len);
+	if (r != FP_R_FORWARDED)
+		return r;
+	fp_neigh_touch(tx.neigh, p->clock);
+	fp_flow_store(p, &pos, &k, &tx);
 
 	/* The trim invalidated every packet pointer. */
 	data = (void *)(long)ctx->data;
@@ -101,34 +347,67 @@ fp_fwd_ip4(struct xdp_md *ctx, const struct fp_iface *in, __u32 in_ifindex, __u3
 	ip = data + FP_ETH_HLEN;
 	if ((void *)(ip + 1) > data_end)
 		return FP_R_REDIRECT_FAILED;
-	fp_tx_rewrite_eth(data, &tx);
+	fp_tx_rewrite_eth(data, tx.dmac, tx.smac);
 	fp_ip4_dec_ttl(ip);
 	return FP_R_FORWARDED;
 }
 
-static __always_inline __u32
-fp_fwd_ip6(struct xdp_md *ctx, const struct fp_iface *in, __u32 in_ifindex, __u32 *len)
+static __always_inline __u32 fp_fwd_ip6(struct fp_pkt *p)
 {
+	struct xdp_md *ctx = p->ctx;
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ipv6hdr *ip6 = data + FP_ETH_HLEN;
+	struct fp_flow_key k = {};
 	struct fp_lpm6_key key;
+	struct fp_flow_pos pos;
 	const struct fp_route *rt;
+	struct fp_flow *f;
 	struct fp_tx tx;
-	__u32 ip_len, r;
+	__u32 ip_len, r, nh_id;
 
 	if ((void *)(ip6 + 1) > data_end)
 		return FP_R_MALFORMED;
 	if ((*(__u8 *)ip6 >> 4) != 6)
 		return FP_R_MALFORMED;
 	ip_len = FP_IP6_HLEN + bpf_ntohs(ip6->payload_len);
-	if (ip_len > *len - FP_ETH_HLEN)
+	if (ip_len > p->len - FP_ETH_HLEN)
 		return FP_R_MALFORMED;
+	if (fp_ip6_is_ext_hdr(ip6->nexthdr))
+		goto slow_checks;
+
+	k.family = FP_AF_INET6;
+	k.proto = ip6->nexthdr;
+	k.ingress = fp_cfg.ingress_slot;
+	k.flowlabel = *(__be32 *)ip6 & bpf_htonl(0x000FFFFF);
+	__builtin_memcpy(k.saddr, &ip6->saddr, 16);
+	__builtin_memcpy(k.daddr, &ip6->daddr, 16);
+	fp_flow_key_l4(&k, ip6 + 1, data_end, ip_len - FP_IP6_HLEN, FP_IPPROTO_ICMPV6);
+
+	f = fp_flow_lookup(p, &k, &pos);
+	if (f) {
+		if (ip6->hop_limit <= 1)
+			return FP_R_TTL_EXCEEDED;
+		if (ip_len > f->mtu)
+			goto full;
+		r = fp_tx_commit(ctx, f->slot, &p->len, FP_ETH_HLEN + ip_len);
+		if (r != FP_R_FORWARDED)
+			return r;
+		fp_flow_touch(p, f, FP_AF_INET6, 0, k.daddr);
+		f->packets++;
+		data = (void *)(long)ctx->data;
+		data_end = (void *)(long)ctx->data_end;
+		ip6 = data + FP_ETH_HLEN;
+		if ((void *)(ip6 + 1) > data_end)
+			return FP_R_REDIRECT_FAILED;
+		fp_tx_rewrite_eth(data, f->dmac, f->smac);
+		ip6->hop_limit--;
+		return FP_R_FORWARDED;
+	}
+full:
 	r = fp_ip6_addr_reason(&ip6->saddr, &ip6->daddr);
 	if (r)
 		return r;
-	if (fp_ip6_is_ext_hdr(ip6->nexthdr))
-		return FP_R_IPV6_EXT_HDR;
 
 	if (fp_rt.policy_punt & FP_FAM_V6)
 		return FP_R_POLICY_ROUTING;
@@ -142,33 +421,42 @@ fp_fwd_ip6(struct xdp_md *ctx, const struct fp_iface *in, __u32 in_ifindex, __u3
 	r = fp_route_reason(rt);
 	if (r != FP_R_FORWARDED)
 		return r;
-	if (!(in->flags & FP_IF_FWD6))
+	if (!(p->in->flags & FP_IF_FWD6))
 		return FP_R_FORWARDING_DISABLED;
 	if (ip6->hop_limit <= 1)
 		return FP_R_TTL_EXCEEDED;
 
-	r = fp_tx_resolve(&tx, rt, in_ifindex, FP_AF_INET6, 0, key.addr, ip_len);
+	r = fp_route_nexthop(p, rt, &k, pos.prev_nh, &nh_id);
 	if (r != FP_R_FORWARDED)
 		return r;
-	r = fp_tx_commit(ctx, &tx, len, FP_ETH_HLEN + ip_len, fp_rt.neigh_clock);
+	r = fp_tx_resolve(&tx, rt, nh_id, fp_cfg.ingress_slot, FP_AF_INET6, 0, key.addr, ip_len);
 	if (r != FP_R_FORWARDED)
 		return r;
+	r = fp_tx_commit(ctx, tx.slot, &p->len, FP_ETH_HLEN + ip_len);
+	if (r != FP_R_FORWARDED)
+		return r;
+	fp_neigh_touch(tx.neigh, p->clock);
+	fp_flow_store(p, &pos, &k, &tx);
 
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
 	ip6 = data + FP_ETH_HLEN;
 	if ((void *)(ip6 + 1) > data_end)
 		return FP_R_REDIRECT_FAILED;
-	fp_tx_rewrite_eth(data, &tx);
+	fp_tx_rewrite_eth(data, tx.dmac, tx.smac);
 	ip6->hop_limit--;
 	return FP_R_FORWARDED;
+
+slow_checks:
+	/* Address classes are decided before extension headers, as before. */
+	r = fp_ip6_addr_reason(&ip6->saddr, &ip6->daddr);
+	return r ? r : FP_R_IPV6_EXT_HDR;
 }
 
-static __always_inline __u32
-fp_fwd(struct xdp_md *ctx, const struct fp_iface *in, __u32 in_ifindex, __u32 *len)
+static __always_inline __u32 fp_fwd(struct fp_pkt *p)
 {
-	void *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
+	void *data = (void *)(long)p->ctx->data;
+	void *data_end = (void *)(long)p->ctx->data_end;
 	struct ethhdr *eth = data;
 	__be16 proto;
 
@@ -181,30 +469,88 @@ fp_fwd(struct xdp_md *ctx, const struct fp_iface *in, __u32 in_ifindex, __u32 *l
 		return FP_R_NOT_IP;
 	if (fp_mac_is_group(eth->h_dest))
 		return FP_R_MULTICAST;
-	if (!fp_mac_eq(eth->h_dest, in->mac))
+	if (!fp_mac_eq(eth->h_dest, p->in->mac))
 		return FP_R_L2_OTHER_HOST;
 	if (proto == bpf_htons(FP_ETH_P_IP))
-		return fp_fwd_ip4(ctx, in, in_ifindex, len);
-	return fp_fwd_ip6(ctx, in, in_ifindex, len);
+		return fp_fwd_ip4(p);
+	return fp_fwd_ip6(p);
+}
+
+/* A hint in the metadata area, if an upstream program left exactly one. */
+static __always_inline void fp_take_meta_hint(struct fp_pkt *p)
+{
+	void *data = (void *)(long)p->ctx->data;
+	struct fp_rx_hint *h = (void *)(long)p->ctx->data_meta;
+
+	/* The first test proves the bounds to the verifier, the second the
+	 * size; the empty asm keeps clang from merging them into one "!=". */
+	if ((void *)(h + 1) > data)
+		return;
+	asm volatile("" : "+r"(data));
+	if ((void *)(h + 1) != data)
+		return;
+	if (h->magic != FP_HINT_MAGIC)
+		return;
+	p->hash = h->hash;
+	p->hash_l4 = h->flags & FP_HINT_L4;
+	p->hash_src = FP_HS_META;
+}
+
+static __always_inline int fp_run(struct fp_pkt *p)
+{
+	struct xdp_md *ctx = p->ctx;
+	__u32 slot = fp_cfg.ingress_slot, reason;
+
+	p->len = ctx->data_end - ctx->data;
+	p->gen = fp_rt.generation;
+	p->clock = fp_rt.neigh_clock;
+	p->timeout = fp_rt.flow_timeout;
+	p->in = bpf_map_lookup_elem(&fp_ifaces, &slot);
+	if (!p->in || !(p->in->flags & FP_IF_PRESENT) || ctx->ingress_ifindex != fp_cfg.ingress_ifindex) {
+		/* Counted under slot 0, kept for interfaces we do not know. */
+		slot = 0;
+		reason = FP_R_INGRESS_UNKNOWN;
+		p->st = fp_stats_of(&slot);
+	} else {
+		p->st = fp_stats_of(&slot);
+		if (!p->st)
+			return XDP_PASS;
+		reason = fp_fwd(p);
+	}
+	if (p->st)
+		fp_count(p->st, reason, p->len);
+	return reason == FP_R_FORWARDED ? XDP_REDIRECT : XDP_PASS;
 }
 
 SEC("xdp")
 int fp_xdp_fwd(struct xdp_md *ctx)
 {
-	__u32 in_ifindex = ctx->ingress_ifindex;
-	__u32 len = ctx->data_end - ctx->data;
-	const struct fp_iface *in;
-	__u32 slot = 0, reason;
+	struct fp_pkt p = { .ctx = ctx, .hash_src = FP_HS_SOFTWARE };
 
-	in = bpf_map_lookup_elem(&fp_ifaces, &in_ifindex);
-	if (in) {
-		slot = in->slot;
-		reason = fp_fwd(ctx, in, in_ifindex, &len);
+	fp_take_meta_hint(&p);
+	return fp_run(&p);
+}
+
+extern int bpf_xdp_metadata_rx_hash(const struct xdp_md *ctx, __u32 *hash,
+				    enum xdp_rss_hash_type *rss_type) __ksym __weak;
+
+SEC("xdp")
+int fp_xdp_fwd_hw(struct xdp_md *ctx)
+{
+	struct fp_pkt p = { .ctx = ctx, .hash_src = FP_HS_SOFTWARE };
+	enum xdp_rss_hash_type type = 0;
+	__u32 hash = 0;
+
+	/* -ENODATA (no hash for this frame: veth's redirected frames) or
+	 * -EOPNOTSUPP: fall back to a metadata hint or our own hash. */
+	if (bpf_xdp_metadata_rx_hash(ctx, &hash, &type) == 0) {
+		p.hash = hash;
+		p.hash_l4 = (type & XDP_RSS_L4) != 0;
+		p.hash_src = FP_HS_NIC;
 	} else {
-		reason = FP_R_INGRESS_UNKNOWN;
+		fp_take_meta_hint(&p);
 	}
-	fp_count(slot, reason, len);
-	return reason == FP_R_FORWARDED ? XDP_REDIRECT : XDP_PASS;
+	return fp_run(&p);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

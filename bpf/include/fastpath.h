@@ -42,7 +42,7 @@ enum fp_reason {
 	FP_R_UNREACHABLE,          /* unreachable route: the kernel answers ICMP */
 	FP_R_PROHIBIT,             /* prohibit route: the kernel answers ICMP */
 	FP_R_ROUTE_UNSUPPORTED,    /* throw, lwtunnel encap, TOS-specific, dead next hop, ... */
-	FP_R_ECMP,                 /* multipath route or next-hop group (until the ECMP issue) */
+	FP_R_ECMP,                 /* multipath route whose hash we cannot reproduce (policy, seed, protocol) */
 	FP_R_NO_NEIGH,             /* neighbour missing or not in a usable NUD state */
 	FP_R_EGRESS_NOT_MANAGED,   /* egress interface has no fastpath program / devmap slot */
 	FP_R_EGRESS_DOWN,          /* egress interface not running */
@@ -50,7 +50,32 @@ enum fp_reason {
 	FP_R_SAME_IFACE,           /* egress == ingress: the kernel may send a redirect */
 	FP_R_INGRESS_UNKNOWN,      /* program runs on an interface missing from fp_ifaces */
 	FP_R_REDIRECT_FAILED,      /* bpf_redirect_map() refused the egress */
+	FP_R_ICMP_ERROR_ECMP,      /* ICMP error over a multipath route: the kernel hashes its inner header */
 	FP_R__COUNT
+};
+
+/*
+ * Flow cache events, counted per ingress slot (fp_stats.flow). A packet is
+ * either a HIT or a MISS; STALE, EXPIRED and EVICT say more about a miss:
+ * STALE = the key was cached but from an older table generation,
+ * EXPIRED = the key was cached but idle longer than the timeout,
+ * EVICT = filling the cache pushed out another live flow.
+ */
+enum fp_flow_event {
+	FP_FC_HIT = 0,
+	FP_FC_MISS,
+	FP_FC_STALE,
+	FP_FC_EXPIRED,
+	FP_FC_EVICT,
+	FP_FC__COUNT
+};
+
+/* Where a packet's flow hash came from (fp_stats.hash_src). */
+enum fp_hash_src {
+	FP_HS_SOFTWARE = 0,      /* computed by the program */
+	FP_HS_META,              /* struct fp_rx_hint in data_meta, left by an upstream program */
+	FP_HS_NIC,               /* bpf_xdp_metadata_rx_hash() in the device-bound variant */
+	FP_HS__COUNT
 };
 
 /* fp_route.type: what the FIB says about a destination. */
@@ -61,6 +86,7 @@ enum fp_route_type {
 	FP_RT_UNREACHABLE,
 	FP_RT_PROHIBIT,
 	FP_RT_PUNT,          /* pass up with fp_route.punt_reason */
+	FP_RT_MULTIPATH,     /* ECMP: fp_route.nh_id is an fp_groups index */
 };
 
 /* fp_iface.flags */
@@ -70,6 +96,8 @@ enum fp_route_type {
 #define FP_IF_RPF_STRICT  (1U << 3)  /* effective rp_filter == 1 */
 #define FP_IF_RPF_LOOSE   (1U << 4)  /* effective rp_filter == 2 */
 
+#define FP_IF_PRESENT     (1U << 5)  /* slot in use (fp_ifaces is an array: absent = all zero) */
+
 /* Family bits for fp_runtime switches. */
 #define FP_FAM_V4 (1U << 0)
 #define FP_FAM_V6 (1U << 1)
@@ -78,13 +106,33 @@ enum fp_route_type {
 #define FP_ETH_ALEN 6
 #endif
 
-/* fp_ifaces: ifindex -> one managed interface (ingress flags, egress rewrite data). */
+/*
+ * fp_ifaces: array indexed by slot -> one managed interface (ingress flags,
+ * egress rewrite data). Slot 0 is never used: it counts unknown ingress.
+ */
 struct fp_iface {
 	__u8  mac[FP_ETH_ALEN];  /* our MAC: expected destination on ingress, source on egress */
-	__u16 flags;             /* FP_IF_* */
+	__u16 flags;             /* FP_IF_*; 0 = slot unused */
 	__u32 mtu;               /* IPv4 egress MTU (device MTU) */
 	__u32 mtu6;              /* IPv6 egress MTU (net.ipv6.conf.<dev>.mtu) */
-	__u32 slot;              /* index into fp_stats; 0 is reserved for unknown ingress */
+	__u32 ifindex;           /* the device in this slot */
+};
+
+/*
+ * Per program instance, set before load (.rodata): each managed interface
+ * gets its own instance, so the ingress needs no lookup by ifindex.
+ */
+struct fp_config {
+	__u32 ingress_ifindex;   /* the device this instance is attached to */
+	__u32 ingress_slot;      /* its fp_ifaces / fp_stats slot */
+	__u32 flow_sets;         /* fp_flows entries (sets), a power of two; 0 = no cache */
+	/*
+	 * 1 when this device's RX hash of L4 type is what the kernel itself
+	 * would take as skb->hash (a real NIC; not veth, whose rx_hash is a
+	 * software hash computed on demand): then, with multipath hash policy 1,
+	 * ECMP uses it as fib_multipath_hash() does (skb->l4_hash short-cut).
+	 */
+	__u32 nic_hash_is_skb_hash;
 };
 
 /* fp_fib4 key: LPM trie, prefixlen first as the trie requires. */
@@ -105,14 +153,15 @@ struct fp_route {
 	__u8  punt_reason;       /* enum fp_reason, for FP_RT_PUNT */
 	__u16 _pad;
 	__u32 mtu;               /* route MTU metric honoured when forwarding (0 = none) */
-	__u32 nh_id;             /* index into fp_nexthops, for FP_RT_FORWARD */
+	__u32 nh_id;             /* FP_RT_FORWARD: fp_nexthops index; FP_RT_MULTIPATH: fp_groups index */
 };
 
 /* fp_nexthops: array indexed by nh_id (0 is never used). */
 struct fp_nexthop {
 	__u32 ifindex;           /* egress */
 	__u8  gw_family;         /* 0 = on-link (neighbour is the packet's destination), AF_INET, AF_INET6 */
-	__u8  _pad[3];
+	__u8  _pad;
+	__u16 slot;              /* egress fp_ifaces slot, 0 = interface not managed */
 	__u8  gw[16];            /* gateway, network order; IPv4 in the first 4 bytes */
 };
 
@@ -146,10 +195,109 @@ struct fp_neigh {
 	__u32 used;              /* neigh_clock of the last use, 0 = never */
 };
 
+/*
+ * ECMP (FP_RT_MULTIPATH): fp_groups, array indexed by group id (0 unused).
+ * Hash-threshold groups (classic multipath routes, `ip nexthop group`
+ * type mpath) pick the first path whose upper_bound >= hash, as
+ * fib_select_multipath() / nexthop_select_path_hthr() do; the daemon
+ * computes the bounds as the kernel's rebalance does (dead paths get -1).
+ * Resilient groups pick fp_res_buckets[(group << 16) | hash % n_buckets];
+ * their paths list the members (upper_bound unused), so that a cached flow
+ * can tell whether its next hop is still one of them.
+ */
+#define FP_GROUP_MAX_PATHS 64
+
+enum fp_group_kind {
+	FP_GRP_HASH_THRESHOLD = 1,
+	FP_GRP_RESILIENT,
+};
+
+struct fp_group_path {
+	__s32 upper_bound;       /* hash-threshold: last hash value of this path */
+	__u32 nh_id;             /* fp_nexthops index */
+};
+
+struct fp_group {
+	__u8  kind;              /* enum fp_group_kind */
+	__u8  n_paths;           /* entries used in paths[] */
+	__u16 n_buckets;         /* resilient: bucket count (kernel: u16) */
+	__u32 _pad;
+	struct fp_group_path paths[FP_GROUP_MAX_PATHS];
+};
+
+/*
+ * Kernel-compatible multipath hash settings (fib_multipath_hash_policy per
+ * family, fib_multipath_hash_seed), in fp_runtime. Only policies 0 (L3) and
+ * 1 (L4) are implemented; the daemon punts multipath routes of a family
+ * with any other policy, and of both families while the seed is the
+ * kernel's random one (user seed 0), which cannot be reproduced.
+ */
+
+/*
+ * Flow cache: fp_flows is a per-CPU array of sets, indexed by the flow hash
+ * modulo fp_config.flow_sets; each set holds FP_FLOW_WAYS flows and is
+ * searched by full key, so a hash collision can never return another
+ * flow's result. A flow is only trusted while its generation equals
+ * fp_runtime.generation and it was used within fp_runtime.flow_timeout.
+ */
+#define FP_FLOW_WAYS 4
+
+/*
+ * 5-tuple for TCP/UDP; ICMP/ICMPv6 type and code in sport (an error must
+ * never share an echo's entry); ports 0 for other protocols (address pair:
+ * the source matters to rp_filter and to the ECMP hash). The IPv6 flow
+ * label is part of the key because the kernel's L3 multipath hash uses it.
+ * Six u64 words, compared as such.
+ */
+struct fp_flow_key {
+	__u8  family;            /* FP_AF_INET / FP_AF_INET6 */
+	__u8  proto;             /* IP protocol / IPv6 next header */
+	__u16 ingress;           /* ingress slot: rp_filter, forwarding and same-interface depend on it */
+	__u16 sport;             /* network order */
+	__u16 dport;             /* network order */
+	__u32 flowlabel;         /* IPv6 flow label, network order (0 for IPv4) */
+	__u32 _pad;
+	__u8  saddr[16];         /* IPv4 in the first 4 bytes, rest 0 */
+	__u8  daddr[16];
+};
+
+struct fp_flow {
+	struct fp_flow_key key;
+	__u64 generation;        /* fp_runtime.generation it was computed from; 0 = empty */
+	__u8  dmac[FP_ETH_ALEN]; /* next hop's MAC */
+	__u8  smac[FP_ETH_ALEN]; /* egress MAC */
+	__u16 slot;              /* egress slot (fp_tx_ports key) */
+	__u16 mtu;               /* largest IP datagram that may go out (route, device) */
+	__u32 nh_id;             /* next hop it goes through (ECMP stickiness, `fastpath flows`) */
+	__u32 used;              /* fp_runtime.neigh_clock of the last hit */
+	__u64 packets;           /* hits on this CPU since it was filled */
+};
+
+struct fp_flow_set {
+	struct fp_flow way[FP_FLOW_WAYS];
+};
+
+/*
+ * What an upstream XDP program (a NIC emulation, the bench generator) may
+ * leave in the metadata area just before the packet: the NIC's flow hash.
+ * Taken only when the metadata area is exactly this size and the magic
+ * matches.
+ */
+#define FP_HINT_MAGIC 0xF1A5
+#define FP_HINT_L4    (1U << 0)  /* hash covers the L4 ports (RSS L4 type) */
+
+struct fp_rx_hint {
+	__u32 hash;
+	__u16 flags;             /* FP_HINT_* */
+	__u16 magic;             /* FP_HINT_MAGIC */
+};
+
 /* fp_stats: per-CPU array indexed by fp_iface.slot (ingress interface). */
 struct fp_stats {
 	__u64 packets[FP_R__COUNT];
 	__u64 bytes[FP_R__COUNT];
+	__u64 flow[FP_FC__COUNT];        /* enum fp_flow_event */
+	__u64 hash_src[FP_HS__COUNT];    /* enum fp_hash_src, per hashed packet */
 };
 
 /*
@@ -173,6 +321,12 @@ struct fp_runtime {
  * stamp `used` = 0, which reads as "never" (no keep-alive is owed yet).
 	 */
 	__u32 neigh_clock;
+	__u32 flow_timeout;      /* seconds a cached flow may stay idle; 0 = flow cache off */
+	__u8  mp_policy4;        /* net.ipv4.fib_multipath_hash_policy (0 or 1) */
+	__u8  mp_policy6;        /* net.ipv6.fib_multipath_hash_policy (0 or 1) */
+	__u16 _pad;
+	__u32 mp_seed;           /* net.ipv4.fib_multipath_hash_seed (user seed, non-zero) */
+	__u32 _pad2;
 };
 
 /*
@@ -192,6 +346,10 @@ struct fp_runtime {
 #define FP_DEFAULT_FIB6_ENTRIES    16384
 #define FP_DEFAULT_NEXTHOP_ENTRIES 4096
 #define FP_DEFAULT_NEIGH_ENTRIES   16384
+#define FP_DEFAULT_GROUP_ENTRIES   1024
+#define FP_DEFAULT_RES_BUCKETS     65536    /* resilient buckets, all groups together */
+#define FP_DEFAULT_FLOW_ENTRIES    65536    /* per CPU; rounded up to FP_FLOW_WAYS * 2^n */
+#define FP_DEFAULT_FLOW_TIMEOUT    30
 #define FP_MAX_IFACES              256
 
 #endif /* FASTPATH_H */

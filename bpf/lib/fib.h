@@ -32,6 +32,7 @@ static __always_inline __u32 fp_route_reason(const struct fp_route *rt)
 
 	switch (rt->type) {
 	case FP_RT_FORWARD:
+	case FP_RT_MULTIPATH:
 		return FP_R_FORWARDED;
 	case FP_RT_LOCAL:
 		return FP_R_LOCAL;
@@ -59,8 +60,9 @@ static __always_inline struct fp_nexthop *fp_nexthop_lookup(__u32 nh_id)
  * What fib_validate_source() in its full form says about a source whose
  * FIB entry is @rt, with rp_filter off: only unicast routes are accepted,
  * and no route at all is accepted too (last_resort). ECMP routes are
- * unicast in the kernel; every other punt may hide a non-unicast type
- * (broadcast, throw, ...), so it is refused: punting is always safe.
+ * unicast in the kernel (forwarded or punted as ECMP); every other punt
+ * may hide a non-unicast type (broadcast, throw, ...), so it is refused:
+ * punting is always safe.
  * Returns a reason or 0.
  */
 static __always_inline __u32 fp_ip4_src_route_reason(const struct fp_route *rt)
@@ -69,6 +71,7 @@ static __always_inline __u32 fp_ip4_src_route_reason(const struct fp_route *rt)
 		return 0;
 	switch (rt->type) {
 	case FP_RT_FORWARD:
+	case FP_RT_MULTIPATH:
 		return 0;
 	case FP_RT_LOCAL:
 		return FP_R_MARTIAN;
@@ -81,8 +84,8 @@ static __always_inline __u32 fp_ip4_src_route_reason(const struct fp_route *rt)
 
 /*
  * The source half of fib_validate_source(). With rp_filter on, the source
- * must have a unicast route we understand (ECMP routes are PUNT here, so
- * they fail: conservative), and in strict mode through the ingress.
+ * must have a single-path unicast route (a multipath one fails:
+ * conservative), and in strict mode through the ingress.
  *
  * With it off the kernel refuses a source that is one of its own addresses
  * (inet_lookup_ifaddr_rcu(), accept_local=0), and once local routes were

@@ -9,9 +9,9 @@
 
 #include "fastpath.h"
 
-/* Managed interfaces: ingress checks and egress rewrite data. */
+/* Managed interfaces by slot: ingress checks and egress rewrite data. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, FP_MAX_IFACES);
 	__type(key, __u32);
 	__type(value, struct fp_iface);
@@ -62,6 +62,34 @@ struct {
 	__type(key, __u32);
 	__type(value, struct fp_nexthop);
 } fp_nexthops SEC(".maps");
+
+/* ECMP groups, indexed by the id the daemon allocates (0 unused). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FP_DEFAULT_GROUP_ENTRIES);
+	__type(key, __u32);
+	__type(value, struct fp_group);
+} fp_groups SEC(".maps");
+
+/* Resilient group buckets: (group id << 16) | bucket -> fp_nexthops index. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, FP_DEFAULT_RES_BUCKETS);
+	__type(key, __u32);
+	__type(value, __u32);
+} fp_res_buckets SEC(".maps");
+
+/*
+ * The flow cache: per-CPU sets of FP_FLOW_WAYS flows, indexed by flow hash
+ * (see struct fp_flow). Per CPU so that a hit never contends; sized by the
+ * daemon (fp_config.flow_sets must match).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FP_DEFAULT_FLOW_ENTRIES / FP_FLOW_WAYS);
+	__type(key, __u32);
+	__type(value, struct fp_flow_set);
+} fp_flows SEC(".maps");
 
 /*
  * Per-interface L2 tables, one hash per family keyed by ifindex + address.

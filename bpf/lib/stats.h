@@ -12,16 +12,19 @@
  * handing out more than FP_MAX_IFACES) falls back to slot 0 so that no
  * packet goes uncounted.
  */
-static __always_inline void fp_count(__u32 slot, __u32 reason, __u64 bytes)
+static __always_inline struct fp_stats *fp_stats_of(__u32 *slot)
 {
-	struct fp_stats *st = bpf_map_lookup_elem(&fp_stats, &slot);
+	struct fp_stats *st = bpf_map_lookup_elem(&fp_stats, slot);
 
 	if (!st) {
-		slot = 0;
-		st = bpf_map_lookup_elem(&fp_stats, &slot);
-		if (!st)
-			return;
+		*slot = 0;
+		st = bpf_map_lookup_elem(&fp_stats, slot);
 	}
+	return st;
+}
+
+static __always_inline void fp_count(struct fp_stats *st, __u32 reason, __u64 bytes)
+{
 	/*
 	 * Unreachable by construction; the bound is for the verifier. The
 	 * empty asm keeps clang from proving it redundant and dropping it.

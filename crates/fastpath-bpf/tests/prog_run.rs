@@ -197,7 +197,7 @@ fn forward_ipv4() {
         ),
         Case::forward(
             "egress slot is the devmap key",
-            move |w| w.iface_mut(b).slot = 77,
+            move |w| w.set_slot(b, 77),
             f4(&p),
             out4(&p, MAC_GW4),
         ),

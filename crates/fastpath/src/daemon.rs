@@ -2,7 +2,6 @@
 //! follow the kernel until SIGINT/SIGTERM and leave it as it was.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -71,9 +70,13 @@ pub fn run(args: RunArgs) -> Result<()> {
         neigh: args.neigh_entries,
         ifaces: intf::FP_MAX_IFACES,
     };
-    let mut storage = MaybeUninit::uninit();
-    let skel = loader::load(&mut storage, &caps)?;
-    let maps = Maps::from_skel(&skel).context("opening map handles")?;
+    let opts = loader::LoadOpts {
+        flow_sets: if args.flow_timeout == 0 { 0 } else { loader::flow_sets(args.flow_entries) },
+        nic_hash: args.rx_hash == crate::RxHash::Auto && args.xdp_mode != crate::XdpMode::Generic,
+    };
+    let instances = loader::load_all(&ifaces, &caps, &opts)?;
+    let first = instances.first().context("no interface to run on")?;
+    let maps = Maps::from_skel(&first.skel).context("opening map handles")?;
 
     let mut tx = TxPorts { maps: &maps, slots: Vec::new() };
     for i in &ifaces {
@@ -88,7 +91,11 @@ pub fn run(args: RunArgs) -> Result<()> {
         netfilter_block: nf_watch.blocking().to_vec(),
         ids: NexthopIds::new(caps.nexthops),
         reconciler: Reconciler::with_capacities(caps),
-        writer: MapWriter::new(maps.try_clone().context("opening map handles")?),
+        writer: {
+            let mut w = MapWriter::new(maps.try_clone().context("opening map handles")?, managed.clone());
+            w.set_flow_timeout(if opts.flow_sets == 0 { 0 } else { args.flow_timeout });
+            w
+        },
         caps,
         managed,
         problems: BTreeSet::new(),
@@ -99,7 +106,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     // Tables complete before the first packet can see them.
     lp.reconcile(&state).context("writing the initial tables")?;
 
-    let attachments = loader::attach_all(&skel.progs.fp_xdp_fwd, &ifaces, args.xdp_mode)?;
+    let attachments = loader::attach_all(&instances, args.xdp_mode)?;
     let shared: Shared = Arc::new(Mutex::new(Arc::new(Snapshot::default())));
     lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
     let server = api::serve(

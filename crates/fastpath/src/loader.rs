@@ -1,5 +1,6 @@
-//! Opens the forwarding program's skeleton with the capacities asked for,
-//! loads it, and attaches it to interfaces through bpf_links. Dropping an
+//! Loads one instance of the forwarding program per interface (its own
+//! .rodata config, every table shared with the first instance) with the
+//! capacities asked for, and attaches them through bpf_links. Dropping an
 //! `Attachment` closes its link, which detaches the program: nothing is
 //! pinned, so nothing outlives the daemon.
 
@@ -7,11 +8,12 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
 use anyhow::{bail, Context, Result};
+use fastpath_bpf::intf;
 use fastpath_bpf::skel::xdp_fwd::{XdpFwdSkel, XdpFwdSkelBuilder};
 use fastpath_core::tables::Capacities;
 use libbpf_rs::libbpf_sys;
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{OpenObject, PrintLevel};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{MapCore, OpenObject, PrintLevel};
 
 use crate::links::{self, XdpAttach};
 use crate::preflight::Iface;
@@ -31,9 +33,84 @@ pub fn bridge_libbpf_log() {
     libbpf_rs::set_print(Some((level, print)));
 }
 
-/// Opens and loads the program with every table sized from `caps`.
-pub fn load<'obj>(storage: &'obj mut MaybeUninit<OpenObject>, caps: &Capacities) -> Result<XdpFwdSkel<'obj>> {
-    let mut open = XdpFwdSkelBuilder::default().open(storage).context("opening the XDP program")?;
+/// Flow-cache and RX-hash settings fixed at load.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadOpts {
+    /// fp_flows sets per CPU (a power of two), 0 = no cache.
+    pub flow_sets: u32,
+    /// Try the device-bound variant that reads the NIC's RX hash.
+    pub nic_hash: bool,
+}
+
+/// Sets per CPU for at least `entries` flows: FP_FLOW_WAYS per set, a
+/// power of two of sets.
+pub fn flow_sets(entries: u32) -> u32 {
+    if entries == 0 {
+        return 0;
+    }
+    entries.div_ceil(intf::FP_FLOW_WAYS).next_power_of_two()
+}
+
+/// Where an instance's flow hash comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HashVariant {
+    /// Device-bound program asking the driver (bpf_xdp_metadata_rx_hash),
+    /// falling back per packet to a metadata hint or software.
+    NicRxHash,
+    /// Metadata hint when an upstream program left one, else software.
+    MetaOrSoftware,
+}
+
+impl HashVariant {
+    pub fn name(self) -> &'static str {
+        match self {
+            HashVariant::NicRxHash => "nic rx-hash",
+            HashVariant::MetaOrSoftware => "meta hint / software",
+        }
+    }
+}
+
+/// One loaded program instance, bound to one interface's config.
+pub struct Instance {
+    pub ifindex: u32,
+    pub name: String,
+    pub hash: HashVariant,
+    // Field order is drop order: the skeleton before the object it borrows.
+    pub skel: XdpFwdSkel<'static>,
+    _obj: Box<MaybeUninit<OpenObject>>,
+}
+
+impl Instance {
+    /// The entry point this instance loaded.
+    pub fn prog(&self) -> &libbpf_rs::Program<'_> {
+        match self.hash {
+            HashVariant::NicRxHash => &self.skel.progs.fp_xdp_fwd_hw,
+            HashVariant::MetaOrSoftware => &self.skel.progs.fp_xdp_fwd,
+        }
+    }
+}
+
+/// A real NIC fills skb->hash from the same RX hash the program reads; a
+/// virtual device (veth: no `device` link in sysfs) computes it on demand.
+fn hash_is_skb_hash(name: &str) -> bool {
+    std::path::Path::new("/sys/class/net").join(name).join("device").exists()
+}
+
+/// Opens one instance: tables sized from `caps`, config for `iface`, and,
+/// when `share` is given, every map but .rodata reused from it.
+fn open_one(
+    iface: &Iface,
+    caps: &Capacities,
+    opts: &LoadOpts,
+    variant: HashVariant,
+    share: Option<&XdpFwdSkel<'_>>,
+) -> Result<Instance> {
+    let mut obj: Box<MaybeUninit<OpenObject>> = Box::new(MaybeUninit::uninit());
+    // SAFETY: the skeleton borrows the boxed object; the box never moves its
+    // contents and `Instance` drops the skeleton before the box (field order).
+    let obj_ref: &'static mut MaybeUninit<OpenObject> = unsafe { &mut *(obj.as_mut() as *mut _) };
+    let mut open = XdpFwdSkelBuilder::default().open(obj_ref).context("opening the XDP program")?;
     let sizes = [
         (&mut open.maps.fp_fib4, caps.fib4, "fp_fib4"),
         // Its entries are a subset of fib4's /32s plus our own addresses;
@@ -45,6 +122,8 @@ pub fn load<'obj>(storage: &'obj mut MaybeUninit<OpenObject>, caps: &Capacities)
         // reconciler counts both families against caps.neigh together.
         (&mut open.maps.fp_neigh4, caps.neigh, "fp_neigh4"),
         (&mut open.maps.fp_neigh6, caps.neigh, "fp_neigh6"),
+        // An array map needs at least one entry even with the cache off.
+        (&mut open.maps.fp_flows, opts.flow_sets.max(1), "fp_flows"),
     ];
     for (map, n, name) in sizes {
         if n == 0 {
@@ -52,8 +131,59 @@ pub fn load<'obj>(storage: &'obj mut MaybeUninit<OpenObject>, caps: &Capacities)
         }
         map.set_max_entries(n).with_context(|| format!("sizing {name} to {n} entries"))?;
     }
-    let skel = open.load().context("loading the XDP program (see libbpf messages above)")?;
-    Ok(skel)
+    let cfg = &mut open.maps.rodata_data.as_deref_mut().context("the program has no .rodata")?.fp_cfg;
+    cfg.ingress_ifindex = iface.ifindex;
+    cfg.ingress_slot = iface.slot;
+    cfg.flow_sets = opts.flow_sets;
+    cfg.nic_hash_is_skb_hash = u32::from(hash_is_skb_hash(&iface.name));
+    match variant {
+        HashVariant::NicRxHash => {
+            open.progs.fp_xdp_fwd.set_autoload(false);
+            open.progs.fp_xdp_fwd_hw.set_ifindex(iface.ifindex);
+            open.progs.fp_xdp_fwd_hw.set_flags(libbpf_sys::BPF_F_XDP_DEV_BOUND_ONLY);
+        }
+        HashVariant::MetaOrSoftware => open.progs.fp_xdp_fwd_hw.set_autoload(false),
+    }
+    if let Some(first) = share {
+        for mut m in open.open_object_mut().maps_mut() {
+            let name = m.name().to_string_lossy().into_owned();
+            if name.ends_with(".rodata") {
+                continue;
+            }
+            let src = first
+                .object()
+                .maps()
+                .find(|f| f.name() == m.name())
+                .with_context(|| format!("map {name} missing from the first instance"))?;
+            m.reuse_fd(src.as_fd()).with_context(|| format!("sharing map {name}"))?;
+        }
+    }
+    let skel = open.load().with_context(|| format!("loading the XDP program for {}", iface.name))?;
+    Ok(Instance { ifindex: iface.ifindex, name: iface.name.clone(), hash: variant, skel, _obj: obj })
+}
+
+/// Loads one instance per interface, all sharing the first one's maps.
+/// With `opts.nic_hash`, each interface first tries the device-bound
+/// variant and falls back to the plain one when the kernel refuses it
+/// (no metadata support, generic mode).
+pub fn load_all(ifaces: &[Iface], caps: &Capacities, opts: &LoadOpts) -> Result<Vec<Instance>> {
+    let mut out: Vec<Instance> = Vec::new();
+    for iface in ifaces {
+        let share = out.first().map(|i| &i.skel);
+        let inst = if opts.nic_hash {
+            match open_one(iface, caps, opts, HashVariant::NicRxHash, share) {
+                Ok(i) => i,
+                Err(e) => {
+                    log::info!("{}: no device-bound RX-hash program ({e:#}); using the plain one", iface.name);
+                    open_one(iface, caps, opts, HashVariant::MetaOrSoftware, share)?
+                }
+            }
+        } else {
+            open_one(iface, caps, opts, HashVariant::MetaOrSoftware, share)?
+        };
+        out.push(inst);
+    }
+    Ok(out)
 }
 
 /// One interface the program is attached to.
@@ -72,17 +202,17 @@ impl Drop for Attachment {
     }
 }
 
-/// Attaches `prog` to every interface, or to none: on any failure the links
-/// made so far are dropped (detached) before the error is returned.
-pub fn attach_all(prog: &libbpf_rs::ProgramMut<'_>, ifaces: &[Iface], mode: XdpMode) -> Result<Vec<Attachment>> {
+/// Attaches each instance to its interface, or none: on any failure the
+/// links made so far are dropped (detached) before the error is returned.
+pub fn attach_all(instances: &[Instance], mode: XdpMode) -> Result<Vec<Attachment>> {
     let flags = match mode {
         XdpMode::Auto => 0,
         XdpMode::Native => libbpf_sys::XDP_FLAGS_DRV_MODE,
         XdpMode::Generic => libbpf_sys::XDP_FLAGS_SKB_MODE,
     };
-    let prog_fd = prog.as_fd().as_raw_fd();
     let mut done: Vec<Attachment> = Vec::new();
-    for i in ifaces {
+    for i in instances {
+        let prog_fd = i.prog().as_fd().as_raw_fd();
         let link = link_xdp(prog_fd, i.ifindex, flags).map_err(|e| {
             let why = match (e.raw_os_error(), mode) {
                 (Some(libc::EOPNOTSUPP), XdpMode::Native) => {

@@ -85,6 +85,24 @@ pub struct RunArgs {
     /// nft binary), and punts all traffic while such chains exist.
     #[arg(long)]
     pub allow_netfilter_bypass: bool,
+    /// Flow-cache capacity per CPU (rounded up to 4 x a power of two).
+    #[arg(long, value_name = "N", default_value_t = intf::FP_DEFAULT_FLOW_ENTRIES)]
+    pub flow_entries: u32,
+    /// Seconds a cached flow may stay idle before it is recomputed; 0 turns
+    /// the flow cache off (every packet takes the full lookup).
+    #[arg(long, value_name = "SECS", default_value_t = intf::FP_DEFAULT_FLOW_TIMEOUT)]
+    pub flow_timeout: u32,
+    /// Flow hash source: `auto` loads a device-bound program that asks the
+    /// driver for the NIC's RX hash where the kernel allows it; `off` uses a
+    /// metadata hint left by an upstream program, else a software hash.
+    #[arg(long, value_enum, default_value_t = RxHash::Auto)]
+    pub rx_hash: RxHash,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RxHash {
+    Auto,
+    Off,
 }
 
 #[derive(Debug, Clone, clap::Args)]

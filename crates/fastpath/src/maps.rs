@@ -269,16 +269,18 @@ fn route(e: &RouteEntry) -> fp_route {
     fp_route { type_: ty as u8, punt_reason: reason, _pad: 0, mtu: e.mtu, nh_id: nh }
 }
 
-fn nexthop(e: &NexthopEntry) -> fp_nexthop {
+/// `slot`: the egress interface's fp_ifaces slot, 0 when it is not managed.
+fn nexthop(e: &NexthopEntry, slot: u32) -> fp_nexthop {
     let (fam, gw) = match &e.gateway {
         None => (0, [0u8; 16]),
         Some(a) => (family_of(a), addr16(a)),
     };
-    fp_nexthop { ifindex: e.ifindex, gw_family: fam, _pad: [0; 3], gw }
+    // Slots are < FP_MAX_IFACES (256): the u16 cannot truncate.
+    fp_nexthop { ifindex: e.ifindex, gw_family: fam, _pad: 0, slot: slot as u16, gw }
 }
 
-fn iface(e: &IfaceEntry) -> fp_iface {
-    fp_iface { mac: e.mac, flags: e.flags, mtu: e.mtu, mtu6: e.mtu6, slot: e.slot }
+fn iface(ifindex: u32, e: &IfaceEntry) -> fp_iface {
+    fp_iface { mac: e.mac, flags: e.flags | intf::FP_IF_PRESENT as u16, mtu: e.mtu, mtu6: e.mtu6, ifindex }
 }
 
 /// The fp_src_bloom4 bit of a source address (FP_SRC_BLOOM_* in fastpath.h).
@@ -295,11 +297,24 @@ pub struct MapWriter {
     /// Deny entries written, and how many of them sit on each bloom bit.
     deny: BTreeSet<Ipv4Addr>,
     bloom_refs: BTreeMap<u32, u32>,
+    slots: BTreeMap<u32, u32>,
 }
 
 impl MapWriter {
-    pub fn new(maps: Maps) -> MapWriter {
-        MapWriter { maps, rt: fp_runtime::default(), deny: BTreeSet::new(), bloom_refs: BTreeMap::new() }
+    /// `slots`: ifindex -> fp_ifaces slot of every managed interface, fixed
+    /// for the daemon's life (next hops carry their egress slot).
+    pub fn new(maps: Maps, slots: BTreeMap<u32, u32>) -> MapWriter {
+        MapWriter { maps, rt: fp_runtime::default(), deny: BTreeSet::new(), bloom_refs: BTreeMap::new(), slots }
+    }
+
+    /// Idle timeout of cached flows (0 = cache off), written with the next
+    /// runtime update.
+    pub fn set_flow_timeout(&mut self, secs: u32) {
+        self.rt.flow_timeout = secs;
+    }
+
+    fn slot(&self, ifindex: u32) -> u32 {
+        self.slots.get(&ifindex).copied().unwrap_or(0)
     }
 
     /// Writes the bitmap word holding `bit` as `bloom_refs` says it is.
@@ -382,9 +397,18 @@ impl TableWriter for MapWriter {
         let any = MapFlags::ANY;
         match op {
             Op::SetSwitches(s) => self.set_switches(s),
-            Op::UpsertIface(ifindex, e) => ctx("fp_ifaces", m.ifaces.update(&ifindex.to_ne_bytes(), bytes(&iface(e)), any)),
-            Op::DeleteIface(ifindex) => ignore_missing(ctx("fp_ifaces", m.ifaces.delete(&ifindex.to_ne_bytes()))),
-            Op::UpsertNexthop(id, e) => ctx("fp_nexthops", m.nexthops.update(&id.to_ne_bytes(), bytes(&nexthop(e)), any)),
+            Op::UpsertIface(ifindex, e) => {
+                ctx("fp_ifaces", m.ifaces.update(&e.slot.to_ne_bytes(), bytes(&iface(*ifindex, e)), any))
+            }
+            // An array cannot delete: an all-zero entry lacks FP_IF_PRESENT.
+            Op::DeleteIface(ifindex) => match self.slots.get(ifindex) {
+                Some(slot) => ctx("fp_ifaces", m.ifaces.update(&slot.to_ne_bytes(), bytes(&fp_iface::default()), any)),
+                None => Ok(()),
+            },
+            Op::UpsertNexthop(id, e) => {
+                let val = nexthop(e, self.slot(e.ifindex));
+                ctx("fp_nexthops", m.nexthops.update(&id.to_ne_bytes(), bytes(&val), any))
+            }
             // An array cannot delete: zero it so a stale reference finds ifindex 0 (not managed).
             Op::DeleteNexthop(id) => {
                 ctx("fp_nexthops", m.nexthops.update(&id.to_ne_bytes(), bytes(&fp_nexthop::default()), any))

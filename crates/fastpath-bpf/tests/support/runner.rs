@@ -4,7 +4,9 @@
 use std::mem::MaybeUninit;
 
 use anyhow::{bail, ensure, Context, Result};
-use fastpath_bpf::intf::{fp_reason, fp_stats, reason_name, FP_MAX_IFACES};
+use fastpath_bpf::intf::{
+    fp_reason, fp_stats, reason_name, FP_DEFAULT_FLOW_ENTRIES, FP_FLOW_WAYS, FP_MAX_IFACES,
+};
 use fastpath_bpf::skel::xdp_fwd::{XdpFwdSkel, XdpFwdSkelBuilder};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject, ProgramInput};
@@ -53,7 +55,15 @@ impl Loaded {
         // The skeleton borrows the object; the box keeps its address stable
         // and is dropped after the skeleton (see the field order).
         let obj_ref: &'static mut MaybeUninit<OpenObject> = unsafe { &mut *(obj.as_mut() as *mut _) };
-        let open = XdpFwdSkelBuilder::default().open(obj_ref).context("open xdp_fwd")?;
+        let mut open = XdpFwdSkelBuilder::default().open(obj_ref).context("open xdp_fwd")?;
+        // The NIC-hash variant loads only bound to a device, which
+        // BPF_PROG_RUN cannot run.
+        open.progs.fp_xdp_fwd_hw.set_autoload(false);
+        let rodata = open.maps.rodata_data.as_deref_mut().context("no .rodata")?;
+        rodata.fp_cfg.ingress_ifindex = world.a;
+        // The instance keeps its slot even when the test unmanages it.
+        rodata.fp_cfg.ingress_slot = world.slots.iter().find(|(i, _)| *i == world.a).map(|(_, s)| *s).unwrap_or(0);
+        rodata.fp_cfg.flow_sets = FP_DEFAULT_FLOW_ENTRIES / FP_FLOW_WAYS;
         let skel = open.load().context("load xdp_fwd (verifier)")?;
         world.apply(&skel)?;
         Ok(Loaded { skel, _obj: obj })
@@ -93,6 +103,12 @@ impl Loaded {
                 sum.packets[i] += s.packets[i];
                 sum.bytes[i] += s.bytes[i];
             }
+            for i in 0..s.flow.len() {
+                sum.flow[i] += s.flow[i];
+            }
+            for i in 0..s.hash_src.len() {
+                sum.hash_src[i] += s.hash_src[i];
+            }
         }
         Ok(sum)
     }
@@ -122,7 +138,7 @@ pub fn check(base: &World, case: &Case) -> Result<()> {
     (case.world)(&mut world);
     let loaded = Loaded::new(&world)?;
     let (verdict, out) = loaded.run(world.a, &case.pkt)?;
-    let slot = world.ifaces.iter().find(|(i, _)| *i == world.a).map(|(_, f)| f.slot).unwrap_or(0);
+    let slot = world.slot(world.a);
     let (want_verdict, want_out, want_reason) = match &case.expect {
         Expect::Punt(r) => (XDP_PASS, &case.pkt, *r as usize),
         Expect::Forward(o) => (XDP_REDIRECT, o, fp_reason::FP_R_FORWARDED as usize),
@@ -142,12 +158,18 @@ pub fn check(base: &World, case: &Case) -> Result<()> {
     Ok(())
 }
 
-/// Runs all cases, each in its own program, and reports every failure at once.
+/// Runs all cases, each in its own program, once with the flow cache off and
+/// once on (a first packet: the full path, then filling the cache), and
+/// reports every failure at once.
 pub fn run_all(base: &World, cases: &[Case]) {
     let mut failed = Vec::new();
-    for case in cases {
-        if let Err(e) = check(base, case) {
-            failed.push(format!("{}: {e:#}", case.name));
+    for timeout in [0, 30] {
+        let mut world = base.clone();
+        world.rt.flow_timeout = timeout;
+        for case in cases {
+            if let Err(e) = check(&world, case) {
+                failed.push(format!("{} (flow timeout {timeout}): {e:#}", case.name));
+            }
         }
     }
     assert!(failed.is_empty(), "{} of {} cases failed:\n{}", failed.len(), cases.len(), failed.join("\n"));

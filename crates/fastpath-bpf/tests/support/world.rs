@@ -99,7 +99,10 @@ pub fn neigh(mac: Mac) -> fp_neigh {
 pub struct World {
     pub a: u32,
     pub b: u32,
+    /// Managed interfaces by ifindex (the slot is `slots`'s).
     pub ifaces: Vec<(u32, fp_iface)>,
+    /// ifindex -> slot, as the daemon hands them out.
+    pub slots: Vec<(u32, u32)>,
     pub fib4: Vec<(fp_lpm4_key, fp_route)>,
     pub fib6: Vec<(fp_lpm6_key, fp_route)>,
     pub nexthops: Vec<(u32, fp_nexthop)>,
@@ -116,11 +119,12 @@ pub struct World {
 impl World {
     pub fn new(a: u32, b: u32) -> Self {
         let up_fwd = (FP_IF_UP | FP_IF_FWD4 | FP_IF_FWD6) as u16;
-        let iface = |mac, slot| fp_iface { mac, flags: up_fwd, mtu: 1500, mtu6: 1500, slot };
+        let iface = |mac, ifindex| fp_iface { mac, flags: up_fwd, mtu: 1500, mtu6: 1500, ifindex };
         World {
             a,
             b,
-            ifaces: vec![(a, iface(MAC_A, SLOT_A)), (b, iface(MAC_B, SLOT_B))],
+            ifaces: vec![(a, iface(MAC_A, a)), (b, iface(MAC_B, b))],
+            slots: vec![(a, SLOT_A), (b, SLOT_B)],
             fib4: vec![
                 (lpm4("192.0.2.0", 24), route(fp_route_type::FP_RT_FORWARD, NH_ONLINK_A)),
                 (lpm4("192.0.2.1", 32), route(fp_route_type::FP_RT_LOCAL, 0)),
@@ -154,8 +158,22 @@ impl World {
                 (v4("198.51.100.254"), fp_reason::FP_R_MARTIAN as u32),
             ],
             no_bloom: false,
-            rt: fp_runtime::default(),
+            // Generation 0 is what an empty flow-cache way carries.
+            rt: fp_runtime { generation: 1, ..Default::default() },
         }
+    }
+
+    /// The slot of a managed interface, 0 when it is not managed.
+    pub fn slot(&self, ifindex: u32) -> u32 {
+        if !self.ifaces.iter().any(|(i, _)| *i == ifindex) {
+            return 0;
+        }
+        self.slots.iter().find(|(i, _)| *i == ifindex).map(|(_, s)| *s).unwrap_or(0)
+    }
+
+    pub fn set_slot(&mut self, ifindex: u32, slot: u32) {
+        self.slots.retain(|(i, _)| *i != ifindex);
+        self.slots.push((ifindex, slot));
     }
 
     pub fn iface_mut(&mut self, ifindex: u32) -> &mut fp_iface {
@@ -180,7 +198,8 @@ impl World {
     pub fn apply(&self, skel: &XdpFwdSkel<'_>) -> Result<()> {
         let m = &skel.maps;
         for (k, v) in &self.ifaces {
-            m.fp_ifaces.update(&k.to_ne_bytes(), raw(v), MapFlags::ANY).context("fp_ifaces")?;
+            let v = fp_iface { flags: v.flags | FP_IF_PRESENT as u16, ..*v };
+            m.fp_ifaces.update(&self.slot(*k).to_ne_bytes(), raw(&v), MapFlags::ANY).context("fp_ifaces")?;
         }
         for (k, v) in &self.fib4 {
             m.fp_fib4.update(raw(k), raw(v), MapFlags::ANY).context("fp_fib4")?;
@@ -189,7 +208,9 @@ impl World {
             m.fp_fib6.update(raw(k), raw(v), MapFlags::ANY).context("fp_fib6")?;
         }
         for (k, v) in &self.nexthops {
-            m.fp_nexthops.update(&k.to_ne_bytes(), raw(v), MapFlags::ANY).context("fp_nexthops")?;
+            // As the daemon writes them: the egress slot, 0 when not managed.
+            let v = fp_nexthop { slot: self.slot(v.ifindex) as u16, ..*v };
+            m.fp_nexthops.update(&k.to_ne_bytes(), raw(&v), MapFlags::ANY).context("fp_nexthops")?;
         }
         for (k, v) in &self.neigh {
             match k {
@@ -199,7 +220,10 @@ impl World {
         }
         for ifindex in &self.tx_ports {
             // Without an fp_ifaces entry the program never gets as far as the devmap.
-            let Some(slot) = self.ifaces.iter().find(|(i, _)| i == ifindex).map(|(_, f)| f.slot) else { continue };
+            let slot = self.slot(*ifindex);
+            if slot == 0 {
+                continue;
+            }
             // struct bpf_devmap_val: ifindex, then a program fd (0: none).
             let mut val = [0u8; 8];
             val[..4].copy_from_slice(&ifindex.to_ne_bytes());
