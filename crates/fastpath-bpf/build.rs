@@ -89,6 +89,10 @@ fn run() -> Result<()> {
         .allowlist_var("FP_.*")
         .rustified_enum("fp_reason")
         .rustified_enum("fp_route_type")
+        // Array indices (fp_stats.flow, .hash_src) and table values: plain consts.
+        .constified_enum_module("fp_flow_event")
+        .constified_enum_module("fp_hash_src")
+        .constified_enum_module("fp_group_kind")
         .derive_default(true)
         .derive_eq(true)
         .generate()

@@ -71,20 +71,38 @@ impl Loaded {
 
     /// Runs one frame arriving on `ingress`; returns (verdict, output frame).
     pub fn run(&self, ingress: u32, pkt: &[u8]) -> Result<(u32, Vec<u8>)> {
-        // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex
+        self.run_meta(ingress, &[], pkt)
+    }
+
+    /// Same, with `meta` in the metadata area in front of the frame (what an
+    /// upstream program would leave there). The output has the metadata
+    /// stripped again.
+    pub fn run_meta(&self, ingress: u32, meta: &[u8], pkt: &[u8]) -> Result<(u32, Vec<u8>)> {
+        // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex.
+        // BPF_PROG_RUN takes the metadata as the first `data` bytes of the
+        // input, with data_meta 0 (net/bpf/test_run.c).
+        let mut input_bytes = meta.to_vec();
+        input_bytes.extend_from_slice(pkt);
         let mut ctx = [0u8; 24];
-        ctx[4..8].copy_from_slice(&(pkt.len() as u32).to_ne_bytes());
+        ctx[..4].copy_from_slice(&(meta.len() as u32).to_ne_bytes());
+        ctx[4..8].copy_from_slice(&(input_bytes.len() as u32).to_ne_bytes());
         ctx[12..16].copy_from_slice(&ingress.to_ne_bytes());
         let mut out = vec![0u8; 4096];
         let input = ProgramInput {
-            data_in: Some(pkt),
+            data_in: Some(&input_bytes),
             context_in: Some(&mut ctx),
             data_out: Some(&mut out),
             ..Default::default()
         };
         let res = self.skel.progs.fp_xdp_fwd.test_run(input).context("BPF_PROG_RUN")?;
-        let data = res.data.context("no data out")?.to_vec();
+        let data = res.data.context("no data out")?;
+        let data = data.get(meta.len()..).context("output shorter than the metadata")?.to_vec();
         Ok((res.return_value, data))
+    }
+
+    /// Replaces the runtime switches (.bss) as the daemon does.
+    pub fn set_rt(&self, rt: &fastpath_bpf::intf::fp_runtime) -> Result<()> {
+        self.skel.maps.bss.update(&0u32.to_ne_bytes(), super::world::raw(rt), MapFlags::ANY).context(".bss")
     }
 
     /// Counters of one slot, summed over CPUs.

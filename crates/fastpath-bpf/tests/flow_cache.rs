@@ -1,0 +1,276 @@
+//! BPF_PROG_RUN tests of the flow cache in `bpf/xdp_fwd.bpf.c`: a second
+//! packet of a flow is served from the cache with the same bytes; a table
+//! change (with the generation bump the daemon always makes) is seen by the
+//! very next packet; idle entries are recomputed; per-packet checks (TTL,
+//! length) still apply on a hit; hints in the metadata area pick the set.
+//!
+//! Needs root, like prog_run.rs (private netns with a veth pair per test).
+//!
+//!   cargo test --release -p fastpath-bpf --test flow_cache
+
+#[allow(dead_code)] // each test binary uses its own part of the support code
+mod support;
+
+use fastpath_bpf::intf::fp_flow_event::*;
+use fastpath_bpf::intf::fp_hash_src::*;
+use fastpath_bpf::intf::fp_reason::*;
+use fastpath_bpf::intf::*;
+use libbpf_rs::{MapCore, MapFlags};
+
+use support::netns::{require_root, Lab};
+use support::packet::*;
+use support::runner::*;
+use support::world::*;
+
+const TIMEOUT: u32 = 30;
+
+fn lab(test: &str) -> Option<(Lab, World)> {
+    if !require_root(test) {
+        return None;
+    }
+    let lab = Lab::new().expect("private netns with a veth pair");
+    let mut world = World::new(lab.a, lab.b);
+    world.rt.flow_timeout = TIMEOUT;
+    world.rt.neigh_clock = 100;
+    Some((lab, world))
+}
+
+fn p4(sport: u16) -> Ip4 {
+    let mut p = Ip4::new(v4("192.0.2.10"), v4("203.0.113.20"));
+    p.payload = udp_ports(sport, 53);
+    p
+}
+
+/// An 8-byte UDP header with these ports and a zero checksum (fine for IPv4).
+fn udp_ports(sport: u16, dport: u16) -> Vec<u8> {
+    let mut u = udp(8);
+    u[0..2].copy_from_slice(&sport.to_be_bytes());
+    u[2..4].copy_from_slice(&dport.to_be_bytes());
+    u
+}
+
+fn out4(p: &Ip4, dmac: Mac) -> Vec<u8> {
+    let mut o = p.clone();
+    o.ttl -= 1;
+    o.frame(dmac, MAC_B)
+}
+
+fn hint(hash: u32) -> Vec<u8> {
+    let h = fp_rx_hint { hash, flags: FP_HINT_L4 as u16, magic: FP_HINT_MAGIC as u16 };
+    raw(&h).to_vec()
+}
+
+/// Cache counters of the ingress slot, summed over CPUs.
+fn flow(l: &Loaded) -> [u64; FP_FC__COUNT as usize] {
+    l.stats(SLOT_A).expect("stats").flow
+}
+
+fn hash_src(l: &Loaded) -> [u64; FP_HS__COUNT as usize] {
+    l.stats(SLOT_A).expect("stats").hash_src
+}
+
+fn forwards(l: &Loaded, w: &World, pkt: &[u8], want: &[u8]) {
+    let (verdict, out) = l.run(w.a, pkt).expect("run");
+    assert_eq!(verdict, XDP_REDIRECT, "not forwarded");
+    assert_eq!(out, want, "output bytes");
+}
+
+fn punts(l: &Loaded, w: &World, pkt: &[u8], reason: fp_reason) {
+    let (verdict, out) = l.run(w.a, pkt).expect("run");
+    assert_eq!(verdict, XDP_PASS, "not punted");
+    assert_eq!(out, pkt, "a punt must not modify the frame");
+    let s = l.stats(SLOT_A).expect("stats");
+    assert!(s.packets[reason as usize] > 0, "not counted as {}", reason_name(reason as usize));
+}
+
+fn bump(l: &Loaded, w: &mut World) {
+    w.rt.generation += 1;
+    l.set_rt(&w.rt).expect("bss");
+}
+
+fn set_neigh4(l: &Loaded, ifindex: u32, addr: &str, mac: Mac) {
+    let NeighKey::V4(k) = neigh_key(ifindex, AF_INET, &v4(addr)) else { unreachable!() };
+    l.skel.maps.fp_neigh4.update(raw(&k), raw(&neigh(mac)), MapFlags::ANY).expect("fp_neigh4");
+}
+
+#[test]
+fn second_packet_is_a_hit_with_the_same_bytes() {
+    let Some((_lab, w)) = lab("second_packet_is_a_hit_with_the_same_bytes") else { return };
+    let l = Loaded::new(&w).expect("load");
+    let p = p4(1000);
+    forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(&p, MAC_GW4));
+    assert_eq!(flow(&l)[FP_FC_MISS as usize], 1);
+    assert_eq!(flow(&l)[FP_FC_HIT as usize], 0);
+    forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(&p, MAC_GW4));
+    assert_eq!(flow(&l)[FP_FC_HIT as usize], 1, "second packet of the flow missed");
+    // Another source port is another flow.
+    let q = p4(1001);
+    forwards(&l, &w, &q.frame(MAC_A, MAC_CLIENT), &out4(&q, MAC_GW4));
+    assert_eq!(flow(&l)[FP_FC_MISS as usize], 2);
+    assert_eq!(hash_src(&l)[FP_HS_SOFTWARE as usize], 3);
+
+    // IPv6 the same way.
+    let mut p6 = Ip6::new(v6("2001:db8:a::10"), v6("2001:db8:2::20"));
+    p6.payload = udp_ports(7, 9);
+    let mut o6 = p6.clone();
+    o6.hop -= 1;
+    let want6 = o6.frame(MAC_GW6, MAC_B);
+    forwards(&l, &w, &p6.frame(MAC_A, MAC_CLIENT), &want6);
+    forwards(&l, &w, &p6.frame(MAC_A, MAC_CLIENT), &want6);
+    assert_eq!(flow(&l)[FP_FC_HIT as usize], 2);
+}
+
+/// The data path trusts a cached result until the generation moves (the
+/// daemon bumps it after every table change), then recomputes at once.
+#[test]
+fn neighbour_change_is_seen_after_the_generation_bump() {
+    let Some((_lab, mut w)) = lab("neighbour_change_is_seen_after_the_generation_bump") else { return };
+    let l = Loaded::new(&w).expect("load");
+    let p = p4(1000);
+    let f = p.frame(MAC_A, MAC_CLIENT);
+    forwards(&l, &w, &f, &out4(&p, MAC_GW4));
+    let new_mac: Mac = [0x02, 0, 0, 0, 0, 0x99];
+    set_neigh4(&l, w.b, "198.51.100.1", new_mac);
+    // Without a bump the cache still answers: this is what the generation is for.
+    forwards(&l, &w, &f, &out4(&p, MAC_GW4));
+    bump(&l, &mut w);
+    forwards(&l, &w, &f, &out4(&p, new_mac));
+    assert_eq!(flow(&l)[FP_FC_STALE as usize], 1);
+    forwards(&l, &w, &f, &out4(&p, new_mac));
+    assert_eq!(flow(&l)[FP_FC_HIT as usize], 2);
+}
+
+#[test]
+fn route_change_is_seen_by_the_next_packet() {
+    let Some((_lab, mut w)) = lab("route_change_is_seen_by_the_next_packet") else { return };
+    let l = Loaded::new(&w).expect("load");
+    let p = p4(1000);
+    let f = p.frame(MAC_A, MAC_CLIENT);
+    forwards(&l, &w, &f, &out4(&p, MAC_GW4));
+    // 203.0.113.0/24 now goes via the IPv6 link-local gateway.
+    let k = lpm4("203.0.113.0", 24);
+    let r = route(fp_route_type::FP_RT_FORWARD, NH_V4_VIA_V6);
+    l.skel.maps.fp_fib4.update(raw(&k), raw(&r), MapFlags::ANY).expect("fib4");
+    bump(&l, &mut w);
+    forwards(&l, &w, &f, &out4(&p, MAC_GW6LL));
+    // And then is deleted: no route, the kernel answers.
+    l.skel.maps.fp_fib4.delete(raw(&k)).expect("fib4 delete");
+    bump(&l, &mut w);
+    punts(&l, &w, &f, FP_R_NO_ROUTE);
+}
+
+#[test]
+fn link_down_is_seen_by_the_next_packet() {
+    let Some((_lab, mut w)) = lab("link_down_is_seen_by_the_next_packet") else { return };
+    let l = Loaded::new(&w).expect("load");
+    let p = p4(1000);
+    let f = p.frame(MAC_A, MAC_CLIENT);
+    forwards(&l, &w, &f, &out4(&p, MAC_GW4));
+    let down = fp_iface {
+        mac: MAC_B,
+        flags: (FP_IF_PRESENT | FP_IF_FWD4 | FP_IF_FWD6) as u16,
+        mtu: 1500,
+        mtu6: 1500,
+        ifindex: w.b,
+    };
+    l.skel.maps.fp_ifaces.update(&SLOT_B.to_ne_bytes(), raw(&down), MapFlags::ANY).expect("ifaces");
+    bump(&l, &mut w);
+    punts(&l, &w, &f, FP_R_EGRESS_DOWN);
+}
+
+/// TTL and length are per packet, not per flow: a hit still punts them.
+#[test]
+fn per_packet_checks_apply_on_a_hit() {
+    let Some((_lab, mut w)) = lab("per_packet_checks_apply_on_a_hit") else { return };
+    w.iface_mut(w.b).mtu = 1000;
+    let l = Loaded::new(&w).expect("load");
+    let p = p4(1000);
+    forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(&p, MAC_GW4));
+    let mut ttl1 = p.clone();
+    ttl1.ttl = 1;
+    punts(&l, &w, &ttl1.frame(MAC_A, MAC_CLIENT), FP_R_TTL_EXCEEDED);
+    let mut big = p.clone();
+    big.payload = udp_ports(1000, 53);
+    big.payload.resize(1100, 0xab);
+    punts(&l, &w, &big.frame(MAC_A, MAC_CLIENT), FP_R_MTU);
+    // The flow itself is still cached and forwarded.
+    forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(&p, MAC_GW4));
+    assert!(flow(&l)[FP_FC_HIT as usize] >= 2);
+}
+
+#[test]
+fn idle_flows_are_recomputed() {
+    let Some((_lab, mut w)) = lab("idle_flows_are_recomputed") else { return };
+    let l = Loaded::new(&w).expect("load");
+    let p = p4(1000);
+    let f = p.frame(MAC_A, MAC_CLIENT);
+    forwards(&l, &w, &f, &out4(&p, MAC_GW4));
+    w.rt.neigh_clock += TIMEOUT;
+    l.set_rt(&w.rt).expect("bss");
+    forwards(&l, &w, &f, &out4(&p, MAC_GW4));
+    assert_eq!(flow(&l)[FP_FC_HIT as usize], 1, "idle for exactly the timeout is still live");
+    w.rt.neigh_clock += TIMEOUT + 1;
+    l.set_rt(&w.rt).expect("bss");
+    forwards(&l, &w, &f, &out4(&p, MAC_GW4));
+    assert_eq!(flow(&l)[FP_FC_EXPIRED as usize], 1);
+    assert_eq!(flow(&l)[FP_FC_MISS as usize], 2);
+}
+
+/// A hit keeps the neighbour alive once per keep-alive tick, as the full
+/// path does for every packet.
+#[test]
+fn hits_keep_the_neighbour_alive() {
+    let Some((_lab, mut w)) = lab("hits_keep_the_neighbour_alive") else { return };
+    let l = Loaded::new(&w).expect("load");
+    let p = p4(1000);
+    let f = p.frame(MAC_A, MAC_CLIENT);
+    forwards(&l, &w, &f, &out4(&p, MAC_GW4));
+    w.rt.neigh_clock += 3;
+    l.set_rt(&w.rt).expect("bss");
+    forwards(&l, &w, &f, &out4(&p, MAC_GW4));
+    assert_eq!(flow(&l)[FP_FC_HIT as usize], 1);
+    let NeighKey::V4(k) = neigh_key(w.b, AF_INET, &v4("198.51.100.1")) else { unreachable!() };
+    let n: fp_neigh = from_raw(&l.skel.maps.fp_neigh4.lookup(raw(&k), MapFlags::ANY).expect("lookup").expect("neigh"));
+    assert_eq!(n.used, w.rt.neigh_clock);
+}
+
+/// A hint in the metadata area is taken as the flow hash; anything that is
+/// not exactly one valid hint is ignored. Flows sharing a hash share a set:
+/// the fifth evicts a live one, and every packet is still forwarded right.
+#[test]
+fn metadata_hints_and_eviction() {
+    let Some((_lab, w)) = lab("metadata_hints_and_eviction") else { return };
+    let l = Loaded::new(&w).expect("load");
+    let p = p4(1000);
+    let f = p.frame(MAC_A, MAC_CLIENT);
+    let (v, out) = l.run_meta(w.a, &hint(42), &f).expect("run");
+    assert_eq!((v, out), (XDP_REDIRECT, out4(&p, MAC_GW4)));
+    assert_eq!(hash_src(&l)[FP_HS_META as usize], 1);
+    let mut bad = hint(42);
+    bad[6] ^= 1;
+    let (v, _) = l.run_meta(w.a, &bad, &f).expect("run");
+    assert_eq!(v, XDP_REDIRECT);
+    assert_eq!(hash_src(&l)[FP_HS_SOFTWARE as usize], 1, "a hint with a wrong magic was taken");
+
+    let before = flow(&l);
+    for port in 2000..2000 + FP_FLOW_WAYS as u16 + 1 {
+        let q = p4(port);
+        let (v, out) = l.run_meta(w.a, &hint(7), &q.frame(MAC_A, MAC_CLIENT)).expect("run");
+        assert_eq!((v, out), (XDP_REDIRECT, out4(&q, MAC_GW4)));
+    }
+    let after = flow(&l);
+    assert_eq!(after[FP_FC_MISS as usize] - before[FP_FC_MISS as usize], u64::from(FP_FLOW_WAYS) + 1);
+    assert_eq!(after[FP_FC_EVICT as usize], 1, "the fifth flow in a 4-way set evicts exactly one");
+}
+
+#[test]
+fn timeout_zero_turns_the_cache_off() {
+    let Some((_lab, mut w)) = lab("timeout_zero_turns_the_cache_off") else { return };
+    w.rt.flow_timeout = 0;
+    let l = Loaded::new(&w).expect("load");
+    let p = p4(1000);
+    for _ in 0..2 {
+        forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(&p, MAC_GW4));
+    }
+    assert_eq!(flow(&l), [0; FP_FC__COUNT as usize]);
+}
