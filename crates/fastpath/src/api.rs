@@ -10,7 +10,12 @@
 //! {"generation":u64, "netlink_resyncs":u64, "neigh_keepalives":u64,
 //!  "interfaces":[{"name":str, "ifindex":n, "xdp_mode":"native"|"generic", "mac":"aa:bb:..",
 //!                 "mtu":n, "up":bool, "fwd4":bool, "fwd6":bool, "rp_filter":0|1|2,
-//!                 "counters":{"<reason>":{"packets":n,"bytes":n}, ... every reason}}],
+//!                 "counters":{"<reason>":{"packets":n,"bytes":n}, ... every reason},
+//!                 "flow_cache":{"hit":n,"miss":n,"stale":n,"expired":n,"evict":n},
+//!                 "hash":{"variant":"nic rx-hash"|"meta hint / software",
+//!                         "packets":{"software":n,"meta":n,"nic":n}}}],
+//!  "flow_cache":{"enabled":bool, "timeout_s":n, "entries_per_cpu":n,
+//!                "hit":n,"miss":n,"stale":n,"expired":n,"evict":n},
 //!  "tables":{"fib4":{"used":n,"capacity":n}, "fib6":{..}, "nexthops":{..},
 //!            "neighbours":{..}, "interfaces":{..}},
 //!  "families":{"ipv4":{"fast_path":bool,"problems":[str]}, "ipv6":{..}},
@@ -27,6 +32,15 @@
 //!   "reason":str|null (the punt reason), "mtu":n (0 = device MTU),
 //!   "nexthop":{"id":n,"ifindex":n,"dev":str|null,"gateway":str|null}|null}]
 //! ```
+//! flows (busiest first; `limit` in the request, default 20, 0 = all):
+//! ```text
+//! {"total":n, "flows":[{"family":"ipv4"|"ipv6", "proto":n, "src":str, "dst":str,
+//!   "sport":n, "dport":n, "ingress":str|null, "egress":str|null, "nexthop":n,
+//!   "dmac":str, "packets":n, "cpus":n, "idle_s":n, "current":bool}]}
+//! ```
+//! `current`: computed from the present table generation (else it is
+//! recomputed on its next packet). For ICMP, sport is type << 8 | code.
+//!
 //! neighbours:
 //! ```text
 //! [{"ifindex":n, "dev":str|null, "address":str, "mac":"aa:bb:..",
@@ -49,7 +63,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::keepalive::now_coarse_ns;
-use crate::maps::{Counters, Maps, NREASONS};
+use crate::maps::{Counters, Maps, NFLOW, NHASH, NREASONS};
 use crate::{render, ClientArgs, StatusArgs};
 
 /// What the daemon loop publishes after each round; the API thread adds
@@ -65,6 +79,9 @@ pub struct Snapshot {
     pub problems: Vec<String>,
     /// ifindex -> name of every link the mirror knows.
     pub dev_names: BTreeMap<u32, String>,
+    /// Flow cache: idle timeout (0 = off) and capacity per CPU.
+    pub flow_timeout: u32,
+    pub flow_entries: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -79,6 +96,7 @@ pub struct IfaceInfo {
     pub fwd4: bool,
     pub fwd6: bool,
     pub rp_filter: u8,
+    pub hash_variant: &'static str,
 }
 
 pub type Shared = Arc<Mutex<Arc<Snapshot>>>;
@@ -101,6 +119,25 @@ pub struct IfaceStatus {
     pub fwd6: bool,
     pub rp_filter: u8,
     pub counters: BTreeMap<String, PacketsBytes>,
+    #[serde(default)]
+    pub flow_cache: BTreeMap<String, u64>,
+    #[serde(default)]
+    pub hash: HashStatus,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct HashStatus {
+    pub variant: String,
+    pub packets: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct FlowCacheStatus {
+    pub enabled: bool,
+    pub timeout_s: u32,
+    pub entries_per_cpu: u32,
+    #[serde(flatten)]
+    pub events: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
@@ -139,6 +176,8 @@ pub struct Status {
     pub tables: Tables,
     pub families: Families,
     pub totals: BTreeMap<String, PacketsBytes>,
+    #[serde(default)]
+    pub flow_cache: FlowCacheStatus,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -170,6 +209,14 @@ pub struct NeighbourJson {
 
 pub fn fmt_mac(m: &[u8; 6]) -> String {
     m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+/// Names of enum fp_flow_event and enum fp_hash_src, in order.
+pub const FLOW_EVENTS: [&str; NFLOW] = ["hit", "miss", "stale", "expired", "evict"];
+pub const HASH_SOURCES: [&str; NHASH] = ["software", "meta", "nic"];
+
+fn named(names: &[&str], v: &[u64]) -> BTreeMap<String, u64> {
+    names.iter().zip(v).map(|(n, v)| (n.to_string(), *v)).collect()
 }
 
 fn counters_json(c: &Counters) -> BTreeMap<String, PacketsBytes> {
@@ -212,6 +259,8 @@ pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
             fwd6: i.fwd6,
             rp_filter: i.rp_filter,
             counters: counters_json(&c),
+            flow_cache: named(&FLOW_EVENTS, &c.flow),
+            hash: HashStatus { variant: i.hash_variant.to_string(), packets: named(&HASH_SOURCES, &c.hash_src) },
         });
     }
     let a = &s.applied;
@@ -245,6 +294,12 @@ pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
         },
         families,
         totals: counters_json(&totals),
+        flow_cache: FlowCacheStatus {
+            enabled: s.flow_timeout != 0,
+            timeout_s: s.flow_timeout,
+            entries_per_cpu: s.flow_entries,
+            events: named(&FLOW_EVENTS, &totals.flow),
+        },
     })
 }
 
@@ -296,6 +351,8 @@ pub fn neighbours(s: &Snapshot, maps: &Maps) -> Vec<NeighbourJson> {
 #[derive(Deserialize)]
 struct Request {
     cmd: String,
+    #[serde(default)]
+    limit: Option<usize>,
 }
 
 fn answer(line: &str, shared: &Shared, maps: &Maps) -> serde_json::Value {
@@ -309,6 +366,7 @@ fn answer(line: &str, shared: &Shared, maps: &Maps) -> serde_json::Value {
             "status" => serde_json::to_value(status(&snap, maps)?)?,
             "routes" => serde_json::to_value(routes(&snap))?,
             "neighbours" | "neighbors" => serde_json::to_value(neighbours(&snap, maps))?,
+            "flows" => serde_json::to_value(crate::flows::list(&snap, maps, req.limit.unwrap_or(20))?)?,
             other => bail!("unknown command {other:?}"),
         })
     })();
@@ -397,6 +455,10 @@ pub fn serve(path: &Path, stale: bool, shared: Shared, maps: Maps) -> Result<Ser
 
 /// One request, one answer; Err with a one-line message otherwise.
 pub fn request(path: &Path, cmd: &str) -> Result<serde_json::Value> {
+    request_with(path, json!({ "cmd": cmd }))
+}
+
+pub fn request_with(path: &Path, req: serde_json::Value) -> Result<serde_json::Value> {
     let mut stream = match UnixStream::connect(path) {
         Ok(s) => s,
         Err(e) if e.kind() == ErrorKind::NotFound => bail!("daemon not running (no socket at {})", path.display()),
@@ -409,7 +471,7 @@ pub fn request(path: &Path, cmd: &str) -> Result<serde_json::Value> {
         Err(e) => return Err(e).with_context(|| format!("connecting to {}", path.display())),
     };
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut req = json!({ "cmd": cmd }).to_string();
+    let mut req = req.to_string();
     req.push('\n');
     stream.write_all(req.as_bytes()).with_context(|| format!("sending to {}", path.display()))?;
     let mut line = String::new();

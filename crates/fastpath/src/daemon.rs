@@ -102,6 +102,8 @@ pub fn run(args: RunArgs) -> Result<()> {
         applied: Arc::new(Desired::default()),
         keepalives: 0,
         gone: BTreeSet::new(),
+        flow_timeout: if opts.flow_sets == 0 { 0 } else { args.flow_timeout },
+        flow_entries: opts.flow_sets * intf::FP_FLOW_WAYS,
     };
     // Tables complete before the first packet can see them.
     lp.reconcile(&state).context("writing the initial tables")?;
@@ -219,6 +221,9 @@ struct Loop {
     keepalives: u64,
     /// Managed interfaces already reported deleted.
     gone: BTreeSet<u32>,
+    /// Flow cache settings, for status.
+    flow_timeout: u32,
+    flow_entries: u32,
 }
 
 impl Loop {
@@ -291,6 +296,8 @@ impl Loop {
             caps: Some(self.caps),
             problems: self.problems.iter().cloned().collect(),
             dev_names: state.links.iter().map(|(k, l)| (*k, l.name.clone())).collect(),
+            flow_timeout: self.flow_timeout,
+            flow_entries: self.flow_entries,
         };
         match shared.lock() {
             Ok(mut g) => *g = Arc::new(snap),
@@ -304,7 +311,9 @@ impl Loop {
 fn iface_info(i: &Iface, state: &KernelState, applied: &Desired, att: &[Attachment]) -> IfaceInfo {
     let link = state.links.get(&i.ifindex);
     let sys = state.if_sysctl.get(&i.ifindex);
-    let mode = att.iter().find(|a| a.ifindex == i.ifindex).map(|a| a.mode.name()).unwrap_or("none");
+    let a = att.iter().find(|a| a.ifindex == i.ifindex);
+    let mode = a.map(|a| a.mode.name()).unwrap_or("none");
+    let hash_variant = a.map(|a| a.hash.name()).unwrap_or("none");
     let (up, fwd4, fwd6, rp_filter) = match applied.ifaces.get(&i.ifindex) {
         Some(e) => {
             let f = e.flags as u32;
@@ -335,5 +344,6 @@ fn iface_info(i: &Iface, state: &KernelState, applied: &Desired, att: &[Attachme
         fwd4,
         fwd6,
         rp_filter,
+        hash_variant,
     }
 }

@@ -192,6 +192,7 @@ pub struct Attachment {
     pub name: String,
     /// What the kernel actually did (native or generic).
     pub mode: XdpAttach,
+    pub hash: HashVariant,
     link: OwnedFd,
 }
 
@@ -223,7 +224,7 @@ pub fn attach_all(instances: &[Instance], mode: XdpMode) -> Result<Vec<Attachmen
             };
             anyhow::anyhow!("attaching XDP to {}: {why}", i.name)
         })?;
-        done.push(Attachment { ifindex: i.ifindex, name: i.name.clone(), mode: XdpAttach::None, link });
+        done.push(Attachment { ifindex: i.ifindex, name: i.name.clone(), mode: XdpAttach::None, hash: i.hash, link });
     }
 
     let facts = links::dump().context("querying XDP attach mode")?;

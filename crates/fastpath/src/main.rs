@@ -4,6 +4,7 @@
 mod api;
 mod bench;
 mod daemon;
+mod flows;
 mod keepalive;
 mod links;
 mod loader;
@@ -39,6 +40,8 @@ enum Cmd {
     /// The neighbours fastpath forwards to.
     #[command(alias = "neighbors")]
     Neighbours(ClientArgs),
+    /// The busiest flows in the flow cache.
+    Flows(flows::FlowsArgs),
     /// Traffic generator benchmark (not a test).
     Bench(bench::BenchArgs),
 }
@@ -132,6 +135,7 @@ fn main() -> ExitCode {
         Cmd::Status(args) => api::client_status(&args),
         Cmd::Routes(args) => api::client_routes(&args),
         Cmd::Neighbours(args) => api::client_neighbours(&args),
+        Cmd::Flows(args) => flows::client(&args),
         Cmd::Bench(args) => bench::run(args),
     };
     match res {

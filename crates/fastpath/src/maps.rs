@@ -7,7 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::mem::size_of;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use fastpath_bpf::intf::{self, fp_iface, fp_lpm4_key, fp_lpm6_key, fp_neigh, fp_neigh4_key, fp_neigh6_key, fp_nexthop, fp_route, fp_runtime};
+use fastpath_bpf::intf::{
+    self, fp_flow_key, fp_flow_set, fp_iface, fp_lpm4_key, fp_lpm6_key, fp_neigh, fp_neigh4_key, fp_neigh6_key, fp_nexthop,
+    fp_route, fp_runtime, fp_stats,
+};
 use fastpath_bpf::skel::xdp_fwd::XdpFwdSkel;
 use fastpath_core::tables::{IfaceEntry, NeighEntry, NeighKey, NexthopEntry, Op, RouteAction, RouteEntry, Switches, TableWriter};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
@@ -56,6 +59,7 @@ pub struct Maps {
     src_bloom4: MapHandle,
     tx_ports: MapHandle,
     stats: MapHandle,
+    flows: MapHandle,
     bss: MapHandle,
 }
 
@@ -64,11 +68,18 @@ pub struct Maps {
 pub struct Counters {
     pub packets: [u64; NREASONS],
     pub bytes: [u64; NREASONS],
+    /// enum fp_flow_event
+    pub flow: [u64; NFLOW],
+    /// enum fp_hash_src
+    pub hash_src: [u64; NHASH],
 }
+
+pub const NFLOW: usize = intf::fp_flow_event::FP_FC__COUNT as usize;
+pub const NHASH: usize = intf::fp_hash_src::FP_HS__COUNT as usize;
 
 impl Default for Counters {
     fn default() -> Self {
-        Counters { packets: [0; NREASONS], bytes: [0; NREASONS] }
+        Counters { packets: [0; NREASONS], bytes: [0; NREASONS], flow: [0; NFLOW], hash_src: [0; NHASH] }
     }
 }
 
@@ -78,7 +89,27 @@ impl Counters {
             self.packets[i] += o.packets[i];
             self.bytes[i] += o.bytes[i];
         }
+        for i in 0..NFLOW {
+            self.flow[i] += o.flow[i];
+        }
+        for i in 0..NHASH {
+            self.hash_src[i] += o.hash_src[i];
+        }
     }
+}
+
+/// One cached flow as `fastpath flows` shows it (summed over CPUs).
+#[derive(Debug, Clone)]
+pub struct CachedFlow {
+    pub key: fp_flow_key,
+    pub generation: u64,
+    pub dmac: [u8; 6],
+    pub slot: u16,
+    pub nh_id: u32,
+    pub used: u32,
+    pub packets: u64,
+    /// CPUs holding it.
+    pub cpus: u32,
 }
 
 fn handle(name: &'static str, m: &libbpf_rs::MapMut<'_>) -> MapResult<MapHandle> {
@@ -103,6 +134,7 @@ impl Maps {
             src_bloom4: handle("fp_src_bloom4", &m.fp_src_bloom4)?,
             tx_ports: handle("fp_tx_ports", &m.fp_tx_ports)?,
             stats: handle("fp_stats", &m.fp_stats)?,
+            flows: handle("fp_flows", &m.fp_flows)?,
             bss: handle(".bss", &m.bss)?,
         })
     }
@@ -119,6 +151,7 @@ impl Maps {
             src_bloom4: dup("fp_src_bloom4", &self.src_bloom4)?,
             tx_ports: dup("fp_tx_ports", &self.tx_ports)?,
             stats: dup("fp_stats", &self.stats)?,
+            flows: dup("fp_flows", &self.flows)?,
             bss: dup(".bss", &self.bss)?,
         })
     }
@@ -140,12 +173,57 @@ impl Maps {
         let mut c = Counters::default();
         let per_cpu = ctx("fp_stats", self.stats.lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY))?;
         for v in per_cpu.unwrap_or_default() {
+            let st: fp_stats = from_bytes(&v);
             for i in 0..NREASONS {
-                c.packets[i] += read_u64(&v, i * 8);
-                c.bytes[i] += read_u64(&v, (NREASONS + i) * 8);
+                c.packets[i] += st.packets[i];
+                c.bytes[i] += st.bytes[i];
+            }
+            for i in 0..NFLOW {
+                c.flow[i] += st.flow[i];
+            }
+            for i in 0..NHASH {
+                c.hash_src[i] += st.hash_src[i];
             }
         }
         Ok(c)
+    }
+
+    /// Every filled flow-cache way of every CPU, merged by key. Reads the
+    /// whole cache (one syscall per set): for the CLI, not the hot loop.
+    pub fn flows(&self) -> MapResult<Vec<CachedFlow>> {
+        let mut merged: BTreeMap<Vec<u8>, CachedFlow> = BTreeMap::new();
+        let sets = self.flows.info().map(|i| i.info.max_entries).unwrap_or(0);
+        for idx in 0..sets {
+            let Some(per_cpu) = ctx("fp_flows", self.flows.lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY))? else {
+                continue;
+            };
+            for v in per_cpu {
+                let set: fp_flow_set = from_bytes(&v);
+                for f in set.way.iter().filter(|f| f.generation != 0) {
+                    let e = merged.entry(bytes(&f.key).to_vec()).or_insert_with(|| CachedFlow {
+                        key: f.key,
+                        generation: f.generation,
+                        dmac: f.dmac,
+                        slot: f.slot,
+                        nh_id: f.nh_id,
+                        used: f.used,
+                        packets: 0,
+                        cpus: 0,
+                    });
+                    e.packets += f.packets;
+                    e.cpus += 1;
+                    // The newest CPU copy describes the flow.
+                    if f.generation > e.generation || (f.generation == e.generation && f.used > e.used) {
+                        e.generation = f.generation;
+                        e.dmac = f.dmac;
+                        e.slot = f.slot;
+                        e.nh_id = f.nh_id;
+                        e.used = f.used;
+                    }
+                }
+            }
+        }
+        Ok(merged.into_values().collect())
     }
 
     /// Last fast-path use of a neighbour as coarse monotonic ns (0 = never):

@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use fastpath_bpf::intf::REASON_NAMES;
 
-use crate::api::{NeighbourJson, PacketsBytes, RouteJson, Status};
+use crate::api::{HashStatus, NeighbourJson, PacketsBytes, RouteJson, Status};
 
 /// Left-aligned columns, right-aligned where every cell is a number.
 pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
@@ -42,6 +42,17 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
         line(r.iter().map(String::as_str).collect(), &mut out);
     }
     out
+}
+
+/// The program variant, and which source hashed the packets seen so far.
+fn hash_source(h: &HashStatus) -> String {
+    let seen: Vec<String> =
+        h.packets.iter().filter(|(_, n)| **n > 0).map(|(src, n)| format!("{src} {n}")).collect();
+    if seen.is_empty() {
+        h.variant.clone()
+    } else {
+        format!("{} ({})", h.variant, seen.join(", "))
+    }
 }
 
 fn yes(b: bool) -> String {
@@ -87,11 +98,33 @@ pub fn status(s: &Status, all: bool) -> String {
                 yes(i.fwd4),
                 yes(i.fwd6),
                 i.rp_filter.to_string(),
+                hash_source(&i.hash),
             ]
         })
         .collect();
-    out.push_str(&table(&["INTERFACE", "IFINDEX", "XDP", "MAC", "MTU", "UP", "FWD4", "FWD6", "RP_FILTER"], &rows));
+    out.push_str(&table(
+        &["INTERFACE", "IFINDEX", "XDP", "MAC", "MTU", "UP", "FWD4", "FWD6", "RP_FILTER", "FLOW HASH"],
+        &rows,
+    ));
     out.push('\n');
+
+    let fc = &s.flow_cache;
+    let ev = |n: &str| fc.events.get(n).copied().unwrap_or(0);
+    if fc.enabled {
+        let _ = writeln!(
+            out,
+            "flow cache: on, {} entries per CPU, idle timeout {} s: hit {}  miss {}  stale {}  expired {}  evict {}\n",
+            fc.entries_per_cpu,
+            fc.timeout_s,
+            ev("hit"),
+            ev("miss"),
+            ev("stale"),
+            ev("expired"),
+            ev("evict")
+        );
+    } else {
+        out.push_str("flow cache: off\n\n");
+    }
 
     let t = &s.tables;
     let rows: Vec<Vec<String>> = [

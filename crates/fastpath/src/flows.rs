@@ -1,0 +1,129 @@
+//! `fastpath flows`: the busiest entries of the per-CPU flow cache, read
+//! straight from fp_flows (see api.rs for the JSON shape).
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::api::{self, fmt_mac, Snapshot};
+use crate::keepalive::neigh_clock_now;
+use crate::maps::{CachedFlow, Maps};
+use crate::render::table;
+
+const AF_INET: u8 = 2;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FlowJson {
+    pub family: String,
+    pub proto: u8,
+    pub src: String,
+    pub dst: String,
+    pub sport: u16,
+    pub dport: u16,
+    pub ingress: Option<String>,
+    pub egress: Option<String>,
+    pub nexthop: u32,
+    pub dmac: String,
+    pub packets: u64,
+    pub cpus: u32,
+    pub idle_s: u32,
+    pub current: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FlowsJson {
+    pub total: usize,
+    pub flows: Vec<FlowJson>,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct FlowsArgs {
+    #[command(flatten)]
+    pub client: crate::ClientArgs,
+    /// Show at most this many flows, busiest first (0 = all).
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+}
+
+fn addr(family: u8, a: &[u8; 16]) -> String {
+    if family == AF_INET {
+        Ipv4Addr::new(a[0], a[1], a[2], a[3]).to_string()
+    } else {
+        Ipv6Addr::from(*a).to_string()
+    }
+}
+
+fn slot_name(s: &Snapshot, slot: u32) -> Option<String> {
+    s.ifaces.iter().find(|i| i.slot == slot).map(|i| i.name.clone())
+}
+
+fn flow_json(s: &Snapshot, now: u32, f: &CachedFlow) -> FlowJson {
+    let k = &f.key;
+    FlowJson {
+        family: if k.family == AF_INET { "ipv4" } else { "ipv6" }.into(),
+        proto: k.proto,
+        src: addr(k.family, &k.saddr),
+        dst: addr(k.family, &k.daddr),
+        sport: u16::from_be(k.sport),
+        dport: u16::from_be(k.dport),
+        ingress: slot_name(s, u32::from(k.ingress)),
+        egress: slot_name(s, u32::from(f.slot)),
+        nexthop: f.nh_id,
+        dmac: fmt_mac(&f.dmac),
+        packets: f.packets,
+        cpus: f.cpus,
+        idle_s: now.saturating_sub(f.used),
+        current: f.generation == s.generation,
+    }
+}
+
+/// The cache's flows, busiest first, at most `limit` (0 = all).
+pub fn list(s: &Snapshot, maps: &Maps, limit: usize) -> Result<FlowsJson> {
+    let mut all = maps.flows().context("reading the flow cache")?;
+    all.sort_by(|a, b| b.packets.cmp(&a.packets).then(a.used.cmp(&b.used).reverse()));
+    let total = all.len();
+    let n = if limit == 0 { total } else { limit.min(total) };
+    let now = neigh_clock_now();
+    Ok(FlowsJson { total, flows: all.iter().take(n).map(|f| flow_json(s, now, f)).collect() })
+}
+
+pub fn render(f: &FlowsJson) -> String {
+    if f.flows.is_empty() {
+        return "no cached flows\n".into();
+    }
+    let rows: Vec<Vec<String>> = f
+        .flows
+        .iter()
+        .map(|f| {
+            vec![
+                format!("{}:{}", f.src, f.sport),
+                format!("{}:{}", f.dst, f.dport),
+                f.proto.to_string(),
+                f.ingress.clone().unwrap_or_else(|| "-".into()),
+                f.egress.clone().unwrap_or_else(|| "-".into()),
+                f.dmac.clone(),
+                f.packets.to_string(),
+                f.idle_s.to_string(),
+                if f.current { "yes" } else { "stale" }.into(),
+            ]
+        })
+        .collect();
+    let mut out = table(&["SOURCE", "DESTINATION", "PROTO", "IN", "OUT", "NEXT HOP MAC", "PACKETS", "IDLE_S", "CURRENT"], &rows);
+    if f.total > f.flows.len() {
+        out.push_str(&format!("({} of {} cached flows; --limit 0 shows all)\n", f.flows.len(), f.total));
+    }
+    out
+}
+
+pub fn client(args: &FlowsArgs) -> Result<()> {
+    let data = api::request_with(&args.client.socket, json!({"cmd": "flows", "limit": args.limit}))?;
+    if args.client.json {
+        println!("{}", serde_json::to_string_pretty(&data)?);
+        return Ok(());
+    }
+    let f: FlowsJson = serde_json::from_value(data).context("daemon sent unexpected flows")?;
+    print!("{}", render(&f));
+    Ok(())
+}
