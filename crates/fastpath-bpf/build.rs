@@ -1,4 +1,4 @@
-//! Compiles every `bpf/*.bpf.c` (and `bpf/bench/*.bpf.c`) into a libbpf-rs
+//! Compiles every `bpf/*.bpf.c` (and `bpf/{bench,test}/*.bpf.c`) into a libbpf-rs
 //! skeleton, turns `bpf/include/fastpath.h` into Rust types with bindgen, and
 //! derives the reason names from the header so Rust never hand-copies them.
 
@@ -50,7 +50,7 @@ fn run() -> Result<()> {
     }
 
     let mut skels = String::new();
-    for dir in [bpf.clone(), bpf.join("bench")] {
+    for dir in [bpf.clone(), bpf.join("bench"), bpf.join("test")] {
         println!("cargo:rerun-if-changed={}", dir.display());
         for src in entries(&dir)? {
             let Some(stem) = src.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".bpf.c")) else {

@@ -7,6 +7,7 @@ pub mod desired;
 #[cfg(test)]
 mod fixtures;
 pub mod mirror;
+pub mod mphash;
 pub mod model;
 pub mod parse;
 pub mod reconcile;

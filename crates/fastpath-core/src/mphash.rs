@@ -1,0 +1,215 @@
+//! The kernel's ECMP hash on the forwarding path (Linux 6.18
+//! `fib_multipath_hash()` / `rt6_multipath_hash()` with an skb), in plain
+//! Rust: the reference `bpf/lib/mphash.h` is tested against, and what the
+//! kernel test checks real forwarding decisions with.
+//!
+//! The kernel builds a zeroed `struct flow_keys`, fills the policy's fields,
+//! orders addresses and ports (`__flow_hash_consistentify()`), and takes
+//! SipHash-2-4 of the struct from its `basic` member (48 bytes for IPv4,
+//! 72 for IPv6) keyed by `seed << 32 | seed` twice; the low 32 bits, 0 made 1,
+//! shifted right once. The seed is `net.ipv4.fib_multipath_hash_seed` for
+//! both families. See `bpf/lib/mphash.h` for what a caller must punt.
+
+use std::hash::Hasher;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use siphasher::sip::SipHasher24;
+
+/// Offsets inside the hashed part of `struct flow_keys` (from `basic`).
+const IP_PROTO: usize = 2;
+const FLOW_LABEL: usize = 4;
+const PORTS: usize = 28;
+const ADDRS: usize = 36;
+const LEN4: usize = 48;
+const LEN6: usize = 72;
+
+/// Hash policies fastpath reproduces (`fib_multipath_hash_policy`).
+pub const POLICY_L3: u32 = 0;
+pub const POLICY_L4: u32 = 1;
+
+fn siphash(seed: u32, bytes: &[u8]) -> u32 {
+    let k = (u64::from(seed) << 32) | u64::from(seed);
+    let mut h = SipHasher24::new_with_keys(k, k);
+    h.write(bytes);
+    // The kernel stores the u64 in a u32: the low half.
+    let v = h.finish() as u32;
+    let v = if v == 0 { 1 } else { v };
+    v >> 1
+}
+
+/// Ports in the kernel's order: swapped when dst < src as host-order u16 of
+/// the network-order values (the struct member compared as stored).
+fn ordered_ports(sport: u16, dport: u16) -> ([u8; 2], [u8; 2]) {
+    let (s, d) = (sport.to_be_bytes(), dport.to_be_bytes());
+    if u16::from_ne_bytes(d) < u16::from_ne_bytes(s) {
+        (d, s)
+    } else {
+        (s, d)
+    }
+}
+
+/// IPv4 ECMP hash as the forwarding path computes it; `None` for policies
+/// other than 0 (L3) and 1 (L4). Policy 0 ignores proto and ports.
+pub fn hash4(policy: u32, seed: u32, saddr: Ipv4Addr, daddr: Ipv4Addr, proto: u8, sport: u16, dport: u16) -> Option<u32> {
+    let (proto, sport, dport) = match policy {
+        POLICY_L3 => (0, 0, 0),
+        POLICY_L4 => (proto, sport, dport),
+        _ => return None,
+    };
+    let (mut s, mut d) = (saddr.octets(), daddr.octets());
+    if u32::from_ne_bytes(d) < u32::from_ne_bytes(s) {
+        std::mem::swap(&mut s, &mut d);
+    }
+    let (ps, pd) = ordered_ports(sport, dport);
+    let mut b = [0u8; LEN4];
+    b[IP_PROTO] = proto;
+    b[PORTS..PORTS + 2].copy_from_slice(&ps);
+    b[PORTS + 2..PORTS + 4].copy_from_slice(&pd);
+    b[ADDRS..ADDRS + 4].copy_from_slice(&s);
+    b[ADDRS + 4..ADDRS + 8].copy_from_slice(&d);
+    Some(siphash(seed, &b))
+}
+
+/// IPv6 ECMP hash as the forwarding path computes it; `None` for policies
+/// other than 0 and 1. `flowlabel` is the 20-bit label (host order, higher
+/// bits ignored); policy 0 uses label and proto (the header's nexthdr),
+/// policy 1 proto and ports.
+#[allow(clippy::too_many_arguments)]
+pub fn hash6(
+    policy: u32,
+    seed: u32,
+    saddr: Ipv6Addr,
+    daddr: Ipv6Addr,
+    flowlabel: u32,
+    proto: u8,
+    sport: u16,
+    dport: u16,
+) -> Option<u32> {
+    let (label, sport, dport) = match policy {
+        POLICY_L3 => (flowlabel & 0x000F_FFFF, 0, 0),
+        POLICY_L4 => (0, sport, dport),
+        _ => return None,
+    };
+    let (mut s, mut d) = (saddr.octets(), daddr.octets());
+    // memcmp(dst, src) < 0: byte-wise, which is how arrays compare.
+    if d < s {
+        std::mem::swap(&mut s, &mut d);
+    }
+    let (ps, pd) = ordered_ports(sport, dport);
+    let mut b = [0u8; LEN6];
+    b[IP_PROTO] = proto;
+    // ip6_flowlabel(): the header's network-order word, stored unconverted.
+    b[FLOW_LABEL..FLOW_LABEL + 4].copy_from_slice(&label.to_be_bytes());
+    b[PORTS..PORTS + 2].copy_from_slice(&ps);
+    b[PORTS + 2..PORTS + 4].copy_from_slice(&pd);
+    b[ADDRS..ADDRS + 16].copy_from_slice(&s);
+    b[ADDRS + 16..ADDRS + 32].copy_from_slice(&d);
+    Some(siphash(seed, &b))
+}
+
+/// Upper bounds of a hash-threshold group with these weights, in path order:
+/// `DIV_ROUND_CLOSEST_ULL((u64)cumulative_weight << 31, total) - 1`
+/// (fib_rebalance(), rt6_upper_bound_set(), nh_hthr_group_rebalance()).
+pub fn upper_bounds(weights: &[u32]) -> Vec<i32> {
+    let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();
+    let mut cum = 0u64;
+    weights
+        .iter()
+        .map(|&w| {
+            cum += u64::from(w);
+            // DIV_ROUND_CLOSEST_ULL: (x + d/2) / d; the result fits in 31 bits.
+            let b = ((cum << 31) + total / 2) / total;
+            (b as i64 - 1) as i32
+        })
+        .collect()
+}
+
+/// Index of the path the kernel picks for `hash`: the first whose upper bound
+/// is >= the hash (all paths usable). `None` only for an empty group.
+pub fn select(bounds: &[i32], hash: u32) -> Option<usize> {
+    bounds.iter().position(|&b| i64::from(hash) <= i64::from(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The SipHash-2-4 reference vectors (key 00..0f, message 00..n-1) for
+    /// the two lengths we hash, to pin the crate to the standard function.
+    #[test]
+    fn siphash_reference_vectors() {
+        let k0 = u64::from_le_bytes([0, 1, 2, 3, 4, 5, 6, 7]);
+        let k1 = u64::from_le_bytes([8, 9, 10, 11, 12, 13, 14, 15]);
+        let msg: Vec<u8> = (0u8..64).collect();
+        let run = |n: usize| {
+            let mut h = SipHasher24::new_with_keys(k0, k1);
+            h.write(&msg[..n]);
+            h.finish()
+        };
+        // From the SipHash paper's vectors.h (vectors_sip64), as LE u64.
+        assert_eq!(run(0), 0x726fdb47dd0e0e31);
+        assert_eq!(run(8), 0x93f5f5799a932462);
+    }
+
+    fn v4(s: &str) -> Ipv4Addr {
+        s.parse().unwrap()
+    }
+
+    fn v6(s: &str) -> Ipv6Addr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn fixed_vectors() {
+        // Pinned values of this implementation (checked against the running
+        // kernel's next-hop choices by tests/mphash_kernel.rs and against
+        // the BPF code by fastpath-bpf's tests/mphash.rs).
+        let h = |p, proto, sp, dp| hash4(p, 0x12345678, v4("192.0.2.1"), v4("203.0.113.7"), proto, sp, dp).unwrap();
+        let h6 = |p, fl, proto, sp, dp| {
+            hash6(p, 0x12345678, v6("2001:db8::1"), v6("2001:db8:100::7"), fl, proto, sp, dp).unwrap()
+        };
+        let got = [h(0, 17, 1000, 53), h(1, 17, 1000, 53), h6(0, 0xabcde, 17, 1000, 53), h6(1, 0xabcde, 17, 1000, 53)];
+        assert_eq!(got, FIXED, "got {got:#x?}");
+    }
+
+    const FIXED: [u32; 4] = [1584246122, 316913094, 182587674, 1509216055];
+
+    #[test]
+    fn policy_fields() {
+        let (s, d) = (v4("192.0.2.1"), v4("203.0.113.7"));
+        // L3 ignores everything but the addresses.
+        assert_eq!(hash4(0, 7, s, d, 6, 1, 2), hash4(0, 7, s, d, 17, 3, 4));
+        assert_ne!(hash4(1, 7, s, d, 6, 1, 2), hash4(1, 7, s, d, 17, 1, 2));
+        assert_ne!(hash4(1, 7, s, d, 6, 1, 2), hash4(1, 7, s, d, 6, 1, 3));
+        assert_eq!(hash4(2, 7, s, d, 6, 1, 2), None);
+        let (s6, d6) = (v6("2001:db8::1"), v6("2001:db8::2"));
+        // v6 L3 uses the label and the next header, L4 does not use the label.
+        assert_ne!(hash6(0, 7, s6, d6, 1, 17, 0, 0), hash6(0, 7, s6, d6, 2, 17, 0, 0));
+        assert_ne!(hash6(0, 7, s6, d6, 1, 17, 0, 0), hash6(0, 7, s6, d6, 1, 6, 0, 0));
+        assert_eq!(hash6(0, 7, s6, d6, 1, 17, 5, 6), hash6(0, 7, s6, d6, 1, 17, 7, 8));
+        assert_eq!(hash6(0, 7, s6, d6, 0x1_00001, 17, 0, 0), hash6(0, 7, s6, d6, 1, 17, 0, 0));
+        assert_eq!(hash6(1, 7, s6, d6, 1, 17, 5, 6), hash6(1, 7, s6, d6, 2, 17, 5, 6));
+        assert_eq!(hash6(3, 7, s6, d6, 1, 17, 5, 6), None);
+    }
+
+    #[test]
+    fn symmetric() {
+        // Consistentify makes both directions hash alike.
+        let (a, b) = (v4("192.0.2.1"), v4("203.0.113.7"));
+        assert_eq!(hash4(1, 9, a, b, 6, 40000, 443), hash4(1, 9, b, a, 6, 443, 40000));
+        let (a6, b6) = (v6("2001:db8::1"), v6("2001:db8:100::7"));
+        assert_eq!(hash6(1, 9, a6, b6, 0, 6, 40000, 443), hash6(1, 9, b6, a6, 0, 6, 443, 40000));
+        assert_eq!(hash6(0, 9, a6, b6, 5, 6, 0, 0), hash6(0, 9, b6, a6, 5, 6, 0, 0));
+    }
+
+    #[test]
+    fn bounds_and_selection() {
+        assert_eq!(upper_bounds(&[1, 1]), vec![(1 << 30) - 1, i32::MAX]);
+        let b = upper_bounds(&[1, 2, 3]);
+        assert_eq!(b[2], i32::MAX);
+        assert_eq!(select(&b, 0), Some(0));
+        assert_eq!(select(&b, b[0] as u32), Some(0));
+        assert_eq!(select(&b, b[0] as u32 + 1), Some(1));
+        assert_eq!(select(&b, i32::MAX as u32), Some(2));
+    }
+}
