@@ -274,3 +274,106 @@ fn timeout_zero_turns_the_cache_off() {
     }
     assert_eq!(flow(&l), [0; FP_FC__COUNT as usize]);
 }
+
+/// A multipath route over two gateways with weights 1:3 (fp_groups entry
+/// as the daemon writes it), policy 1 and a user seed.
+fn ecmp_world(w: &mut World) -> [i32; 2] {
+    let bounds = fastpath_core::mphash::upper_bounds(&[1, 3]);
+    w.set_route4(lpm4("203.0.113.0", 24), route(fp_route_type::FP_RT_MULTIPATH, 1));
+    w.rt.mp_policy4 = 1;
+    w.rt.mp_seed = 0x5eed;
+    [bounds[0], bounds[1]]
+}
+
+fn write_group(l: &Loaded, bounds: [i32; 2]) {
+    let mut g = fp_group { kind: fp_group_kind::FP_GRP_HASH_THRESHOLD as u8, n_paths: 2, ..Default::default() };
+    g.paths[0] = fp_group_path { upper_bound: bounds[0], nh_id: NH_GW4 };
+    g.paths[1] = fp_group_path { upper_bound: bounds[1], nh_id: NH_V4_VIA_V6 };
+    l.skel.maps.fp_groups.update(&1u32.to_ne_bytes(), raw(&g), MapFlags::ANY).expect("fp_groups");
+}
+
+/// The path the kernel would take for this flow (Rust reference of its hash).
+fn kernel_path(p: &Ip4, bounds: [i32; 2]) -> Mac {
+    let sport = u16::from_be_bytes([p.payload[0], p.payload[1]]);
+    let dport = u16::from_be_bytes([p.payload[2], p.payload[3]]);
+    let h = fastpath_core::mphash::hash4(1, 0x5eed, p.src.into(), p.dst.into(), 17, sport, dport).expect("policy 1");
+    match fastpath_core::mphash::select(&bounds, h) {
+        Some(0) => MAC_GW4,
+        Some(1) => MAC_GW6LL,
+        other => panic!("no path for hash {h}: {other:?}"),
+    }
+}
+
+/// The flow hash only places flows in the cache: with or without a hint
+/// (any value), misses and hits, every flow takes the kernel's path.
+#[test]
+fn ecmp_paths_do_not_depend_on_the_hint() {
+    let Some((_lab, mut w)) = lab("ecmp_paths_do_not_depend_on_the_hint") else { return };
+    let bounds = ecmp_world(&mut w);
+    let l = Loaded::new(&w).expect("load");
+    write_group(&l, bounds);
+    let mut seen = [0u32; 2];
+    for port in 3000..3200u16 {
+        let p = p4(port);
+        let want = out4(&p, kernel_path(&p, bounds));
+        seen[usize::from(want[..6] == MAC_GW6LL)] += 1;
+        let f = p.frame(MAC_A, MAC_CLIENT);
+        forwards(&l, &w, &f, &want);
+        forwards(&l, &w, &f, &want);
+        let h = u32::from(port).wrapping_mul(0x9E37_79B1);
+        for _ in 0..2 {
+            let (v, out) = l.run_meta(w.a, &hint(h), &f).expect("run");
+            assert_eq!((v, out), (XDP_REDIRECT, want.clone()), "flow {port} with a hint");
+        }
+    }
+    assert!(seen[0] > 20 && seen[1] > 100, "weights 1:3 not reflected: {seen:?}");
+    assert!(hash_src(&l)[FP_HS_META as usize] >= 400);
+}
+
+/// A stale ECMP flow keeps its path while it is still a member; when its
+/// path leaves the group it moves to what the hash says.
+#[test]
+fn stale_ecmp_flows_keep_their_path() {
+    let Some((_lab, mut w)) = lab("stale_ecmp_flows_keep_their_path") else { return };
+    let bounds = ecmp_world(&mut w);
+    let l = Loaded::new(&w).expect("load");
+    write_group(&l, bounds);
+    let flows: Vec<Ip4> = (3000..3100u16).map(p4).collect();
+    for p in &flows {
+        forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
+    }
+    // Re-weighted 3:1: the hash now maps many flows elsewhere, cached ones stay.
+    let swapped = fastpath_core::mphash::upper_bounds(&[3, 1]);
+    write_group(&l, [swapped[0], swapped[1]]);
+    bump(&l, &mut w);
+    for p in &flows {
+        forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
+    }
+    // The second path leaves: its flows follow the hash, i.e. the first path.
+    let mut g = fp_group { kind: fp_group_kind::FP_GRP_HASH_THRESHOLD as u8, n_paths: 1, ..Default::default() };
+    g.paths[0] = fp_group_path { upper_bound: i32::MAX, nh_id: NH_GW4 };
+    l.skel.maps.fp_groups.update(&1u32.to_ne_bytes(), raw(&g), MapFlags::ANY).expect("fp_groups");
+    bump(&l, &mut w);
+    for p in &flows {
+        forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, MAC_GW4));
+    }
+}
+
+/// ICMP errors over a multipath route are the kernel's (it hashes the
+/// inner header); echo is forwarded.
+#[test]
+fn icmp_errors_over_ecmp_punt() {
+    let Some((_lab, mut w)) = lab("icmp_errors_over_ecmp_punt") else { return };
+    let bounds = ecmp_world(&mut w);
+    w.rt.mp_policy4 = 0;
+    let l = Loaded::new(&w).expect("load");
+    write_group(&l, bounds);
+    let mut err = Ip4::new(v4("192.0.2.10"), v4("203.0.113.20"));
+    err.proto = 1;
+    err.payload = vec![3, 1, 0, 0, 0, 0, 0, 0];
+    punts(&l, &w, &err.frame(MAC_A, MAC_CLIENT), FP_R_ICMP_ERROR_ECMP);
+    let mut echo = err.clone();
+    echo.payload = vec![8, 0, 0, 0, 0, 1, 0, 1];
+    let (v, _) = l.run(w.a, &echo.frame(MAC_A, MAC_CLIENT)).expect("run");
+    assert_eq!(v, XDP_REDIRECT);
+}
