@@ -108,6 +108,9 @@ pub fn run(args: RunArgs) -> Result<()> {
     // Tables complete before the first packet can see them.
     lp.reconcile(&state).context("writing the initial tables")?;
 
+    // Packets stamp the keep-alive clock on neighbours and cached flows:
+    // start it now rather than at the first tick.
+    maps.set_neigh_clock(keepalive::neigh_clock_now()).context("starting the keep-alive clock")?;
     let attachments = loader::attach_all(&instances, args.xdp_mode)?;
     let shared: Shared = Arc::new(Mutex::new(Arc::new(Snapshot::default())));
     lp.publish(&shared, &state, &mirror, &ifaces, &attachments);

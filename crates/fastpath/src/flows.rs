@@ -97,10 +97,17 @@ pub fn render(f: &FlowsJson) -> String {
         .flows
         .iter()
         .map(|f| {
+            // ICMP keys carry type and code where TCP/UDP have ports.
+            let icmp = f.proto == 1 || f.proto == 58;
+            let (src, dst, proto) = if icmp {
+                (f.src.clone(), f.dst.clone(), format!("icmp {}/{}", f.sport >> 8, f.sport & 0xff))
+            } else {
+                (format!("{}:{}", f.src, f.sport), format!("{}:{}", f.dst, f.dport), f.proto.to_string())
+            };
             vec![
-                format!("{}:{}", f.src, f.sport),
-                format!("{}:{}", f.dst, f.dport),
-                f.proto.to_string(),
+                src,
+                dst,
+                proto,
                 f.ingress.clone().unwrap_or_else(|| "-".into()),
                 f.egress.clone().unwrap_or_else(|| "-".into()),
                 f.dmac.clone(),

@@ -82,9 +82,9 @@ pub struct Instance {
 }
 
 impl Instance {
-    /// The entry point this instance loaded.
-    pub fn prog(&self) -> &libbpf_rs::Program<'_> {
-        match self.hash {
+    /// The entry point of a variant (the plain one is always loaded).
+    fn prog(&self, v: HashVariant) -> &libbpf_rs::Program<'_> {
+        match v {
             HashVariant::NicRxHash => &self.skel.progs.fp_xdp_fwd_hw,
             HashVariant::MetaOrSoftware => &self.skel.progs.fp_xdp_fwd,
         }
@@ -137,8 +137,9 @@ fn open_one(
     cfg.flow_sets = opts.flow_sets;
     cfg.nic_hash_is_skb_hash = u32::from(hash_is_skb_hash(&iface.name));
     match variant {
+        // The plain entry point is loaded too: the kernel may still refuse
+        // to attach a device-bound program (generic mode), see attach_all.
         HashVariant::NicRxHash => {
-            open.progs.fp_xdp_fwd.set_autoload(false);
             open.progs.fp_xdp_fwd_hw.set_ifindex(iface.ifindex);
             open.progs.fp_xdp_fwd_hw.set_flags(libbpf_sys::BPF_F_XDP_DEV_BOUND_ONLY);
         }
@@ -213,8 +214,14 @@ pub fn attach_all(instances: &[Instance], mode: XdpMode) -> Result<Vec<Attachmen
     };
     let mut done: Vec<Attachment> = Vec::new();
     for i in instances {
-        let prog_fd = i.prog().as_fd().as_raw_fd();
-        let link = link_xdp(prog_fd, i.ifindex, flags).map_err(|e| {
+        let mut hash = i.hash;
+        let mut res = link_xdp(i.prog(hash).as_fd().as_raw_fd(), i.ifindex, flags);
+        if let (Err(e), HashVariant::NicRxHash) = (&res, hash) {
+            log::info!("{}: device-bound RX-hash program not attachable ({e}); using the plain one", i.name);
+            hash = HashVariant::MetaOrSoftware;
+            res = link_xdp(i.prog(hash).as_fd().as_raw_fd(), i.ifindex, flags);
+        }
+        let link = res.map_err(|e| {
             let why = match (e.raw_os_error(), mode) {
                 (Some(libc::EOPNOTSUPP), XdpMode::Native) => {
                     "the driver has no native XDP (use --xdp-mode auto or generic)".to_string()
@@ -224,7 +231,7 @@ pub fn attach_all(instances: &[Instance], mode: XdpMode) -> Result<Vec<Attachmen
             };
             anyhow::anyhow!("attaching XDP to {}: {why}", i.name)
         })?;
-        done.push(Attachment { ifindex: i.ifindex, name: i.name.clone(), mode: XdpAttach::None, hash: i.hash, link });
+        done.push(Attachment { ifindex: i.ifindex, name: i.name.clone(), mode: XdpAttach::None, hash, link });
     }
 
     let facts = links::dump().context("querying XDP attach mode")?;
