@@ -167,6 +167,7 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
     }
     drop(ip);
     let full_memlock = map_memlock(&topo)?;
+    println!("   daemon log (tail):\n{}", indent(&d.log_tail()));
     d.stop()?;
     drop(d);
     drop((fib4, fib6));
@@ -185,6 +186,7 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
     let mem_after = kernel_mem_kb()?;
     res.daemon_rss_kb = rss_kb(d.pid());
     let start_memlock = map_memlock(&topo)?;
+    println!("   daemon log (tail):\n{}", indent(&d.log_tail()));
     d.stop()?;
     drop(d);
 
@@ -429,4 +431,8 @@ fn rss_kb(pid: u32) -> u64 {
         .ok()
         .and_then(|s| s.lines().find_map(|l| l.strip_prefix("VmRSS:")).map(|v| v.trim().trim_end_matches("kB").trim().parse().unwrap_or(0)))
         .unwrap_or(0)
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("     {l}")).collect::<Vec<_>>().join("\n")
 }
