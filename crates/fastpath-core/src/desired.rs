@@ -2118,3 +2118,49 @@ mod tests {
     }
 
 }
+
+#[cfg(test)]
+mod scale {
+    use super::*;
+    use crate::model::{RouteKey, RouteKind, RouteTarget};
+
+    /// `cargo test --release -p fastpath-core scale -- --ignored --nocapture`:
+    /// where a full-table compute spends its time.
+    #[test]
+    #[ignore]
+    fn full_table_compute_timing() {
+        let mut st = KernelState::default();
+        let mut x = 0x9E37_79B9_u32;
+        for i in 0..1_000_000u32 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let len = [24u8, 24, 24, 23, 22, 20][(i % 6) as usize];
+            let dst = IpAddr::V4(Ipv4Addr::from(x & (u32::MAX << (32 - u32::from(len)))));
+            let key = RouteKey { table: RT_TABLE_MAIN, dst, prefix_len: len, tos: 0, priority: 0 };
+            let hop = NextHop { ifindex: 2 + i % 2, gateway: Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 10 + (i % 4) as u8))), flags: 0, weight: 1 };
+            let r = Route { key: key.clone(), kind: RouteKind::Unicast, target: RouteTarget::Single(hop), mtu: 0, mtu_locked: false, encap: false };
+            st.routes.insert((Family::V4, key), r);
+        }
+        let t = std::time::Instant::now();
+        let mut v: Vec<(Prefix, &Route)> = st.routes.iter().map(|((_, k), r)| (Prefix::new(Family::V4, &k.dst, k.prefix_len).unwrap(), r)).collect();
+        eprintln!("collect: {:?}", t.elapsed());
+        let t = std::time::Instant::now();
+        v.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.key.cmp(&b.1.key)));
+        eprintln!("sort: {:?}", t.elapsed());
+        let t = std::time::Instant::now();
+        let n = v.iter().map(|(_, r)| select(Family::V4, &[*r], &st)).filter(|i| matches!(i, Intent::Forward{..})).count();
+        eprintln!("select: {:?} {n}", t.elapsed());
+        let t = std::time::Instant::now();
+        let f = fib_intents(&st, Family::V4);
+        eprintln!("fib_intents: {:?} ({} prefixes)", t.elapsed(), f.len());
+        let caps = Capacities { fib4: 2_000_000, fib6: 1000, nexthops: 100, neigh: 100, ifaces: 10 };
+        let mut ids = NexthopIds::new(100);
+        let t = std::time::Instant::now();
+        let d = compute(&st, &BTreeMap::new(), &caps, &mut ids);
+        eprintln!("compute: {:?} ({} fib4)", t.elapsed(), d.fib4.len());
+        let t = std::time::Instant::now();
+        drop(d);
+        eprintln!("drop: {:?}", t.elapsed());
+    }
+}
