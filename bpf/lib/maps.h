@@ -38,11 +38,14 @@ struct {
 /*
  * IPv4 sources the kernel refuses with rp_filter off (its own addresses,
  * and every other address whose /32 FIB entry is not a unicast route):
- * address (network order) -> fp_reason to punt with. Sized like fp_fib4.
+ * address (network order) -> fp_reason to punt with. Sized like fp_fib4,
+ * but it holds a handful of entries in practice: not preallocated, or a
+ * full-table capacity would cost ~95 bytes per route of unused space.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, FP_DEFAULT_FIB4_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, __u32);
 	__type(value, __u32);
 } fp_src_deny4 SEC(".maps");

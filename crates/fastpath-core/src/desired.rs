@@ -5,7 +5,7 @@
 //! mirrored state, the entry punts. A punt costs speed, a wrong forward costs
 //! correctness, so every doubt below resolves to a punt.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::model::{
@@ -334,10 +334,13 @@ fn hop_intent(hop: &NextHop, route_mtu: u32) -> Intent {
 }
 
 /// The FIB of one family: local and main tables merged so that one LPM
-/// lookup gives what the default rules (local, then main) give.
-fn fib_intents(state: &KernelState, fam: Family) -> BTreeMap<Prefix, Intent> {
-    let mut local: HashMap<Prefix, Vec<&Route>> = HashMap::new();
-    let mut main: HashMap<Prefix, Vec<&Route>> = HashMap::new();
+/// lookup gives what the default rules (local, then main) give. Sorted by
+/// prefix, so the caller can build its map in one pass.
+fn fib_intents(state: &KernelState, fam: Family) -> Vec<(Prefix, Intent)> {
+    // Grouping by sorting one vector instead of a map of vectors: at a
+    // million routes the per-prefix allocations and hashing dominated.
+    let mut local: Vec<(Prefix, &Route)> = Vec::new();
+    let mut main: Vec<(Prefix, &Route)> = Vec::with_capacity(state.routes.len());
     for ((f, key), route) in &state.routes {
         if *f != fam {
             continue;
@@ -353,36 +356,59 @@ fn fib_intents(state: &KernelState, fam: Family) -> BTreeMap<Prefix, Intent> {
             log::debug!("ignoring route with a malformed key {key:?}");
             continue;
         };
-        table.entry(p).or_default().push(route);
+        table.push((p, route));
     }
-    let pick = |t: HashMap<Prefix, Vec<&Route>>| -> BTreeMap<Prefix, Intent> {
-        t.into_iter()
-            .map(|(p, mut routes)| {
-                // HashMap order must not leak into the choice.
-                routes.sort_by(|a, b| a.key.cmp(&b.key));
-                (p, select(fam, &routes, state))
-            })
-            .collect()
-    };
-    let local = pick(local);
-    let main = pick(main);
-    let local_lens: BTreeSet<u8> = local.keys().map(|p| p.len).collect();
+    let local = pick(fam, local, state);
+    let main = pick(fam, main, state);
+    let local_idx: HashMap<Prefix, &Intent> = local.iter().map(|(p, i)| (*p, i)).collect();
+    let mut local_lens: Vec<u8> = local.iter().map(|(p, _)| p.len).collect();
+    local_lens.sort_unstable_by(|a, b| b.cmp(a));
+    local_lens.dedup();
 
-    let mut out = local.clone();
+    // Merge the two sorted lists; a local route wins an identical prefix.
+    let mut out = Vec::with_capacity(local.len() + main.len());
+    let mut locals = local.iter().peekable();
     for (p, m) in main {
-        if local.contains_key(&p) {
-            continue; // the local route wins an identical prefix
+        while let Some((lp, li)) = locals.peek() {
+            if *lp >= p {
+                break;
+            }
+            out.push((*lp, (*li).clone()));
+            locals.next();
+        }
+        if local_idx.contains_key(&p) {
+            continue;
         }
         let cover = local_lens
             .iter()
-            .rev()
             .filter(|l| **l <= p.len)
-            .find_map(|l| local.get(&p.truncate(*l)));
+            .find_map(|l| local_idx.get(&p.truncate(*l)));
         let intent = match cover {
             None => m,
             Some(l) => merge_covered(fam, l, m),
         };
-        out.insert(p, intent);
+        out.push((p, intent));
+    }
+    out.extend(locals.cloned());
+    out
+}
+
+/// The intent of each prefix of one table, sorted by prefix.
+fn pick<'a>(fam: Family, mut routes: Vec<(Prefix, &'a Route)>, state: &KernelState) -> Vec<(Prefix, Intent)> {
+    // HashMap order must not leak into the choice: within a prefix the
+    // routes come sorted by key.
+    routes.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.key.cmp(&b.1.key)));
+    let mut out = Vec::with_capacity(routes.len());
+    let mut group: Vec<&Route> = Vec::new();
+    let mut i = 0;
+    while i < routes.len() {
+        let p = routes[i].0;
+        group.clear();
+        while i < routes.len() && routes[i].0 == p {
+            group.push(routes[i].1);
+            i += 1;
+        }
+        out.push((p, select(fam, &group, state)));
     }
     out
 }
@@ -573,14 +599,16 @@ pub fn compute(
 
     let fib4 = fib_intents(state, Family::V4);
     let fib6 = fib_intents(state, Family::V6);
-    let hops: BTreeSet<NexthopEntry> = fib4
-        .values()
-        .chain(fib6.values())
-        .filter_map(|i| match i {
-            Intent::Forward { hop, .. } => Some(hop.clone()),
+    // Few distinct next hops behind many prefixes: dedup by hash first.
+    let hops: HashSet<&NexthopEntry> = fib4
+        .iter()
+        .chain(fib6.iter())
+        .filter_map(|(_, i)| match i {
+            Intent::Forward { hop, .. } => Some(hop),
             Intent::Act(_) => None,
         })
         .collect();
+    let hops: BTreeSet<NexthopEntry> = hops.into_iter().cloned().collect();
     let assigned = ids.assign(&hops);
     for (hop, id) in &assigned {
         d.nexthops.insert(*id, hop.clone());
@@ -1992,5 +2020,147 @@ mod tests {
             st2.routes.insert(k, v);
         }
         assert_eq!(run(&st2), a);
+    }
+
+    /// The map-of-vectors grouping fib_intents used before it was made
+    /// fast for full tables; kept as the reference it must agree with.
+    fn fib_intents_by_maps(state: &KernelState, fam: Family) -> BTreeMap<Prefix, Intent> {
+        let mut local: HashMap<Prefix, Vec<&Route>> = HashMap::new();
+        let mut main: HashMap<Prefix, Vec<&Route>> = HashMap::new();
+        for ((f, key), route) in &state.routes {
+            if *f != fam {
+                continue;
+            }
+            // Other tables are reachable only through non-default rules, which
+            // punt the whole family (see `policy_problem`).
+            let table = match key.table {
+                RT_TABLE_LOCAL => &mut local,
+                RT_TABLE_MAIN => &mut main,
+                _ => continue,
+            };
+            let Some(p) = Prefix::new(fam, &key.dst, key.prefix_len) else {
+                log::debug!("ignoring route with a malformed key {key:?}");
+                continue;
+            };
+            table.entry(p).or_default().push(route);
+        }
+        let pick = |t: HashMap<Prefix, Vec<&Route>>| -> BTreeMap<Prefix, Intent> {
+            t.into_iter()
+                .map(|(p, mut routes)| {
+                    // HashMap order must not leak into the choice.
+                    routes.sort_by(|a, b| a.key.cmp(&b.key));
+                    (p, select(fam, &routes, state))
+                })
+                .collect()
+        };
+        let local = pick(local);
+        let main = pick(main);
+        let local_lens: BTreeSet<u8> = local.keys().map(|p| p.len).collect();
+
+        let mut out = local.clone();
+        for (p, m) in main {
+            if local.contains_key(&p) {
+                continue; // the local route wins an identical prefix
+            }
+            let cover = local_lens
+                .iter()
+                .rev()
+                .filter(|l| **l <= p.len)
+                .find_map(|l| local.get(&p.truncate(*l)));
+            let intent = match cover {
+                None => m,
+                Some(l) => merge_covered(fam, l, m),
+            };
+            out.insert(p, intent);
+        }
+        out
+    }
+
+    #[test]
+    fn fib_intents_match_the_reference_grouping() {
+        // Small address space so prefixes collide across tables, metrics,
+        // TOS values and lengths, with local covers of both kinds.
+        let mut seed = 0x1234_5678_u64;
+        let mut next = move || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) as u32
+        };
+        for _ in 0..20 {
+            let mut st = base();
+            for _ in 0..300 {
+                let len = [8u8, 16, 23, 24, 24, 25, 32][(next() % 7) as usize];
+                let a = Ipv4Addr::new(198, 51, (next() % 4) as u8, (next() % 256) as u8);
+                let mut r = rt(&a.to_string(), len);
+                r = match next() % 4 {
+                    0 => via(r, 2, Some("192.0.2.1")),
+                    1 => via(r, 3, Some("192.0.2.2")),
+                    2 => kind(r, RouteKind::Local),
+                    _ => kind(r, RouteKind::Blackhole),
+                };
+                if next() % 3 == 0 {
+                    r = table(r, RT_TABLE_LOCAL);
+                }
+                r = prio(r, next() % 3);
+                if next() % 20 == 0 {
+                    r.key.tos = 4;
+                }
+                add(&mut st, r);
+                let v6 = format!("2001:db8:{:x}::", next() % 8);
+                let r6 = via(rt(&v6, [32u8, 48, 64][(next() % 3) as usize]), 3, None);
+                add(&mut st, if next() % 4 == 0 { table(r6, RT_TABLE_LOCAL) } else { r6 });
+            }
+            for fam in [Family::V4, Family::V6] {
+                let fast: Vec<(Prefix, Intent)> = fib_intents(&st, fam);
+                let reference: Vec<(Prefix, Intent)> = fib_intents_by_maps(&st, fam).into_iter().collect();
+                assert_eq!(fast, reference);
+            }
+        }
+    }
+
+}
+
+#[cfg(test)]
+mod scale {
+    use super::*;
+    use crate::model::{RouteKey, RouteKind, RouteTarget};
+
+    /// `cargo test --release -p fastpath-core scale -- --ignored --nocapture`:
+    /// where a full-table compute spends its time.
+    #[test]
+    #[ignore]
+    fn full_table_compute_timing() {
+        let mut st = KernelState::default();
+        let mut x = 0x9E37_79B9_u32;
+        for i in 0..1_000_000u32 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let len = [24u8, 24, 24, 23, 22, 20][(i % 6) as usize];
+            let dst = IpAddr::V4(Ipv4Addr::from(x & (u32::MAX << (32 - u32::from(len)))));
+            let key = RouteKey { table: RT_TABLE_MAIN, dst, prefix_len: len, tos: 0, priority: 0 };
+            let hop = NextHop { ifindex: 2 + i % 2, gateway: Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 10 + (i % 4) as u8))), flags: 0, weight: 1 };
+            let r = Route { key: key.clone(), kind: RouteKind::Unicast, target: RouteTarget::Single(hop), mtu: 0, mtu_locked: false, encap: false };
+            st.routes.insert((Family::V4, key), r);
+        }
+        let t = std::time::Instant::now();
+        let mut v: Vec<(Prefix, &Route)> = st.routes.iter().map(|((_, k), r)| (Prefix::new(Family::V4, &k.dst, k.prefix_len).unwrap(), r)).collect();
+        eprintln!("collect: {:?}", t.elapsed());
+        let t = std::time::Instant::now();
+        v.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.key.cmp(&b.1.key)));
+        eprintln!("sort: {:?}", t.elapsed());
+        let t = std::time::Instant::now();
+        let n = v.iter().map(|(_, r)| select(Family::V4, &[*r], &st)).filter(|i| matches!(i, Intent::Forward{..})).count();
+        eprintln!("select: {:?} {n}", t.elapsed());
+        let t = std::time::Instant::now();
+        let f = fib_intents(&st, Family::V4);
+        eprintln!("fib_intents: {:?} ({} prefixes)", t.elapsed(), f.len());
+        let caps = Capacities { fib4: 2_000_000, fib6: 1000, nexthops: 100, neigh: 100, ifaces: 10 };
+        let mut ids = NexthopIds::new(100);
+        let t = std::time::Instant::now();
+        let d = compute(&st, &BTreeMap::new(), &caps, &mut ids);
+        eprintln!("compute: {:?} ({} fib4)", t.elapsed(), d.fib4.len());
+        let t = std::time::Instant::now();
+        drop(d);
+        eprintln!("drop: {:?}", t.elapsed());
     }
 }

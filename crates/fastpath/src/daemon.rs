@@ -32,6 +32,8 @@ const DEBOUNCE_STEP: Duration = Duration::from_millis(2);
 const PERIODIC: Duration = Duration::from_secs(1);
 /// A neighbour the data path used this recently is reported in use.
 const KEEPALIVE_WINDOW: Duration = Duration::from_secs(2);
+/// A reconcile at least this slow is logged with its breakdown.
+const SLOW_RECONCILE: Duration = Duration::from_millis(100);
 /// After a failed reconcile, try again no sooner than this.
 const RETRY: Duration = Duration::from_secs(1);
 
@@ -85,7 +87,9 @@ pub fn run(args: RunArgs) -> Result<()> {
     }
 
     let mut mirror = Mirror::open(args.netlink_rcvbuf).context("opening the netlink mirror")?;
+    let t = Instant::now();
     let mut state = mirror.dump().context("dumping kernel state")?;
+    info!("dumped kernel state in {:.1} ms ({} routes)", t.elapsed().as_secs_f64() * 1e3, state.routes.len());
     let managed: BTreeMap<u32, u32> = ifaces.iter().map(|i| (i.ifindex, i.slot)).collect();
     let mut lp = Loop {
         netfilter_block: nf_watch.blocking().to_vec(),
@@ -209,6 +213,33 @@ fn debounce(mirror: &mut Mirror, state: &mut KernelState) {
     }
 }
 
+/// Where a reconcile's time went; logged at info when it was slow enough
+/// to matter (full tables), at debug otherwise.
+#[derive(Default)]
+struct Timing {
+    compute: Duration,
+    apply: Duration,
+    publish: Duration,
+}
+
+impl Timing {
+    fn log(&self, writes: usize, generation: u64) {
+        let total = self.compute + self.apply + self.publish;
+        if writes == 0 && total < SLOW_RECONCILE {
+            return;
+        }
+        let level = if total >= SLOW_RECONCILE { log::Level::Info } else { log::Level::Debug };
+        log::log!(
+            level,
+            "applied {writes} map writes, generation {generation} in {:.1} ms (compute {:.1}, apply {:.1}, shadow copy {:.1})",
+            total.as_secs_f64() * 1e3,
+            self.compute.as_secs_f64() * 1e3,
+            self.apply.as_secs_f64() * 1e3,
+            self.publish.as_secs_f64() * 1e3
+        );
+    }
+}
+
 struct Loop {
     /// Netfilter base chains that appeared while running (not allowed by
     /// --allow-netfilter-bypass): everything is punted while any exists.
@@ -235,11 +266,16 @@ impl Loop {
         // the apply releases may serve them, so a starved pass is followed by
         // one more rather than waiting for the next kernel event.
         let mut passes = 0;
+        let mut timing = Timing::default();
         let (desired, res) = loop {
             passes += 1;
+            let t = Instant::now();
             let mut desired = desired::compute(state, &self.managed, &self.caps, &mut self.ids);
             self.punt_for_netfilter(&mut desired);
+            timing.compute += t.elapsed();
+            let t = Instant::now();
             let res = self.reconciler.apply(&desired, &mut self.writer);
+            timing.apply += t.elapsed();
             // Even after a partial failure the shadow says what the maps hold.
             self.ids.release_unused(&self.reconciler.applied().nexthops);
             if res.is_err() || !self.ids.starved() || passes == 2 {
@@ -247,11 +283,11 @@ impl Loop {
             }
         };
         self.log_problems(&desired);
+        let t = Instant::now();
         self.applied = Arc::new(self.reconciler.applied().clone());
+        timing.publish = t.elapsed();
         let n = res.context("reconciling the BPF maps")?;
-        if n > 0 {
-            debug!("applied {n} map writes, generation {}", self.reconciler.generation());
-        }
+        timing.log(n, self.reconciler.generation());
         Ok(())
     }
 

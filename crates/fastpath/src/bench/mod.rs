@@ -4,8 +4,10 @@
 //! or fails on a number — but it does fail when fastpath did not actually
 //! forward the traffic, because then its figure would be the kernel's.
 
+pub mod fulltable;
 mod report;
 mod router;
+mod tablesync;
 mod topo;
 mod traffic;
 
@@ -24,6 +26,8 @@ use traffic::{Generator, Placement, Sink};
 
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
+    #[command(subcommand)]
+    pub what: Option<BenchWhat>,
     /// Demo run: 64 B, 1 flow, 2 repetitions of 1 s per mode (overrides the options below).
     #[arg(long)]
     pub quick: bool,
@@ -54,6 +58,13 @@ pub struct BenchArgs {
     /// fastpath binary to run in the router namespace (default: this one).
     #[arg(long, hide = true)]
     pub fastpath_bin: Option<PathBuf>,
+}
+
+/// Benchmarks other than forwarding rate.
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchWhat {
+    /// Full routing table: mirror time, map memory per route, single-change latency.
+    Fulltable(tablesync::FulltableArgs),
 }
 
 struct Plan {
@@ -97,8 +108,25 @@ impl Plan {
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
+    if let Some(BenchWhat::Fulltable(ft)) = &args.what {
+        if let Some(path) = &ft.emit {
+            return tablesync::emit(ft, path);
+        }
+    }
     if !nix::unistd::geteuid().is_root() {
         bail!("fastpath bench needs root (network namespaces, XDP, BPF_PROG_RUN)");
+    }
+    if let Some(BenchWhat::Fulltable(ft)) = &args.what {
+        let stop = Arc::new(AtomicBool::new(false));
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::flag::register(sig, Arc::clone(&stop)).context("installing signal handlers")?;
+        }
+        let exe = match &args.fastpath_bin {
+            Some(p) => p.clone(),
+            None => std::env::current_exe().context("locating the fastpath binary")?,
+        };
+        let work = WorkDir::create()?;
+        return tablesync::run(ft, &exe, work.path(), &stop);
     }
     let plan = Plan::from_args(&args)?;
     let stop = Arc::new(AtomicBool::new(false));

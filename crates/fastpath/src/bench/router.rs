@@ -92,6 +92,11 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn spawn(t: &Topology, exe: &Path, dir: &Path) -> Result<Self> {
+        Self::spawn_with(t, exe, dir, &[])
+    }
+
+    /// `spawn` with more `fastpath run` options (table capacities, ...).
+    pub fn spawn_with(t: &Topology, exe: &Path, dir: &Path, extra: &[String]) -> Result<Self> {
         let socket = dir.join("fastpath.sock");
         let log = dir.join("fastpath.log");
         let out = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
@@ -103,6 +108,7 @@ impl Daemon {
             .arg(exe)
             .args(["run", "-i", topo::R0, "-i", topo::R1, "--socket"])
             .arg(&socket)
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -164,6 +170,14 @@ impl Daemon {
             Ok(o) => String::from_utf8_lossy(&o.stdout).into_owned(),
             Err(e) => format!("(fastpath status failed: {e})"),
         }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
     }
 
     pub fn log_tail(&self) -> String {
@@ -235,31 +249,7 @@ pub struct FpStats {
 
 impl FpStats {
     pub fn find(t: &Topology) -> Result<Self> {
-        let r0 = t.ifindex(&t.router, topo::R0)?;
-        let mut prog_id = 0u32;
-        // SAFETY: plain netlink query writing one u32 we own.
-        let rc = topo::in_netns(&t.router, || unsafe {
-            libbpf_sys::bpf_xdp_query_id(r0 as i32, 0, &mut prog_id)
-        })?;
-        if rc < 0 {
-            bail!("querying XDP on r0: {}", std::io::Error::from_raw_os_error(-rc));
-        }
-        if prog_id == 0 {
-            bail!("fastpath has no XDP program on r0");
-        }
-        let opts = ProgInfoQueryOptions::default().include_map_ids(true);
-        let info = ProgInfoIter::with_query_opts(opts)
-            .find(|p| p.id == prog_id)
-            .with_context(|| format!("XDP program {prog_id} on r0 vanished"))?;
-        for id in info.map_ids {
-            let Ok(map) = MapHandle::from_map_id(id) else {
-                continue;
-            };
-            if map.name() == "fp_stats" {
-                return Ok(FpStats { map });
-            }
-        }
-        bail!("the XDP program on r0 ({:?}) has no fp_stats map", info.name)
+        Ok(FpStats { map: fastpath_map(t, "fp_stats")? })
     }
 
     /// Packets per reason, summed over ingress slots and CPUs.
@@ -282,6 +272,35 @@ impl FpStats {
         }
         Ok(per_reason)
     }
+}
+
+/// The map called `name` of the XDP program fastpath attached to r0.
+pub fn fastpath_map(t: &Topology, name: &str) -> Result<MapHandle> {
+    fastpath_maps(t)?
+        .into_iter()
+        .find(|m| m.name() == name)
+        .with_context(|| format!("the XDP program on r0 has no {name} map"))
+}
+
+/// Every map of the XDP program fastpath attached to r0.
+pub fn fastpath_maps(t: &Topology) -> Result<Vec<MapHandle>> {
+    let r0 = t.ifindex(&t.router, topo::R0)?;
+    let mut prog_id = 0u32;
+    // SAFETY: plain netlink query writing one u32 we own.
+    let rc = topo::in_netns(&t.router, || unsafe {
+        libbpf_sys::bpf_xdp_query_id(r0 as i32, 0, &mut prog_id)
+    })?;
+    if rc < 0 {
+        bail!("querying XDP on r0: {}", std::io::Error::from_raw_os_error(-rc));
+    }
+    if prog_id == 0 {
+        bail!("fastpath has no XDP program on r0");
+    }
+    let opts = ProgInfoQueryOptions::default().include_map_ids(true);
+    let info = ProgInfoIter::with_query_opts(opts)
+        .find(|p| p.id == prog_id)
+        .with_context(|| format!("XDP program {prog_id} on r0 vanished"))?;
+    Ok(info.map_ids.into_iter().filter_map(|id| MapHandle::from_map_id(id).ok()).collect())
 }
 
 pub fn verdicts(before: &[u64], after: &[u64]) -> Verdicts {

@@ -1,0 +1,438 @@
+//! `fastpath bench fulltable`: a full routing table in the lab router, and
+//! what fastpath makes of it: seconds until it is mirrored (routes loaded
+//! while the daemon runs, and daemon started with the routes present), BPF
+//! map memory per route, and the latency of one route change with the full
+//! table present (netlink write -> entry visible in the BPF map).
+//!
+//! Memory is measured two ways, both printed: the maps' own accounting
+//! (`memlock:` in the map fd's fdinfo, what `bpftool map show` prints), and
+//! the kernel's Slab + VmallocUsed + Percpu from /proc/meminfo before and
+//! after the daemon fills its tables (system-wide, so other activity on the
+//! box adds noise).
+
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+
+use super::fulltable::{self, Gateway, Spec};
+use super::router::{self, Daemon};
+use super::topo::{self, Topology};
+use crate::api;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct FulltableArgs {
+    /// Only write the table as an `ip -batch` file and exit (no root needed).
+    #[arg(long, value_name = "FILE")]
+    pub emit: Option<PathBuf>,
+    /// With --emit: write `route del` lines instead of `route add`.
+    #[arg(long)]
+    pub delete: bool,
+    /// IPv4 routes in the table.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub v4: usize,
+    /// IPv6 routes in the table.
+    #[arg(long, default_value_t = 100_000)]
+    pub v6: usize,
+    /// Seed of the prefix generator: the same seed gives the same table.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// IPv4 next hops as ADDR@DEV, comma-separated (default: the bench lab's).
+    #[arg(long, value_delimiter = ',')]
+    pub gw4: Vec<Gateway>,
+    /// IPv6 next hops as ADDR@DEV, comma-separated (default: the bench lab's).
+    #[arg(long, value_delimiter = ',')]
+    pub gw6: Vec<Gateway>,
+    /// Single-route add/delete pairs timed per family with the full table present.
+    #[arg(long, default_value_t = 20)]
+    pub changes: usize,
+    /// Give up waiting for the mirror after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+}
+
+impl FulltableArgs {
+    fn spec(&self) -> Spec {
+        let (gw4, gw6) = fulltable::lab_gateways();
+        Spec {
+            seed: self.seed,
+            v4: self.v4,
+            v6: self.v6,
+            gw4: if self.gw4.is_empty() { gw4 } else { self.gw4.clone() },
+            gw6: if self.gw6.is_empty() { gw6 } else { self.gw6.clone() },
+        }
+    }
+}
+
+/// `--emit FILE`: the batch file alone.
+pub fn emit(a: &FulltableArgs, path: &Path) -> Result<()> {
+    let spec = a.spec();
+    let text = fulltable::batch(&spec, if a.delete { "del" } else { "add" })?;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    println!("wrote {} ({} IPv4 + {} IPv6 routes, seed {})", path.display(), spec.v4, spec.v6, spec.seed);
+    print_mix(&spec);
+    Ok(())
+}
+
+fn print_mix(spec: &Spec) {
+    let fmt = |h: Vec<(u8, usize)>, n: usize| {
+        h.iter()
+            .map(|(l, c)| format!("/{l} {:.1}%", *c as f64 * 100.0 / n.max(1) as f64))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let h4 = fulltable::length_histogram(fulltable::prefixes4(spec.seed, spec.v4).iter().map(|p| p.1));
+    let h6 = fulltable::length_histogram(fulltable::prefixes6(spec.seed, spec.v6).iter().map(|p| p.1));
+    println!("IPv4 mix: {}", fmt(h4, spec.v4));
+    println!("IPv6 mix: {}", fmt(h6, spec.v6));
+}
+
+/// The probe routes timed one at a time: outside everything the generator
+/// produces (documentation space), so a lookup finds them or nothing.
+const PROBE4: ([u8; 4], u8, &str) = ([203, 0, 113, 0], 24, "203.0.113.0/24 via 198.51.100.10 dev r1");
+const PROBE6: ([u8; 16], u8, &str) = (
+    [0x20, 0x01, 0x0d, 0xb8, 0x0f, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+    48,
+    "2001:db8:fff::/48 via 2001:db8:0:2::10 dev r1",
+);
+
+pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Result<()> {
+    let spec = a.spec();
+    println!("fastpath bench fulltable: {} IPv4 + {} IPv6 routes (seed {})", spec.v4, spec.v6, spec.seed);
+    print_mix(&spec);
+    let t = Instant::now();
+    let add = work.join("add.batch");
+    std::fs::write(&add, fulltable::batch(&spec, "add")?).context("writing the route batch")?;
+    println!("generated the batch in {:.2} s", t.elapsed().as_secs_f64());
+
+    let topo = Topology::create()?;
+    let r = topo.router.clone();
+    for (addr, dev) in [("2001:db8:0:1::1/64", topo::R0), ("2001:db8:0:2::1/64", topo::R1)] {
+        run_ip(&["-n", &r, "addr", "add", addr, "dev", dev, "nodad"])?;
+    }
+    // Room for the table plus the lab's own routes.
+    let daemon_args: Vec<String> = vec![
+        "--fib4-entries".into(),
+        (spec.v4 + spec.v4 / 10 + 1024).to_string(),
+        "--fib6-entries".into(),
+        (spec.v6 + spec.v6 / 10 + 1024).to_string(),
+    ];
+    let timeout = Duration::from_secs(a.timeout);
+    let mut res = Results::default();
+
+    // 1. Daemon first, then the routes arrive.
+    println!("-- routes loaded while fastpath runs");
+    let mut d = Daemon::spawn_with(&topo, exe, work, &daemon_args)?;
+    d.wait_ready(Duration::from_secs(30), stop)?;
+    let base = wait_stable(d.socket(), stop)?;
+    let empty_memlock = map_memlock(&topo)?;
+    let t0 = Instant::now();
+    run_ip(&["-n", &r, "-batch", &path_str(&add)?])?;
+    res.load_s = t0.elapsed().as_secs_f64();
+    println!("   ip -batch took {:.2} s", res.load_s);
+    let want = (base.fib4 + spec.v4 as u64, base.fib6 + spec.v6 as u64);
+    let done = wait_mirrored(d.socket(), want, t0, timeout, stop, &d)?;
+    res.live_from_start_s = done.since.as_secs_f64();
+    res.live_after_load_s = (done.since.as_secs_f64() - res.load_s).max(0.0);
+    res.live_resyncs = done.occ.resyncs - base.resyncs;
+    println!(
+        "   mirrored {:.2} s after the first route ({:.2} s after ip -batch returned), {} netlink resyncs",
+        res.live_from_start_s, res.live_after_load_s, res.live_resyncs
+    );
+
+    // 2. One route at a time with the full table present.
+    println!("-- single route changes with the full table present");
+    let fib4 = router::fastpath_map(&topo, "fp_fib4")?;
+    let fib6 = router::fastpath_map(&topo, "fp_fib6")?;
+    let mut ip = Batch::start(&r, work)?;
+    for (map, probe) in [(&fib4, lpm_key(&PROBE4.0, PROBE4.1)), (&fib6, lpm_key(&PROBE6.0, PROBE6.1))] {
+        let line = if map.name() == "fp_fib4" { PROBE4.2 } else { PROBE6.2 };
+        let (adds, dels) = (&mut Vec::new(), &mut Vec::new());
+        for _ in 0..a.changes {
+            if stop.load(Ordering::Relaxed) {
+                bail!("interrupted");
+            }
+            adds.push(ip.time_until(&format!("route add {line}"), || present(map, &probe))?);
+            let prefix = line.split_whitespace().next().unwrap_or_default();
+            dels.push(ip.time_until(&format!("route del {prefix}"), || Ok(!present(map, &probe)?))?);
+        }
+        let fam = if map.name() == "fp_fib4" { "IPv4" } else { "IPv6" };
+        println!("   {fam} add: {}   delete: {}", summary(adds), summary(dels));
+        res.change.push((fam, median(adds), max(adds), median(dels), max(dels)));
+    }
+    drop(ip);
+    let full_memlock = map_memlock(&topo)?;
+    println!("   daemon log (tail):\n{}", indent(&d.log_tail()));
+    d.stop()?;
+    drop(d);
+    drop((fib4, fib6));
+
+    // 3. Routes first, then the daemon starts.
+    println!("-- fastpath started with the routes present");
+    // Freed maps go back through RCU; let the numbers settle.
+    std::thread::sleep(Duration::from_secs(2));
+    let mem_before = kernel_mem_kb()?;
+    let t0 = Instant::now();
+    let mut d = Daemon::spawn_with(&topo, exe, work, &daemon_args)?;
+    let done = wait_mirrored(d.socket(), want, t0, timeout, stop, &d)?;
+    res.start_s = done.since.as_secs_f64();
+    println!("   mirrored {:.2} s after the daemon was started", res.start_s);
+    std::thread::sleep(Duration::from_secs(2));
+    let mem_after = kernel_mem_kb()?;
+    res.daemon_rss_kb = rss_kb(d.pid());
+    let start_memlock = map_memlock(&topo)?;
+    println!("   daemon log (tail):\n{}", indent(&d.log_tail()));
+    d.stop()?;
+    drop(d);
+
+    let routes = (spec.v4 + spec.v6) as f64;
+    println!("-- BPF map memory (memlock accounting), empty -> full table");
+    for (name, full) in &start_memlock {
+        let empty = empty_memlock.iter().find(|(n, _)| n == name).map(|(_, v)| *v).unwrap_or(0);
+        println!("   {name:<14} {:>12} -> {:>12} B", empty, full);
+    }
+    let sum = |v: &[(String, u64)]| v.iter().map(|(_, b)| *b).sum::<u64>();
+    let get = |v: &[(String, u64)], n: &str| v.iter().find(|(m, _)| m == n).map(|(_, b)| *b).unwrap_or(0);
+    res.memlock_total = sum(&start_memlock);
+    res.memlock_delta = sum(&start_memlock).saturating_sub(sum(&empty_memlock));
+    let fib4_b = get(&start_memlock, "fp_fib4") as f64 / spec.v4.max(1) as f64;
+    let fib6_b = get(&start_memlock, "fp_fib6") as f64 / spec.v6.max(1) as f64;
+    println!(
+        "   per route: all maps {:.1} B (total {} B / {} routes), growth {:.1} B; fp_fib4 {:.1} B per IPv4 route, fp_fib6 {:.1} B per IPv6 route",
+        res.memlock_total as f64 / routes,
+        res.memlock_total,
+        routes,
+        res.memlock_delta as f64 / routes,
+        fib4_b,
+        fib6_b
+    );
+    let kmem = (mem_after as f64 - mem_before as f64) * 1024.0;
+    println!(
+        "   kernel Slab+VmallocUsed+Percpu grew {:.1} MiB while the daemon filled its tables: {:.1} B per route (system-wide, noisy)",
+        kmem / 1048576.0,
+        kmem / routes
+    );
+    println!(
+        "   daemon RSS {:.1} MiB ({:.0} B per route, user space)",
+        res.daemon_rss_kb as f64 / 1024.0,
+        res.daemon_rss_kb as f64 * 1024.0 / routes
+    );
+    println!("   (the full table after the change tests held {} B of memlock)", sum(&full_memlock));
+
+    println!();
+    println!("| measure | value | target |");
+    println!("|---|---|---|");
+    println!("| `ip -batch` of {} routes (kernel) | {:.2} s | |", spec.v4 + spec.v6, res.load_s);
+    println!("| mirrored, routes loaded while running (from first route) | {:.2} s | <= 10 s |", res.live_from_start_s);
+    println!("| mirrored, after `ip -batch` returned | {:.2} s | |", res.live_after_load_s);
+    println!("| mirrored, daemon started with routes present | {:.2} s | <= 10 s |", res.start_s);
+    println!("| BPF map memory per route (memlock, all maps) | {:.1} B | <= 150 B |", res.memlock_total as f64 / routes);
+    println!("| kernel memory growth per route (meminfo) | {:.1} B | |", kmem / routes);
+    for (fam, am, ax, dm, dx) in &res.change {
+        println!("| one {fam} route add, median / max | {:.2} / {:.2} ms | |", am * 1e3, ax * 1e3);
+        println!("| one {fam} route delete, median / max | {:.2} / {:.2} ms | |", dm * 1e3, dx * 1e3);
+    }
+    drop(topo);
+    Ok(())
+}
+
+#[derive(Default)]
+struct Results {
+    load_s: f64,
+    live_from_start_s: f64,
+    live_after_load_s: f64,
+    live_resyncs: u64,
+    start_s: f64,
+    memlock_total: u64,
+    memlock_delta: u64,
+    daemon_rss_kb: u64,
+    change: Vec<(&'static str, f64, f64, f64, f64)>,
+}
+
+fn run_ip(args: &[&str]) -> Result<()> {
+    let out = Command::new("ip").args(args).output().context("running ip (iproute2)")?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let first: Vec<&str> = err.lines().take(5).collect();
+        bail!("ip {}: {}", args.join(" "), first.join("; "));
+    }
+    Ok(())
+}
+
+fn path_str(p: &Path) -> Result<String> {
+    p.to_str().map(str::to_string).context("non-UTF-8 scratch path")
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Occ {
+    fib4: u64,
+    fib6: u64,
+    resyncs: u64,
+    generation: u64,
+}
+
+fn occupancy(sock: &Path) -> Result<Occ> {
+    let v = api::request(sock, "status")?;
+    let n = |p: &str| v.pointer(p).and_then(|x| x.as_u64()).with_context(|| format!("status has no {p}"));
+    Ok(Occ {
+        fib4: n("/tables/fib4/used")?,
+        fib6: n("/tables/fib6/used")?,
+        resyncs: n("/netlink_resyncs")?,
+        generation: n("/generation")?,
+    })
+}
+
+/// The lab's own table as the daemon holds it once it stops changing.
+fn wait_stable(sock: &Path, stop: &AtomicBool) -> Result<Occ> {
+    let mut last = occupancy(sock)?;
+    let start = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        if stop.load(Ordering::Relaxed) {
+            bail!("interrupted");
+        }
+        let now = occupancy(sock)?;
+        if (now.fib4, now.fib6, now.generation) == (last.fib4, last.fib6, last.generation) || start.elapsed() > Duration::from_secs(10) {
+            return Ok(now);
+        }
+        last = now;
+    }
+}
+
+struct Mirrored {
+    since: Duration,
+    occ: Occ,
+}
+
+/// Polls `status` until both FIBs hold `want` entries.
+fn wait_mirrored(sock: &Path, want: (u64, u64), t0: Instant, timeout: Duration, stop: &AtomicBool, d: &Daemon) -> Result<Mirrored> {
+    let mut last = String::from("no answer yet");
+    while t0.elapsed() < timeout {
+        if stop.load(Ordering::Relaxed) {
+            bail!("interrupted");
+        }
+        match occupancy(sock) {
+            Ok(o) if o.fib4 >= want.0 && o.fib6 >= want.1 => return Ok(Mirrored { since: t0.elapsed(), occ: o }),
+            Ok(o) => last = format!("fib4 {}/{}, fib6 {}/{}", o.fib4, want.0, o.fib6, want.1),
+            Err(e) => last = format!("{e:#}"),
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    bail!("not mirrored within {timeout:?} ({last}); status:\n{}\nlog:\n{}", d.status_text(), d.log_tail())
+}
+
+/// An LPM trie key (fp_lpm4_key / fp_lpm6_key): prefix length, then the
+/// address in network order.
+fn lpm_key(addr: &[u8], len: u8) -> Vec<u8> {
+    let mut k = u32::from(len).to_ne_bytes().to_vec();
+    k.extend_from_slice(addr);
+    k
+}
+
+fn present(map: &MapHandle, key: &[u8]) -> Result<bool> {
+    Ok(map.lookup(key, MapFlags::ANY).context("looking up the probe route")?.is_some())
+}
+
+/// `ip -force -batch -` kept open in the router namespace: a route change
+/// costs one line on its stdin, not a process start.
+struct Batch {
+    child: std::process::Child,
+}
+
+impl Batch {
+    fn start(ns: &str, work: &Path) -> Result<Batch> {
+        let err = std::fs::File::create(work.join("ip-batch.err")).context("creating ip-batch.err")?;
+        let child = Command::new("ip")
+            .args(["-n", ns, "-force", "-batch", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .context("starting ip -batch -")?;
+        Ok(Batch { child })
+    }
+
+    /// Seconds from writing `line` until `done` holds (10 s at most).
+    fn time_until(&mut self, line: &str, mut done: impl FnMut() -> Result<bool>) -> Result<f64> {
+        let stdin = self.child.stdin.as_mut().context("ip -batch has no stdin")?;
+        let t = Instant::now();
+        stdin.write_all(format!("{line}\n").as_bytes()).context("writing to ip -batch")?;
+        stdin.flush().context("writing to ip -batch")?;
+        while !done()? {
+            if t.elapsed() > Duration::from_secs(10) {
+                bail!("`ip {line}` did not reach the map within 10 s");
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        Ok(t.elapsed().as_secs_f64())
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied().unwrap_or(0.0)
+}
+
+fn max(v: &[f64]) -> f64 {
+    v.iter().copied().fold(0.0, f64::max)
+}
+
+fn summary(v: &[f64]) -> String {
+    format!("median {:.2} ms, max {:.2} ms (n={})", median(v) * 1e3, max(v) * 1e3, v.len())
+}
+
+/// memlock of every map of the program on r0, as the kernel accounts it.
+fn map_memlock(t: &Topology) -> Result<Vec<(String, u64)>> {
+    let mut out = Vec::new();
+    for m in router::fastpath_maps(t)? {
+        let fd = m.as_fd().as_raw_fd();
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).context("reading map fdinfo")?;
+        let bytes = info
+            .lines()
+            .find_map(|l| l.strip_prefix("memlock:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .context("no memlock in map fdinfo")?;
+        out.push((m.name().to_string_lossy().into_owned(), bytes));
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Slab + VmallocUsed + Percpu in KiB: where BPF maps live.
+fn kernel_mem_kb() -> Result<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").context("reading /proc/meminfo")?;
+    let mut sum = 0;
+    for l in text.lines() {
+        let mut w = l.split_whitespace();
+        if let (Some(k), Some(v)) = (w.next(), w.next()) {
+            if matches!(k, "Slab:" | "VmallocUsed:" | "Percpu:") {
+                sum += v.parse::<u64>().unwrap_or(0);
+            }
+        }
+    }
+    Ok(sum)
+}
+
+fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("VmRSS:")).map(|v| v.trim().trim_end_matches("kB").trim().parse().unwrap_or(0)))
+        .unwrap_or(0)
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("     {l}")).collect::<Vec<_>>().join("\n")
+}
