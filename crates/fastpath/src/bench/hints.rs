@@ -107,9 +107,10 @@ fn input() -> Result<Vec<u8>> {
 /// struct xdp_md for BPF_PROG_RUN: metadata = the first HINT_LEN bytes of
 /// data_in (net/bpf/test_run.c: data_meta must be 0, data = metadata length).
 fn ctx(data_len: usize) -> [u8; 24] {
+    // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex
     let mut c = [0u8; 24];
-    c[4..8].copy_from_slice(&(HINT_LEN as u32).to_ne_bytes());
-    c[8..12].copy_from_slice(&(data_len as u32).to_ne_bytes());
+    c[0..4].copy_from_slice(&(HINT_LEN as u32).to_ne_bytes());
+    c[4..8].copy_from_slice(&(data_len as u32).to_ne_bytes());
     c
 }
 

@@ -360,7 +360,9 @@ mod tests {
     /// Runs the generator once on `input`; returns its verdict and output
     /// (BPF_PROG_RUN hands back the metadata area in front of the frame).
     fn gen_once(skel: &GenSkel<'_>, input: &[u8], repeat: u32) -> (u32, Vec<u8>) {
-        let mut out = vec![0u8; input.len() + 64];
+        // Repeated runs keep growing the metadata (the buffer is not reset
+        // between them) up to its limit, which is returned too.
+        let mut out = vec![0u8; input.len() + 512];
         let res = skel
             .progs
             .fp_bench_gen
@@ -371,9 +373,9 @@ mod tests {
                 ..Default::default()
             })
             .unwrap();
-        let n = res.data.map(|d| d.len()).unwrap();
+        let (ret, n) = (res.return_value, res.data.map(|d| d.len()).unwrap());
         out.truncate(n);
-        (res.return_value, out)
+        (ret, out)
     }
 
     fn hint_of(out: &[u8]) -> (u32, u16, u16) {
