@@ -85,7 +85,7 @@ pub struct HintsArgs {
     #[arg(long, default_value_t = HINTS_REPEAT)]
     pub repeat: u32,
     /// Calls per program; the median is reported.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = HINTS_REPS)]
     pub reps: usize,
     /// Directory for hints.json.
     #[arg(long, default_value = "bench/out")]
@@ -98,8 +98,10 @@ pub struct HintsArgs {
     pub no_rt: bool,
 }
 
-/// ~0.1-0.3 s per call at a few tens of ns per run.
-const HINTS_REPEAT: u32 = 10_000_000;
+/// ~0.15 s per call at a few tens of ns per run; calls interleave the three
+/// programs, so 9 of each take ~5 s in all.
+const HINTS_REPEAT: u32 = 5_000_000;
+const HINTS_REPS: usize = 9;
 
 struct Plan {
     reps: usize,
@@ -226,7 +228,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
 
     let hints = if plan.hints {
         println!("-- hints (BPF_PROG_RUN)");
-        Some(hints::measure(plan.place, HINTS_REPEAT, plan.reps)?)
+        Some(hints::measure(plan.place, HINTS_REPEAT, HINTS_REPS)?)
     } else {
         None
     };
