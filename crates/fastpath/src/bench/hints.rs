@@ -202,10 +202,7 @@ pub fn print_table(r: &HintsReport) {
         "ns per packet, BPF_PROG_RUN x {} ({} reps, 60 B frame + {HINT_LEN} B metadata, one CPU):",
         r.repeat, r.reps
     );
-    println!(
-        "{:<10} {:>7} {:>7} {:>7} {:>8}  {}",
-        "program", "ns/pkt", "min", "max", "kernel", "work"
-    );
+    println!("{:<10} {:>7} {:>7} {:>7} {:>8}  work", "program", "ns/pkt", "min", "max", "kernel");
     for row in &r.rows {
         println!(
             "{:<10} {:>7.2} {:>7.2} {:>7.2} {:>8.0}  {}",
