@@ -220,6 +220,23 @@ pub fn print_table(r: &HintsReport) {
     );
 }
 
+/// Standalone `fastpath bench hints`: prints and writes hints.json.
+pub fn run(place: Placement, repeat: u32, reps: usize, out: &std::path::Path) -> Result<()> {
+    println!(
+        "fastpath bench hints: XDP1 / XDP_HINTS / XDP3 on CPU {}{}",
+        place.cpu,
+        if place.fifo { " (SCHED_FIFO)" } else { "" }
+    );
+    let r = measure(place, repeat, reps)?;
+    print_table(&r);
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let path = out.join("hints.json");
+    let text = serde_json::to_string_pretty(&r).context("serialising the hints report")?;
+    std::fs::write(&path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,21 +271,4 @@ mod tests {
             .return_value;
         assert_eq!(ret, 2, "no metadata: XDP_PASS");
     }
-}
-
-/// Standalone `fastpath bench hints`: prints and writes hints.json.
-pub fn run(place: Placement, repeat: u32, reps: usize, out: &std::path::Path) -> Result<()> {
-    println!(
-        "fastpath bench hints: XDP1 / XDP_HINTS / XDP3 on CPU {}{}",
-        place.cpu,
-        if place.fifo { " (SCHED_FIFO)" } else { "" }
-    );
-    let r = measure(place, repeat, reps)?;
-    print_table(&r);
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let path = out.join("hints.json");
-    let text = serde_json::to_string_pretty(&r).context("serialising the hints report")?;
-    std::fs::write(&path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
-    println!("wrote {}", path.display());
-    Ok(())
 }
