@@ -5,8 +5,10 @@ Usage: plot.py forward.json forward.png
 
 One group of bars per (frame size, flows), one bar per mode; the bar is the
 median over repetitions, the whisker spans min..max, the label is the ratio to
-the kernel. Left panel: Mpps by wall clock. Right panel: Mpps per second of the
+the kernel. Top left: Mpps by wall clock. Top right: Mpps per second of the
 bench CPU's time, the fairer figure when the box was shared (see README.md).
+Bottom (when the JSON has a "hints" section): ns per packet of XDP1 (parse +
+software hash), XDP_HINTS (hash from the metadata hint) and XDP3 (no work).
 """
 import json
 import sys
@@ -16,8 +18,43 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-MODE_ORDER = ["kernel", "fastpath", "raw"]
-COLORS = {"kernel": "#7f7f7f", "fastpath": "#1f77b4", "raw": "#2ca02c"}
+MODE_ORDER = ["kernel", "fib-fwd", "fastpath-nocache", "fastpath", "fastpath-hint", "raw"]
+COLORS = {
+    "kernel": "#7f7f7f",
+    "fib-fwd": "#ff7f0e",
+    "fastpath-nocache": "#aec7e8",
+    "fastpath": "#1f77b4",
+    "fastpath-hint": "#9467bd",
+    "raw": "#2ca02c",
+}
+
+
+def flows_label(f):
+    if f >= 1_000_000 and f % 1_000_000 == 0:
+        return f"{f // 1_000_000}M flows"
+    if f >= 1000 and f % 1000 == 0:
+        return f"{f // 1000}k flows"
+    return f"{f} flow{'s' if f != 1 else ''}"
+
+
+def hints_panel(ax, hints):
+    rows = hints["rows"]
+    names = [r["program"] for r in rows]
+    ys = [r["ns_per_packet"] for r in rows]
+    lo = [r["ns_per_packet"] - r["min_ns"] for r in rows]
+    hi = [r["max_ns"] - r["ns_per_packet"] for r in rows]
+    colors = ["#d62728", "#9467bd", "#7f7f7f"]
+    bars = ax.bar(names, ys, yerr=[lo, hi], capsize=3, color=colors[: len(rows)])
+    for b, r in zip(bars, rows):
+        ax.annotate(f"{r['ns_per_packet']:.1f} ns", (b.get_x() + b.get_width() / 2, r["max_ns"]),
+                    xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=8)
+    above = hints.get("hint_to_parse_above_floor")
+    above = f", {above:.2f}x above XDP3" if above is not None else ""
+    ax.set_title(f"ns per packet (BPF_PROG_RUN x {hints['repeat']}): hint / parse = "
+                 f"{hints['hint_to_parse']:.2f}x{above}", fontsize=10)
+    ax.set_ylabel("ns / packet")
+    ax.set_ylim(top=ax.get_ylim()[1] * 1.15)
+    ax.grid(axis="y", alpha=0.3)
 
 
 def panel(ax, results, groups, modes, value, ratio, whiskers, title):
@@ -44,11 +81,11 @@ def panel(ax, results, groups, modes, value, ratio, whiskers, title):
             ax.annotate(lab, (b.get_x() + b.get_width() / 2, top), xytext=(0, 3),
                         textcoords="offset points", ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(groups)))
-    ax.set_xticklabels([f"{s} B\n{f} flow{'s' if f != 1 else ''}" for s, f in groups])
+    ax.set_xticklabels([f"{s} B\n{flows_label(f)}" for s, f in groups])
     ax.set_ylabel("Mpps")
     ax.set_title(title, fontsize=10)
     ax.set_ylim(top=ax.get_ylim()[1] * 1.2)
-    ax.legend(fontsize=8, loc="upper left", ncol=len(modes))
+    ax.legend(fontsize=7, loc="upper left", ncol=3)
     ax.grid(axis="y", alpha=0.3)
 
 
@@ -62,11 +99,19 @@ def main():
     present = {c["mode"] for c in results}
     modes = [m for m in MODE_ORDER if m in present] + sorted(present - set(MODE_ORDER))
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    hints = data.get("hints")
+    if hints:
+        fig = plt.figure(figsize=(15, 9))
+        grid = fig.add_gridspec(2, 2, height_ratios=[3, 2])
+        axes = [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[1, 0])]
+    else:
+        fig, axes = plt.subplots(1, 2, figsize=(15, 4.5))
     panel(axes[0], results, groups, modes, "median_mpps", "ratio_to_kernel", True,
-          "Forwarded Mpps (wall clock; median, min-max)")
+          "Forwarded Mpps (wall clock; median, min-max; label: x kernel)")
     panel(axes[1], results, groups, modes, "median_mpps_per_cpu_s", "ratio_to_kernel_per_cpu_s", False,
           "Forwarded Mpps per CPU-second of the shared core")
+    if hints:
+        hints_panel(axes[2], hints)
     fig.suptitle(f"fastpath bench: generator - router - sink on one CPU "
                  f"(kernel {data.get('kernel_release', '?')}, {data.get('reps')} x {data.get('duration_s')} s)",
                  fontsize=11)

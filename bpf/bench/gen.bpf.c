@@ -14,22 +14,36 @@
  * of patching only the port: the payload is never touched by anyone, the
  * header always is.
  *
- * Flows differ only in the UDP source port. The IPv4 header checksum does not
- * cover the ports, so the template's checksum stays valid; the UDP checksum is
- * 0 (allowed for IPv4).
+ * Flow i has UDP source port gen_sport_base + i % 32768 and destination port
+ * (template's) + i / 32768, so up to 32768 flows differ only in the source
+ * port and a million still fit in valid ports. The IPv4 header checksum does
+ * not cover the ports, so the template's checksum stays valid; the UDP
+ * checksum is 0 (allowed for IPv4).
+ *
+ * Every frame also carries a struct fp_rx_hint in the XDP metadata area with
+ * a per-flow hash, as a NIC supplying RX hashes would (the hints paper's
+ * prototype did the same in its driver). Its magic is gen_hint_magic: the
+ * real FP_HINT_MAGIC in the hint mode, 0 in every other mode so fastpath
+ * ignores it. The generator thus does the same work in every mode; only the
+ * router's share of the path changes between them.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include "fastpath.h"
 
 #define GEN_HDR_WORDS 21        /* 14 B Ethernet + 20 B IPv4 + 8 B UDP, in 16-bit words */
 #define GEN_SPORT_WORD 17       /* UDP source port: byte 34 of the frame */
+#define GEN_DPORT_WORD 18       /* UDP destination port: byte 36 */
+#define GEN_SPORT_BITS 15       /* flows per destination port: 32768 */
 
 /* Header template in wire order, built (and checksummed) by the bench. */
 const volatile __u16 gen_hdr[GEN_HDR_WORDS];
 /* Source ports cycle over [gen_sport_base, gen_sport_base + gen_flows). */
 const volatile __u16 gen_sport_base = 1024;
 const volatile __u32 gen_flows = 1;
+/* fp_rx_hint.magic written into every frame's metadata (0 = no hint). */
+const volatile __u16 gen_hint_magic = 0;
 
 /* Next flow index of this CPU: live-frame runs are per CPU, no atomics needed. */
 struct {
@@ -42,24 +56,41 @@ struct {
 SEC("xdp")
 int fp_bench_gen(struct xdp_md *ctx)
 {
-	__u16 *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
-	__u32 zero = 0, *flow;
+	struct fp_rx_hint *hint;
+	__u32 zero = 0, *flow, f, h;
+	__u16 *data;
+	void *data_end;
 	int i;
 
-	if ((void *)(data + GEN_HDR_WORDS) > data_end)
-		return XDP_ABORTED;
 	flow = bpf_map_lookup_elem(&gen_flow, &zero);
 	if (!flow)
 		return XDP_ABORTED;
+	f = *flow;
+	if (++*flow >= gen_flows)
+		*flow = 0;
+
+	/* Each live frame starts with an empty metadata area (test_run resets
+	 * the context per frame), so this always yields exactly one hint. */
+	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(*hint)))
+		return XDP_ABORTED;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	hint = (void *)(long)ctx->data_meta;
+	if ((void *)(hint + 1) > (void *)data || (void *)(data + GEN_HDR_WORDS) > data_end)
+		return XDP_ABORTED;
+
+	/* A NIC's RSS hash is some well-mixed function of the 5-tuple; a
+	 * multiplicative hash of the flow number is one, and costs nothing. */
+	h = (f + 1) * 0x9E3779B1U;
+	hint->hash = h ^ (h >> 16);
+	hint->flags = FP_HINT_L4;
+	hint->magic = gen_hint_magic;
 
 #pragma unroll
 	for (i = 0; i < GEN_HDR_WORDS; i++)
 		data[i] = gen_hdr[i];
-	data[GEN_SPORT_WORD] = bpf_htons(gen_sport_base + *flow);
-
-	if (++*flow >= gen_flows)
-		*flow = 0;
+	data[GEN_SPORT_WORD] = bpf_htons(gen_sport_base + (f & ((1U << GEN_SPORT_BITS) - 1)));
+	data[GEN_DPORT_WORD] = bpf_htons(bpf_ntohs(gen_hdr[GEN_DPORT_WORD]) + (f >> GEN_SPORT_BITS));
 	return XDP_TX;
 }
 

@@ -1,16 +1,22 @@
-//! `fastpath bench`: forwarding rate of the kernel, fastpath and a raw XDP
-//! redirect (the limit), measured in one run on one lab built for the purpose.
+//! `fastpath bench`: forwarding rate of the kernel, a bpf_fib_lookup XDP
+//! forwarder (the reference), fastpath with and without its flow cache and
+//! with NIC-style hints, and a raw XDP redirect (the limit), measured in one
+//! run on one lab built for the purpose; then the ns per packet of parsing
+//! vs hints vs no work (`fastpath bench hints` alone).
 //! Method and reasoning: bench/README.md. A benchmark prints; it never passes
 //! or fails on a number — but it does fail when fastpath did not actually
-//! forward the traffic, because then its figure would be the kernel's.
+//! forward the traffic, because then its figure would be the kernel's, and
+//! when the hint mode's hints did not reach fastpath.
 
 pub mod fulltable;
+mod hints;
 mod report;
 mod router;
 mod tablesync;
 mod topo;
 mod traffic;
 
+use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,14 +26,15 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{bail, Context, Result};
 
 use report::{Cell, Rep, Report, Target};
-use router::{Daemon, FpStats, Mode, RawFwd, Verdicts};
+use router::{Daemon, FibFwd, FpStats, Mode, RawFwd, Verdicts};
 use topo::Topology;
 use traffic::{Generator, Placement, Sink};
 
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct BenchArgs {
     #[command(subcommand)]
-    pub what: Option<BenchWhat>,
+    pub cmd: Option<BenchCmd>,
     /// Demo run: 64 B, 1 flow, 2 repetitions of 1 s per mode (overrides the options below).
     #[arg(long)]
     pub quick: bool,
@@ -37,15 +44,23 @@ pub struct BenchArgs {
     /// Seconds per repetition.
     #[arg(long, default_value_t = 1.5)]
     pub duration: f64,
-    /// Ethernet frame sizes in bytes, FCS included (comma-separated).
-    #[arg(long, value_delimiter = ',', default_values_t = vec![64usize, 512])]
+    /// Ethernet frame sizes in bytes, FCS included (comma-separated; 512 and 1518 work too).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![64usize])]
     pub sizes: Vec<usize>,
-    /// Numbers of flows (distinct UDP source ports), comma-separated.
-    #[arg(long, value_delimiter = ',', default_values_t = vec![1u32, 10000])]
+    /// Numbers of flows (UDP port pairs; see bench/README.md), comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1u32, 10_000, 1_000_000])]
     pub flows: Vec<u32>,
-    /// Modes to measure; the kernel is the reference for the ratios.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![Mode::Kernel, Mode::Fastpath, Mode::Raw])]
+    /// Modes to measure; ratios are taken to kernel, raw and fib-fwd when measured.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![
+        Mode::Kernel, Mode::FibFwd, Mode::FastpathNocache, Mode::Fastpath, Mode::FastpathHint, Mode::Raw,
+    ])]
     pub modes: Vec<Mode>,
+    /// Flow-cache capacity per CPU for the fastpath modes (`fastpath run --flow-entries`; default: the daemon's).
+    #[arg(long, value_name = "N")]
+    pub flow_entries: Option<u32>,
+    /// Skip the XDP1 / XDP_HINTS / XDP3 ns-per-packet section.
+    #[arg(long)]
+    pub no_hints: bool,
     /// Directory for forward.json and forward.png.
     #[arg(long, default_value = "bench/out")]
     pub out: PathBuf,
@@ -60,12 +75,37 @@ pub struct BenchArgs {
     pub fastpath_bin: Option<PathBuf>,
 }
 
-/// Benchmarks other than forwarding rate.
 #[derive(Debug, clap::Subcommand)]
-pub enum BenchWhat {
+pub enum BenchCmd {
     /// Full routing table: mirror time, map memory per route, single-change latency.
     Fulltable(tablesync::FulltableArgs),
+    /// ns per packet of parse+hash (XDP1) vs hint (XDP_HINTS) vs no work (XDP3), by BPF_PROG_RUN.
+    Hints(HintsArgs),
 }
+
+#[derive(Debug, clap::Args)]
+pub struct HintsArgs {
+    /// Runs per BPF_PROG_RUN call.
+    #[arg(long, default_value_t = HINTS_REPEAT)]
+    pub repeat: u32,
+    /// Calls per program; the median is reported.
+    #[arg(long, default_value_t = HINTS_REPS)]
+    pub reps: usize,
+    /// Directory for hints.json.
+    #[arg(long, default_value = "bench/out")]
+    pub out: PathBuf,
+    /// The CPU to run on.
+    #[arg(long, default_value_t = 0)]
+    pub cpu: usize,
+    /// Normal scheduling instead of SCHED_FIFO.
+    #[arg(long)]
+    pub no_rt: bool,
+}
+
+/// ~0.15 s per call at a few tens of ns per run; calls interleave the three
+/// programs, so 9 of each take ~5 s in all.
+const HINTS_REPEAT: u32 = 5_000_000;
+const HINTS_REPS: usize = 9;
 
 struct Plan {
     reps: usize,
@@ -74,6 +114,8 @@ struct Plan {
     sizes: Vec<usize>,
     flows: Vec<u32>,
     modes: Vec<Mode>,
+    flow_entries: Option<u32>,
+    hints: bool,
     place: Placement,
 }
 
@@ -86,6 +128,8 @@ impl Plan {
             sizes: a.sizes.clone(),
             flows: a.flows.clone(),
             modes: a.modes.clone(),
+            flow_entries: a.flow_entries,
+            hints: !a.no_hints,
             place: Placement::check(a.cpu, !a.no_rt)?,
         };
         if a.quick {
@@ -103,12 +147,15 @@ impl Plan {
         for &s in &p.sizes {
             traffic::frame(s)?;
         }
+        if let Some(&f) = p.flows.iter().find(|&&f| f == 0 || f > traffic::MAX_FLOWS) {
+            bail!("--flows {f}: must be 1..={}", traffic::MAX_FLOWS);
+        }
         Ok(p)
     }
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
-    if let Some(BenchWhat::Fulltable(ft)) = &args.what {
+    if let Some(BenchCmd::Fulltable(ft)) = &args.cmd {
         if let Some(path) = &ft.emit {
             return tablesync::emit(ft, path);
         }
@@ -116,7 +163,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if !nix::unistd::geteuid().is_root() {
         bail!("fastpath bench needs root (network namespaces, XDP, BPF_PROG_RUN)");
     }
-    if let Some(BenchWhat::Fulltable(ft)) = &args.what {
+    if let Some(BenchCmd::Fulltable(ft)) = &args.cmd {
         let stop = Arc::new(AtomicBool::new(false));
         for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
             signal_hook::flag::register(sig, Arc::clone(&stop)).context("installing signal handlers")?;
@@ -127,6 +174,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         };
         let work = WorkDir::create()?;
         return tablesync::run(ft, &exe, work.path(), &stop);
+    }
+    if let Some(BenchCmd::Hints(h)) = &args.cmd {
+        let place = Placement::check(h.cpu, !h.no_rt)?;
+        return hints::run(place, h.repeat, h.reps, &h.out);
     }
     let plan = Plan::from_args(&args)?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -162,40 +213,57 @@ pub fn run(args: BenchArgs) -> Result<()> {
     };
 
     let mut cells = Vec::new();
-    let mut fp_verdicts: Option<Verdicts> = None;
+    let mut fp_verdicts: BTreeMap<&'static str, Verdicts> = BTreeMap::new();
     for &mode in &plan.modes {
         println!("-- {}", mode.name());
         match mode {
             Mode::Kernel => bench.measure_mode(mode, &mut cells, None)?,
+            Mode::FibFwd => {
+                let mut obj = MaybeUninit::uninit();
+                let _fib = FibFwd::attach(&mut obj, &topo)?;
+                bench.measure_mode(mode, &mut cells, None)?;
+            }
             Mode::Raw => {
                 let mut obj = MaybeUninit::uninit();
                 let _raw = RawFwd::attach(&mut obj, &topo)?;
                 bench.measure_mode(mode, &mut cells, None)?;
             }
-            Mode::Fastpath => {
-                let mut daemon = Daemon::spawn(&topo, &exe, work.path())?;
+            Mode::FastpathNocache | Mode::Fastpath | Mode::FastpathHint => {
+                let mut extra = mode.daemon_args();
+                if let Some(n) = plan.flow_entries {
+                    extra.extend(["--flow-entries".to_string(), n.to_string()]);
+                }
+                let mut daemon = Daemon::spawn_with(&topo, &exe, work.path(), &extra)?;
                 daemon.wait_ready(Duration::from_secs(20), &stop)?;
-                let stats = bench.wait_fast_path(&daemon)?;
+                let stats = bench.wait_fast_path(&daemon, mode)?;
                 let before = stats.read()?;
                 bench.measure_mode(mode, &mut cells, Some(&stats))?;
                 let v = router::verdicts(&before, &stats.read()?);
                 daemon.stop()?;
-                fp_verdicts = Some(v);
+                fp_verdicts.insert(mode.name(), v);
             }
         }
     }
     drop(sink);
     drop(topo);
 
+    let hints = if plan.hints {
+        println!("-- hints (BPF_PROG_RUN)");
+        Some(hints::measure(plan.place, HINTS_REPEAT, HINTS_REPS)?)
+    } else {
+        None
+    };
+
     report::add_ratios(&mut cells);
     report::print_table(&cells);
-    let fast_ok = match &fp_verdicts {
-        Some(v) => {
-            println!("fastpath counters over its runs: {}", v.summary());
-            v.mostly_forwarded()
-        }
-        None => true,
-    };
+    let mut problems = Vec::new();
+    for (mode, v) in &fp_verdicts {
+        println!("{mode} counters over its runs: {}", v.summary());
+        problems.extend(fastpath_problems(mode, v));
+    }
+    if let Some(h) = &hints {
+        hints::print_table(h);
+    }
 
     let rep = Report {
         bench: "forward",
@@ -210,22 +278,57 @@ pub fn run(args: BenchArgs) -> Result<()> {
         reps: plan.reps,
         duration_s: plan.duration.as_secs_f64(),
         results: &cells,
-        fastpath_verdicts: fp_verdicts.as_ref(),
+        fastpath_verdicts: fp_verdicts,
+        hints: hints.as_ref(),
+        flow_entries: plan.flow_entries,
         target: Target {
-            mode: "fastpath",
+            modes: [Mode::Fastpath.name(), Mode::FastpathHint.name()],
             size: report::TARGET_SIZE,
             min_ratio_to_kernel: report::TARGET_RATIO,
+            min_share_of_raw: report::TARGET_SHARE_OF_RAW,
+            min_ratio_to_reference: report::TARGET_RATIO_TO_REFERENCE,
+            max_hint_to_parse: hints::TARGET_HINT_TO_PARSE,
         },
     };
     let json = report::write_json(&rep, &args.out)?;
     println!("wrote {}", json.display());
-    if !fast_ok {
-        bail!("fastpath punted the bench traffic instead of forwarding it: its numbers are the kernel's, not fastpath's (see counters above)");
+    if !problems.is_empty() {
+        bail!(
+            "the fastpath figures do not measure what their mode names: {}",
+            problems.join("; ")
+        );
     }
     if let Some(png) = report::plot(&repo_root(), &json) {
         println!("wrote {}", png.display());
     }
     Ok(())
+}
+
+/// Why a fastpath mode's figures would not be what the mode claims: traffic
+/// punted (the kernel's figure), hints not taken in the hint mode (or taken
+/// in another), a cache in use in the cache-off mode.
+fn fastpath_problems(mode: &str, v: &Verdicts) -> Vec<String> {
+    let mut p = Vec::new();
+    if !v.mostly_forwarded() {
+        p.push(format!("{mode}: fastpath punted the traffic instead of forwarding it"));
+    }
+    let lookups = v.cache_hits + v.cache_misses;
+    if mode == Mode::FastpathHint.name() && v.meta_share() < 0.99 {
+        p.push(format!(
+            "{mode}: only {:.1}% of flow hashes came from the metadata hint",
+            v.meta_share() * 100.0
+        ));
+    }
+    if mode != Mode::FastpathHint.name() && v.hash_meta > 0 {
+        p.push(format!("{mode}: {} hashes came from a metadata hint that should have been ignored", v.hash_meta));
+    }
+    if mode == Mode::FastpathNocache.name() && lookups > 0 {
+        p.push(format!("{mode}: the flow cache was used ({lookups} lookups)"));
+    }
+    if mode != Mode::FastpathNocache.name() && lookups == 0 {
+        p.push(format!("{mode}: the flow cache was never looked up"));
+    }
+    p
 }
 
 struct Bench<'a> {
@@ -273,7 +376,7 @@ impl Bench<'_> {
 
     fn measure(&self, mode: Mode, size: usize, flows: u32) -> Result<Cell> {
         let mut obj = MaybeUninit::uninit();
-        let gen = Generator::load(&mut obj, self.topo, size, flows)?;
+        let gen = Generator::load(&mut obj, self.topo, size, flows, mode.hint())?;
         let (gen_ns, cpu) = (self.topo.gen.as_str(), self.plan.place);
         // Warm caches, the page pool and (for fastpath) its flow state first.
         gen.run(gen_ns, self.g0, cpu, self.plan.warmup, self.stop)?;
@@ -309,10 +412,10 @@ impl Bench<'_> {
     /// After `status` answers, the daemon may still be filling its tables;
     /// wait until a short burst is really forwarded by XDP, so no repetition
     /// measures a half-programmed router. Gives up loudly with the reasons.
-    fn wait_fast_path(&self, daemon: &Daemon) -> Result<FpStats> {
+    fn wait_fast_path(&self, daemon: &Daemon, mode: Mode) -> Result<FpStats> {
         let start = Instant::now();
         let mut obj = MaybeUninit::uninit();
-        let gen = Generator::load(&mut obj, self.topo, self.plan.sizes[0], 1)?;
+        let gen = Generator::load(&mut obj, self.topo, self.plan.sizes[0], 1, mode.hint())?;
         let mut last = String::from("no XDP program on r0 yet");
         while start.elapsed() < Duration::from_secs(15) {
             self.check_stop()?;

@@ -1,5 +1,7 @@
 //! What the router namespace runs in each mode: nothing (kernel forwarding),
-//! the fastpath daemon as a child process, or the raw redirect (the limit).
+//! the bpf_fib_lookup reference forwarder, the fastpath daemon as a child
+//! process (cache on or off, with or without the generator's hints), or the
+//! raw redirect (the limit).
 
 use std::fs::File;
 use std::mem::MaybeUninit;
@@ -10,7 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use fastpath_bpf::intf::{fp_reason, reason_name};
+use fastpath_bpf::intf::{self, fp_reason, fp_stats, reason_name};
+use fastpath_bpf::skel::fib_fwd::{FibFwdSkel, FibFwdSkelBuilder};
 use fastpath_bpf::skel::raw_fwd::{RawFwdSkel, RawFwdSkelBuilder};
 use libbpf_rs::query::{ProgInfoIter, ProgInfoQueryOptions};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -22,13 +25,20 @@ use serde::Serialize;
 use super::topo::{self, Topology};
 use crate::maps::read_u64;
 
+/// Declaration order is the order of measurement and of the table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Mode {
     /// Linux forwarding, no XDP on the router (r0 accepts XDP frames through GRO).
     Kernel,
-    /// `fastpath run -i r0 -i r1` in the router namespace.
+    /// bpf_fib_lookup() + devmap redirect (xdp-forward's design): the reference XDP router.
+    FibFwd,
+    /// `fastpath run --flow-timeout 0`: every packet takes the full lookup.
+    FastpathNocache,
+    /// `fastpath run -i r0 -i r1` in the router namespace, flow cache on.
     Fastpath,
+    /// As `fastpath`, with the generator supplying the flow hash in the XDP metadata.
+    FastpathHint,
     /// MAC rewrite + devmap redirect, no lookups: the ceiling for any XDP router here.
     Raw,
 }
@@ -37,9 +47,58 @@ impl Mode {
     pub fn name(self) -> &'static str {
         match self {
             Mode::Kernel => "kernel",
+            Mode::FibFwd => "fib-fwd",
+            Mode::FastpathNocache => "fastpath-nocache",
             Mode::Fastpath => "fastpath",
+            Mode::FastpathHint => "fastpath-hint",
             Mode::Raw => "raw",
         }
+    }
+
+    /// The generator marks its metadata as a valid fp_rx_hint.
+    pub fn hint(self) -> bool {
+        self == Mode::FastpathHint
+    }
+
+    /// `fastpath run` options that make this mode what it is.
+    pub fn daemon_args(self) -> Vec<String> {
+        match self {
+            Mode::FastpathNocache => vec!["--flow-timeout".into(), "0".into()],
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// fib_fwd.bpf.c on r0, with r0 and r1 as its TX ports.
+pub struct FibFwd<'obj> {
+    _skel: FibFwdSkel<'obj>,
+    _link: Link,
+}
+
+impl<'obj> FibFwd<'obj> {
+    pub fn attach(storage: &'obj mut MaybeUninit<OpenObject>, t: &Topology) -> Result<Self> {
+        let skel = FibFwdSkelBuilder::default()
+            .open(storage)
+            .context("opening fib_fwd.bpf.o")?
+            .load()
+            .context("loading fib_fwd.bpf.o")?;
+        let r0 = t.ifindex(&t.router, topo::R0)?;
+        let r1 = t.ifindex(&t.router, topo::R1)?;
+        for dev in [r0, r1] {
+            // The kernel resolves a devmap's ifindex in the writer's namespace.
+            topo::in_netns(&t.router, || {
+                skel.maps
+                    .fib_tx
+                    .update(&dev.to_ne_bytes(), &dev.to_ne_bytes(), MapFlags::ANY)
+            })?
+            .with_context(|| format!("setting fib_tx[{dev}]"))?;
+        }
+        let link = topo::in_netns(&t.router, || skel.progs.fp_bench_fib_fwd.attach_xdp(r0 as i32))?
+            .context("attaching fib_fwd to r0")?;
+        Ok(FibFwd {
+            _skel: skel,
+            _link: link,
+        })
     }
 }
 
@@ -91,11 +150,7 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    pub fn spawn(t: &Topology, exe: &Path, dir: &Path) -> Result<Self> {
-        Self::spawn_with(t, exe, dir, &[])
-    }
-
-    /// `spawn` with more `fastpath run` options (table capacities, ...).
+    /// `fastpath run` on the router with more options (table capacities, ...).
     pub fn spawn_with(t: &Topology, exe: &Path, dir: &Path, extra: &[String]) -> Result<Self> {
         let socket = dir.join("fastpath.sock");
         let log = dir.join("fastpath.log");
@@ -214,12 +269,22 @@ impl Drop for Daemon {
     }
 }
 
-/// fastpath's per-reason packet counters, straight from its fp_stats map.
+/// fastpath's counters over a span of the bench, straight from its fp_stats
+/// map: verdicts by reason, flow-cache events and where flow hashes came from.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Verdicts {
     pub forwarded: u64,
     pub punted: u64,
     pub punted_by_reason: Vec<(String, u64)>,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    pub cache_stale: u64,
+    pub cache_expired: u64,
+    pub cache_evictions: u64,
+    /// Flow hashes by source (only packets that looked up the cache are hashed).
+    pub hash_software: u64,
+    pub hash_meta: u64,
+    pub hash_nic: u64,
 }
 
 impl Verdicts {
@@ -229,6 +294,18 @@ impl Verdicts {
         self.forwarded > 0 && self.punted * 100 <= self.forwarded + self.punted
     }
 
+    fn hashed(&self) -> u64 {
+        self.hash_software + self.hash_meta + self.hash_nic
+    }
+
+    /// Share of hashed packets whose hash came from the metadata hint.
+    pub fn meta_share(&self) -> f64 {
+        match self.hashed() {
+            0 => 0.0,
+            n => self.hash_meta as f64 / n as f64,
+        }
+    }
+
     pub fn summary(&self) -> String {
         let reasons: Vec<String> = self.punted_by_reason.iter().map(|(r, n)| format!("{r} {n}")).collect();
         let reasons = if reasons.is_empty() {
@@ -236,8 +313,39 @@ impl Verdicts {
         } else {
             format!(" ({})", reasons.join(", "))
         };
-        format!("forwarded {}, punted {}{reasons}", self.forwarded, self.punted)
+        let lookups = self.cache_hits + self.cache_misses;
+        let cache = if lookups == 0 {
+            "cache not used".to_string()
+        } else {
+            format!(
+                "cache hits {:.1}% (evictions {}, stale {}, expired {})",
+                self.cache_hits as f64 * 100.0 / lookups as f64,
+                self.cache_evictions,
+                self.cache_stale,
+                self.cache_expired
+            )
+        };
+        let hash = if self.hashed() == 0 {
+            "no flow hash".to_string()
+        } else {
+            format!(
+                "hash from meta {} / software {} / nic {}",
+                self.hash_meta, self.hash_software, self.hash_nic
+            )
+        };
+        format!(
+            "forwarded {}, punted {}{reasons}; {cache}; {hash}",
+            self.forwarded, self.punted
+        )
     }
+}
+
+/// One reading of fp_stats, summed over ingress slots and CPUs.
+#[derive(Clone, Debug, Default)]
+pub struct FpSnapshot {
+    packets: Vec<u64>,
+    flow: Vec<u64>,
+    hash_src: Vec<u64>,
 }
 
 /// Finds the fp_stats map of the program fastpath attached to r0. Reading
@@ -249,13 +357,23 @@ pub struct FpStats {
 
 impl FpStats {
     pub fn find(t: &Topology) -> Result<Self> {
-        Ok(FpStats { map: fastpath_map(t, "fp_stats")? })
+        let map = fastpath_map(t, "fp_stats")?;
+        if (map.value_size() as usize) < std::mem::size_of::<fp_stats>() {
+            bail!("fp_stats of the XDP program on r0 is older than this bench's fastpath.h");
+        }
+        Ok(FpStats { map })
     }
 
-    /// Packets per reason, summed over ingress slots and CPUs.
-    pub fn read(&self) -> Result<Vec<u64>> {
-        let n = fp_reason::FP_R__COUNT as usize;
-        let mut per_reason = vec![0u64; n];
+    pub fn read(&self) -> Result<FpSnapshot> {
+        let layout = fp_stats::default();
+        let (n_pkt, n_flow, n_hs) = (layout.packets.len(), layout.flow.len(), layout.hash_src.len());
+        let flow_off = std::mem::offset_of!(fp_stats, flow);
+        let hs_off = std::mem::offset_of!(fp_stats, hash_src);
+        let mut s = FpSnapshot {
+            packets: vec![0; n_pkt],
+            flow: vec![0; n_flow],
+            hash_src: vec![0; n_hs],
+        };
         for slot in 0..self.map.max_entries() {
             let Some(vals) = self
                 .map
@@ -265,12 +383,18 @@ impl FpStats {
                 continue;
             };
             for v in vals {
-                for (r, c) in per_reason.iter_mut().enumerate() {
-                    *c += read_u64(&v, r * 8);
+                for (i, c) in s.packets.iter_mut().enumerate() {
+                    *c += read_u64(&v, i * 8);
+                }
+                for (i, c) in s.flow.iter_mut().enumerate() {
+                    *c += read_u64(&v, flow_off + i * 8);
+                }
+                for (i, c) in s.hash_src.iter_mut().enumerate() {
+                    *c += read_u64(&v, hs_off + i * 8);
                 }
             }
         }
-        Ok(per_reason)
+        Ok(s)
     }
 }
 
@@ -303,17 +427,30 @@ pub fn fastpath_maps(t: &Topology) -> Result<Vec<MapHandle>> {
     Ok(info.map_ids.into_iter().filter_map(|id| MapHandle::from_map_id(id).ok()).collect())
 }
 
-pub fn verdicts(before: &[u64], after: &[u64]) -> Verdicts {
+pub fn verdicts(before: &FpSnapshot, after: &FpSnapshot) -> Verdicts {
+    let d = |a: &[u64], b: &[u64], i: usize| -> u64 {
+        a.get(i).copied().unwrap_or(0).saturating_sub(b.get(i).copied().unwrap_or(0))
+    };
     let mut v = Verdicts::default();
-    for (r, (a, b)) in after.iter().zip(before).enumerate() {
-        let d = a.saturating_sub(*b);
+    for r in 0..after.packets.len() {
+        let n = d(&after.packets, &before.packets, r);
         if r == fp_reason::FP_R_FORWARDED as usize {
-            v.forwarded += d;
-        } else if d > 0 {
-            v.punted += d;
-            v.punted_by_reason.push((reason_name(r).to_string(), d));
+            v.forwarded += n;
+        } else if n > 0 {
+            v.punted += n;
+            v.punted_by_reason.push((reason_name(r).to_string(), n));
         }
     }
     v.punted_by_reason.sort_by_key(|r| std::cmp::Reverse(r.1));
+    let flow = |e: u32| d(&after.flow, &before.flow, e as usize);
+    v.cache_hits = flow(intf::fp_flow_event::FP_FC_HIT);
+    v.cache_misses = flow(intf::fp_flow_event::FP_FC_MISS);
+    v.cache_stale = flow(intf::fp_flow_event::FP_FC_STALE);
+    v.cache_expired = flow(intf::fp_flow_event::FP_FC_EXPIRED);
+    v.cache_evictions = flow(intf::fp_flow_event::FP_FC_EVICT);
+    let hs = |e: u32| d(&after.hash_src, &before.hash_src, e as usize);
+    v.hash_software = hs(intf::fp_hash_src::FP_HS_SOFTWARE);
+    v.hash_meta = hs(intf::fp_hash_src::FP_HS_META);
+    v.hash_nic = hs(intf::fp_hash_src::FP_HS_NIC);
     v
 }

@@ -24,6 +24,13 @@ const HDR_LEN: usize = 42;
 const FCS_LEN: usize = 4;
 const UDP_DPORT: u16 = 9;
 pub const SPORT_BASE: u16 = 10000;
+/// Flows per destination port (gen.bpf.c's GEN_SPORT_BITS): flow i has
+/// source port SPORT_BASE + i % SPORTS and destination port UDP_DPORT + i / SPORTS.
+pub const SPORTS: u32 = 1 << 15;
+/// Flows at most: 16.7 M, destination ports 9..=520.
+pub const MAX_FLOWS: u32 = SPORTS << 9;
+/// Bytes of struct fp_rx_hint the generator puts in front of every frame.
+pub const HINT_LEN: usize = std::mem::size_of::<fastpath_bpf::intf::fp_rx_hint>();
 
 /// A frame of `size` bytes as counted on Ethernet (FCS included, as RFC 2544
 /// sizes are): veth carries no FCS, so the generator emits `size - 4` bytes.
@@ -92,9 +99,10 @@ impl<'obj> Generator<'obj> {
         t: &topo::Topology,
         size: usize,
         flows: u32,
+        hint: bool,
     ) -> Result<Self> {
-        if flows == 0 || flows > u32::from(u16::MAX - SPORT_BASE) {
-            bail!("flows must be 1..={}", u16::MAX - SPORT_BASE);
+        if flows == 0 || flows > MAX_FLOWS {
+            bail!("flows must be 1..={MAX_FLOWS}");
         }
         let frame = frame(size)?;
         let mut open = GenSkelBuilder::default().open(storage).context("opening gen.bpf.o")?;
@@ -109,6 +117,7 @@ impl<'obj> Generator<'obj> {
         }
         ro.gen_sport_base = SPORT_BASE;
         ro.gen_flows = flows;
+        ro.gen_hint_magic = if hint { fastpath_bpf::intf::FP_HINT_MAGIC as u16 } else { 0 };
         let skel = open.load().context("loading gen.bpf.o")?;
         let gx0 = t.ifindex(&t.gen, topo::GX0)?;
         let pin = topo::in_netns(&t.gen, || skel.progs.fp_bench_gen.attach_xdp(gx0 as i32))?
@@ -174,7 +183,7 @@ impl Placement {
         })
     }
 
-    fn apply(&self) -> Result<()> {
+    pub fn apply(&self) -> Result<()> {
         pin_to(self.cpu)?;
         if self.fifo {
             set_fifo()?;
@@ -235,7 +244,7 @@ fn generate(fd: BorrowedFd<'_>, frame: &[u8], ifindex: u32, duration: Duration, 
     }
 }
 
-fn thread_cpu_time() -> Result<Duration> {
+pub fn thread_cpu_time() -> Result<Duration> {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: writes one timespec we own.
     if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
@@ -335,8 +344,51 @@ mod tests {
         false
     }
 
+    /// Loads the generator as `Generator::load` does, without the lab.
+    fn gen_skel<'o>(obj: &'o mut MaybeUninit<OpenObject>, tmpl: &[u8], flows: u32, hint: bool) -> GenSkel<'o> {
+        let mut open = GenSkelBuilder::default().open(obj).unwrap();
+        let ro = open.maps.rodata_data.as_deref_mut().unwrap();
+        for (i, w) in tmpl[..HDR_LEN].chunks(2).enumerate() {
+            ro.gen_hdr[i] = u16::from_ne_bytes([w[0], w[1]]);
+        }
+        ro.gen_sport_base = SPORT_BASE;
+        ro.gen_flows = flows;
+        ro.gen_hint_magic = if hint { fastpath_bpf::intf::FP_HINT_MAGIC as u16 } else { 0 };
+        open.load().unwrap()
+    }
+
+    /// Runs the generator once on `input`; returns its verdict and output
+    /// (BPF_PROG_RUN hands back the metadata area in front of the frame).
+    fn gen_once(skel: &GenSkel<'_>, input: &[u8], repeat: u32) -> (u32, Vec<u8>) {
+        // Repeated runs keep growing the metadata (the buffer is not reset
+        // between them) up to its limit, which is returned too.
+        let mut out = vec![0u8; input.len() + 512];
+        let res = skel
+            .progs
+            .fp_bench_gen
+            .test_run(ProgramInput {
+                data_in: Some(input),
+                data_out: Some(&mut out),
+                repeat,
+                ..Default::default()
+            })
+            .unwrap();
+        let (ret, n) = (res.return_value, res.data.map(|d| d.len()).unwrap());
+        out.truncate(n);
+        (ret, out)
+    }
+
+    fn hint_of(out: &[u8]) -> (u32, u16, u16) {
+        (
+            u32::from_ne_bytes(out[0..4].try_into().unwrap()),
+            u16::from_ne_bytes(out[4..6].try_into().unwrap()),
+            u16::from_ne_bytes(out[6..8].try_into().unwrap()),
+        )
+    }
+
     /// Recycled live frames arrive with the router's edits in them: the
     /// generator must restore the whole header, and cycle the source port.
+    /// Every frame carries a hint, with the magic only in hint mode.
     #[test]
     fn gen_rewrites_whole_header_and_cycles_ports() {
         if !root("gen_rewrites_whole_header_and_cycles_ports") {
@@ -344,29 +396,49 @@ mod tests {
         }
         pin_to(0).unwrap();
         let tmpl = frame(64).unwrap();
-        let mut obj = MaybeUninit::uninit();
-        let mut open = GenSkelBuilder::default().open(&mut obj).unwrap();
-        let ro = open.maps.rodata_data.as_deref_mut().unwrap();
-        for (i, w) in tmpl[..HDR_LEN].chunks(2).enumerate() {
-            ro.gen_hdr[i] = u16::from_ne_bytes([w[0], w[1]]);
-        }
-        ro.gen_sport_base = SPORT_BASE;
-        ro.gen_flows = 3;
-        let skel = open.load().unwrap();
         let mut dirty = tmpl.clone();
         dirty[..HDR_LEN].fill(0xee);
-        for port in [SPORT_BASE, SPORT_BASE + 1, SPORT_BASE + 2, SPORT_BASE] {
-            let mut out = vec![0u8; dirty.len()];
-            let input = ProgramInput {
-                data_in: Some(&dirty),
-                data_out: Some(&mut out),
-                ..Default::default()
-            };
-            let res = skel.progs.fp_bench_gen.test_run(input).unwrap();
-            assert_eq!(res.return_value, XDP_TX);
-            let mut want = tmpl.clone();
-            want[34..36].copy_from_slice(&port.to_be_bytes());
-            assert_eq!(out, want, "port {port}");
+        for hint in [false, true] {
+            let mut obj = MaybeUninit::uninit();
+            let skel = gen_skel(&mut obj, &tmpl, 3, hint);
+            let mut hashes = Vec::new();
+            for port in [SPORT_BASE, SPORT_BASE + 1, SPORT_BASE + 2, SPORT_BASE] {
+                let (ret, out) = gen_once(&skel, &dirty, 1);
+                assert_eq!(ret, XDP_TX);
+                assert_eq!(out.len(), HINT_LEN + tmpl.len());
+                let (hash, flags, magic) = hint_of(&out);
+                let want_magic = if hint { fastpath_bpf::intf::FP_HINT_MAGIC as u16 } else { 0 };
+                assert_eq!((flags, magic), (fastpath_bpf::intf::FP_HINT_L4 as u16, want_magic));
+                hashes.push(hash);
+                let mut want = tmpl.clone();
+                want[34..36].copy_from_slice(&port.to_be_bytes());
+                assert_eq!(&out[HINT_LEN..], &want[..], "port {port}");
+            }
+            assert_eq!(hashes[0], hashes[3], "a flow keeps its hash");
+            assert!(hashes[0] != hashes[1] && hashes[1] != hashes[2]);
+        }
+    }
+
+    /// Past SPORTS flows the destination port steps, so a million flows stay
+    /// distinct 5-tuples.
+    #[test]
+    fn gen_steps_destination_port_after_sports_flows() {
+        if !root("gen_steps_destination_port_after_sports_flows") {
+            return;
+        }
+        pin_to(0).unwrap();
+        let tmpl = frame(64).unwrap();
+        let mut obj = MaybeUninit::uninit();
+        let skel = gen_skel(&mut obj, &tmpl, SPORTS + 2, false);
+        // Flows 0..SPORTS-1 in one call (the counter lives in a map).
+        gen_once(&skel, &tmpl, SPORTS);
+        for (sport, dport) in [(SPORT_BASE, UDP_DPORT + 1), (SPORT_BASE + 1, UDP_DPORT + 1), (SPORT_BASE, UDP_DPORT)] {
+            let (_, out) = gen_once(&skel, &tmpl, 1);
+            let f = &out[HINT_LEN..];
+            assert_eq!(
+                (u16::from_be_bytes([f[34], f[35]]), u16::from_be_bytes([f[36], f[37]])),
+                (sport, dport)
+            );
         }
     }
 
