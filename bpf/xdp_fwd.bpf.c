@@ -77,6 +77,9 @@ struct fp_pkt {
 	__u32 timeout;           /* fp_rt.flow_timeout, 0 = no cache */
 };
 
+/* One in this many misses into a set of live flows may evict one. */
+#define FP_FLOW_ADMIT 8
+
 /* Where the cache lookup left off, for the miss path to fill. */
 struct fp_flow_pos {
 	struct fp_flow_set *set;
@@ -158,8 +161,18 @@ fp_flow_store(struct fp_pkt *p, struct fp_flow_pos *pos, const struct fp_flow_ke
 		w = pos->way;
 	} else {
 		w = fp_flow_victim(pos->set, pos->hash, p->gen, p->clock, p->timeout, &evict);
-		if (evict)
+		if (evict) {
+			/*
+			 * Admission under pressure: only one miss in
+			 * FP_FLOW_ADMIT may push out a live flow, so a scan of
+			 * many short flows cannot flush the cache (nor pay a
+			 * fill for every packet); a flow that keeps sending
+			 * gets in after a few packets.
+			 */
+			if (p->st->flow[FP_FC_MISS] % FP_FLOW_ADMIT)
+				return;
 			p->st->flow[FP_FC_EVICT]++;
+		}
 	}
 	fp_flow_fill(pos->set, w, k, tx, p->gen, p->clock);
 }

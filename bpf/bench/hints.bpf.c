@@ -14,13 +14,13 @@
  * is not a cheap hint). The hash goes to a global so the compiler cannot drop
  * the work that produced it.
  *
- * The hash is the multiply-xorshift of bpf/lib/flow.h (fp_flow_hash_sw),
- * repeated here because flow.h brings all of fastpath's maps with it.
+ * The hash is the data path's own (bpf/lib/flowhash.h).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "fastpath.h"
+#include "flowhash.h"
 
 #define ETH_P_IP 0x0800
 #define IPPROTO_TCP_ 6
@@ -29,19 +29,6 @@
 
 __u32 hints_hash;
 
-static __always_inline __u32 hints_hash_key(const struct fp_flow_key *k)
-{
-	const __u64 *w = (const __u64 *)k;
-	__u64 h = 0;
-	__u32 i;
-
-#pragma unroll
-	for (i = 0; i < sizeof(*k) / 8; i++) {
-		h = (h ^ w[i]) * 0x9E3779B97F4A7C15ULL;
-		h ^= h >> 29;
-	}
-	return (__u32)(h >> 32);
-}
 
 SEC("xdp")
 int fp_bench_xdp1_parse(struct xdp_md *ctx)
@@ -69,7 +56,7 @@ int fp_bench_xdp1_parse(struct xdp_md *ctx)
 		k.sport = ports[0];
 		k.dport = ports[1];
 	}
-	hints_hash = hints_hash_key(&k);
+	hints_hash = fp_flow_hash_sw(&k);
 	return XDP_DROP;
 }
 

@@ -16,26 +16,7 @@
 #include <bpf/bpf_helpers.h>
 #include "maps.h"
 #include "tx.h"
-
-#define FP_FLOW_KEY_WORDS (sizeof(struct fp_flow_key) / 8)
-
-_Static_assert(sizeof(struct fp_flow_key) == 48, "fp_flow_key is compared as six u64 words");
-
-/* Multiply-xorshift over the key words: cheap, and good enough to spread
- * sets; it is never trusted for identity. */
-static __always_inline __u32 fp_flow_hash_sw(const struct fp_flow_key *k)
-{
-	const __u64 *w = (const __u64 *)k;
-	__u64 h = 0;
-	__u32 i;
-
-#pragma unroll
-	for (i = 0; i < FP_FLOW_KEY_WORDS; i++) {
-		h = (h ^ w[i]) * 0x9E3779B97F4A7C15ULL;
-		h ^= h >> 29;
-	}
-	return (__u32)(h >> 32);
-}
+#include "flowhash.h"
 
 static __always_inline bool fp_flow_key_eq(const struct fp_flow_key *a, const struct fp_flow_key *b)
 {

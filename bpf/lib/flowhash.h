@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * flowhash.h — the software flow hash of the flow cache, without any map,
+ * so that benchmark programs can time exactly what the data path runs.
+ */
+#ifndef FP_FLOWHASH_H
+#define FP_FLOWHASH_H
+
+#include "vmlinux.h"
+#include "fastpath.h"
+
+#define FP_FLOW_KEY_WORDS (sizeof(struct fp_flow_key) / 8)
+
+_Static_assert(sizeof(struct fp_flow_key) == 48, "fp_flow_key is hashed and compared as six u64 words");
+
+/* Multiply-xorshift over the key words: cheap, and good enough to spread
+ * sets; it is never trusted for identity. */
+static __always_inline __u32 fp_flow_hash_sw(const struct fp_flow_key *k)
+{
+	const __u64 *w = (const __u64 *)k;
+	__u64 h = 0;
+	__u32 i;
+
+#pragma unroll
+	for (i = 0; i < FP_FLOW_KEY_WORDS; i++) {
+		h = (h ^ w[i]) * 0x9E3779B97F4A7C15ULL;
+		h ^= h >> 29;
+	}
+	return (__u32)(h >> 32);
+}
+
+#endif /* FP_FLOWHASH_H */
