@@ -68,7 +68,7 @@ struct fp_pkt {
 	struct xdp_md *ctx;
 	const struct fp_iface *in;
 	struct fp_stats *st;
-	__u64 gen;               /* fp_rt.generation, read once before any table */
+	__u32 gen;               /* fp_rt.generation (low 32 bits), read once before any table */
 	__u32 len;               /* frame length, updated by the trim */
 	__u32 hash;              /* flow hash from a hint (hash_src != SOFTWARE) */
 	__u32 hash_src;          /* enum fp_hash_src */
@@ -80,11 +80,11 @@ struct fp_pkt {
 /* One in this many misses into a set of live flows may evict one. */
 #define FP_FLOW_ADMIT 8
 
-/* Where the cache lookup left off, for the miss path to fill. */
+/* Where the cache lookup left off: the hit, or where the miss path fills. */
 struct fp_flow_pos {
 	struct fp_flow_set *set;
 	__u32 hash;
-	int way;                 /* way holding the key (stale or idle), or -1 */
+	int way;                 /* way holding the key (hit, stale or idle), or -1 */
 	__u32 prev_nh;           /* its next hop if stale: ECMP stickiness */
 };
 
@@ -109,44 +109,44 @@ fp_flow_key_l4(struct fp_flow_key *k, void *l4, void *data_end, __u32 l4_len, __
 	}
 }
 
-/* Looks the flow up; on a hit returns it, else records where to fill. */
-static __always_inline struct fp_flow *
-fp_flow_lookup(struct fp_pkt *p, const struct fp_flow_key *k, struct fp_flow_pos *pos)
+/* Looks the flow up: true on a hit (pos->way), else records where to fill. */
+static __always_inline bool fp_flow_lookup(struct fp_pkt *p, const struct fp_flow_key *k, struct fp_flow_pos *pos)
 {
-	struct fp_flow *f;
-	__u32 idx;
+	struct fp_flow_set *s;
+	__u32 idx, w;
 
 	pos->set = NULL;
 	pos->way = -1;
 	pos->prev_nh = 0;
 	if (!p->timeout || !fp_cfg.flow_sets)
-		return NULL;
+		return false;
 	pos->hash = p->hash_src != FP_HS_SOFTWARE ? p->hash : fp_flow_hash_sw(k);
 	if (p->hash_src < FP_HS__COUNT)
 		p->st->hash_src[p->hash_src]++;
 	idx = pos->hash & (fp_cfg.flow_sets - 1);
-	pos->set = bpf_map_lookup_elem(&fp_flows, &idx);
-	if (!pos->set)
-		return NULL;
-	pos->way = fp_flow_find(pos->set, k);
+	s = bpf_map_lookup_elem(&fp_flows, &idx);
+	pos->set = s;
+	if (!s)
+		return false;
+	pos->way = fp_flow_find(s, k, pos->hash);
 	if (pos->way < 0) {
 		p->st->flow[FP_FC_MISS]++;
-		return NULL;
+		return false;
 	}
-	f = &pos->set->way[pos->way & (FP_FLOW_WAYS - 1)];
-	if (f->generation != p->gen) {
+	w = pos->way & (FP_FLOW_WAYS - 1);
+	if (s->generation[w] != p->gen) {
 		p->st->flow[FP_FC_STALE]++;
 		p->st->flow[FP_FC_MISS]++;
-		pos->prev_nh = f->nh_id;
-		return NULL;
+		pos->prev_nh = s->way[w].nh_id;
+		return false;
 	}
-	if (p->clock - f->used > p->timeout) {
+	if (p->clock - s->used[w] > p->timeout) {
 		p->st->flow[FP_FC_EXPIRED]++;
 		p->st->flow[FP_FC_MISS]++;
-		return NULL;
+		return false;
 	}
 	p->st->flow[FP_FC_HIT]++;
-	return f;
+	return true;
 }
 
 static __always_inline void
@@ -174,22 +174,24 @@ fp_flow_store(struct fp_pkt *p, struct fp_flow_pos *pos, const struct fp_flow_ke
 			p->st->flow[FP_FC_EVICT]++;
 		}
 	}
-	fp_flow_fill(pos->set, w, k, tx, p->gen, p->clock);
+	fp_flow_fill(pos->set, w, pos->hash, k, tx, p->gen, p->clock);
 }
 
 /*
- * Keep-alive for a flow served from the cache: once per clock tick, mark
- * its neighbour used, as the full path does on every packet.
+ * A hit: count it, and once per clock tick mark it used and keep its
+ * neighbour alive, as the full path does on every packet.
  */
-static __always_inline void fp_flow_touch(struct fp_pkt *p, struct fp_flow *f, __u8 family, __be32 dst4,
-					  const __u8 *dst6)
+static __always_inline void fp_flow_touch(struct fp_pkt *p, struct fp_flow_set *s, __u32 w,
+					  const struct fp_flow_way *f, __u8 family, __be32 dst4, const __u8 *dst6)
 {
 	struct fp_nexthop *nh;
 	struct fp_neigh *n;
 
-	if (f->used == p->clock)
+	w &= FP_FLOW_WAYS - 1;
+	s->packets[w]++;
+	if (s->used[w] == p->clock)
 		return;
-	f->used = p->clock;
+	s->used[w] = p->clock;
 	nh = fp_nexthop_lookup(f->nh_id);
 	if (!nh)
 		return;
@@ -268,10 +270,10 @@ static __always_inline __u32 fp_fwd_ip4(struct fp_pkt *p)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct iphdr *ip = data + FP_ETH_HLEN;
-	struct fp_flow_key k = {};
+	struct fp_flow_key k __attribute__((aligned(8))) = {};
 	struct fp_flow_pos pos;
 	const struct fp_route *rt;
-	struct fp_flow *f;
+	const struct fp_flow_way *f;
 	struct fp_tx tx;
 	__u32 tot_len, r, nh_id;
 	__u8 vihl;
@@ -298,8 +300,8 @@ static __always_inline __u32 fp_fwd_ip4(struct fp_pkt *p)
 	*(__be32 *)k.daddr = ip->daddr;
 	fp_flow_key_l4(&k, ip + 1, data_end, tot_len - FP_IP4_HLEN, FP_IPPROTO_ICMP);
 
-	f = fp_flow_lookup(p, &k, &pos);
-	if (f) {
+	if (fp_flow_lookup(p, &k, &pos)) {
+		f = &pos.set->way[pos.way & (FP_FLOW_WAYS - 1)];
 		if (ip->ttl <= 1)
 			return FP_R_TTL_EXCEEDED;
 		if (tot_len > f->mtu)
@@ -307,8 +309,7 @@ static __always_inline __u32 fp_fwd_ip4(struct fp_pkt *p)
 		r = fp_tx_commit(ctx, f->slot, &p->len, FP_ETH_HLEN + tot_len);
 		if (r != FP_R_FORWARDED)
 			return r;
-		fp_flow_touch(p, f, FP_AF_INET, *(__be32 *)k.daddr, NULL);
-		f->packets++;
+		fp_flow_touch(p, pos.set, pos.way, f, FP_AF_INET, *(__be32 *)k.daddr, NULL);
 		data = (void *)(long)ctx->data;
 		data_end = (void *)(long)ctx->data_end;
 		ip = data + FP_ETH_HLEN;
@@ -371,11 +372,11 @@ static __always_inline __u32 fp_fwd_ip6(struct fp_pkt *p)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ipv6hdr *ip6 = data + FP_ETH_HLEN;
-	struct fp_flow_key k = {};
+	struct fp_flow_key k __attribute__((aligned(8))) = {};
 	struct fp_lpm6_key key;
 	struct fp_flow_pos pos;
 	const struct fp_route *rt;
-	struct fp_flow *f;
+	const struct fp_flow_way *f;
 	struct fp_tx tx;
 	__u32 ip_len, r, nh_id;
 
@@ -397,8 +398,8 @@ static __always_inline __u32 fp_fwd_ip6(struct fp_pkt *p)
 	__builtin_memcpy(k.daddr, &ip6->daddr, 16);
 	fp_flow_key_l4(&k, ip6 + 1, data_end, ip_len - FP_IP6_HLEN, FP_IPPROTO_ICMPV6);
 
-	f = fp_flow_lookup(p, &k, &pos);
-	if (f) {
+	if (fp_flow_lookup(p, &k, &pos)) {
+		f = &pos.set->way[pos.way & (FP_FLOW_WAYS - 1)];
 		if (ip6->hop_limit <= 1)
 			return FP_R_TTL_EXCEEDED;
 		if (ip_len > f->mtu)
@@ -406,8 +407,7 @@ static __always_inline __u32 fp_fwd_ip6(struct fp_pkt *p)
 		r = fp_tx_commit(ctx, f->slot, &p->len, FP_ETH_HLEN + ip_len);
 		if (r != FP_R_FORWARDED)
 			return r;
-		fp_flow_touch(p, f, FP_AF_INET6, 0, k.daddr);
-		f->packets++;
+		fp_flow_touch(p, pos.set, pos.way, f, FP_AF_INET6, 0, k.daddr);
 		data = (void *)(long)ctx->data;
 		data_end = (void *)(long)ctx->data_end;
 		ip6 = data + FP_ETH_HLEN;
@@ -515,7 +515,7 @@ static __always_inline int fp_run(struct fp_pkt *p)
 	__u32 slot = fp_cfg.ingress_slot, reason;
 
 	p->len = ctx->data_end - ctx->data;
-	p->gen = fp_rt.generation;
+	p->gen = (__u32)fp_rt.generation;
 	p->clock = fp_rt.neigh_clock;
 	p->timeout = fp_rt.flow_timeout;
 	p->in = bpf_map_lookup_elem(&fp_ifaces, &slot);

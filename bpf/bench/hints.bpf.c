@@ -36,7 +36,7 @@ int fp_bench_xdp1_parse(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
-	struct fp_flow_key k = {};
+	struct fp_flow_key k __attribute__((aligned(8))) = {};
 	struct iphdr *ip;
 	__u16 *ports;
 

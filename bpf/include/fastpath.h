@@ -235,10 +235,14 @@ struct fp_group {
 
 /*
  * Flow cache: fp_flows is a per-CPU array of sets, indexed by the flow hash
- * modulo fp_config.flow_sets; each set holds FP_FLOW_WAYS flows and is
- * searched by full key, so a hash collision can never return another
- * flow's result. A flow is only trusted while its generation equals
- * fp_runtime.generation and it was used within fp_runtime.flow_timeout.
+ * modulo fp_config.flow_sets; each set holds FP_FLOW_WAYS flows. A set is
+ * one cache line of per-way bookkeeping followed by one line per way, so a
+ * miss reads one line and a hit two: the ways' tags (the flow hash) are
+ * compared first and only a matching way's key is read, and the whole key
+ * must match, so a hash collision can never return another flow's result.
+ * A way is only trusted while its generation equals fp_runtime.generation
+ * (low 32 bits: a false match would need 2^32 table changes within one idle
+ * timeout) and it was used within fp_runtime.flow_timeout.
  */
 #define FP_FLOW_WAYS 4
 
@@ -247,7 +251,7 @@ struct fp_group {
  * never share an echo's entry); ports 0 for other protocols (address pair:
  * the source matters to rp_filter and to the ECMP hash). The IPv6 flow
  * label is part of the key because the kernel's L3 multipath hash uses it.
- * Six u64 words, compared as such.
+ * Compared as five u64 words and one u32.
  */
 struct fp_flow_key {
 	__u8  family;            /* FP_AF_INET / FP_AF_INET6 */
@@ -256,25 +260,26 @@ struct fp_flow_key {
 	__u16 sport;             /* network order */
 	__u16 dport;             /* network order */
 	__u32 flowlabel;         /* IPv6 flow label, network order (0 for IPv4) */
-	__u32 _pad;
 	__u8  saddr[16];         /* IPv4 in the first 4 bytes, rest 0 */
 	__u8  daddr[16];
 };
 
-struct fp_flow {
+/* One cached flow: exactly one cache line. */
+struct fp_flow_way {
 	struct fp_flow_key key;
-	__u64 generation;        /* fp_runtime.generation it was computed from; 0 = empty */
+	__u32 nh_id;             /* next hop it goes through (ECMP stickiness, keep-alive, `fastpath flows`) */
 	__u8  dmac[FP_ETH_ALEN]; /* next hop's MAC */
 	__u8  smac[FP_ETH_ALEN]; /* egress MAC */
 	__u16 slot;              /* egress slot (fp_tx_ports key) */
 	__u16 mtu;               /* largest IP datagram that may go out (route, device) */
-	__u32 nh_id;             /* next hop it goes through (ECMP stickiness, `fastpath flows`) */
-	__u32 used;              /* fp_runtime.neigh_clock of the last hit */
-	__u64 packets;           /* hits on this CPU since it was filled */
 };
 
 struct fp_flow_set {
-	struct fp_flow way[FP_FLOW_WAYS];
+	__u32 tag[FP_FLOW_WAYS];         /* flow hash of the way's flow */
+	__u32 generation[FP_FLOW_WAYS];  /* fp_runtime.generation (low 32 bits) it was computed from; 0 = empty */
+	__u32 used[FP_FLOW_WAYS];        /* fp_runtime.neigh_clock of the last hit */
+	__u32 packets[FP_FLOW_WAYS];     /* packets through it on this CPU since it was filled */
+	struct fp_flow_way way[FP_FLOW_WAYS];
 };
 
 /*

@@ -9,9 +9,7 @@
 #include "vmlinux.h"
 #include "fastpath.h"
 
-#define FP_FLOW_KEY_WORDS (sizeof(struct fp_flow_key) / 8)
-
-_Static_assert(sizeof(struct fp_flow_key) == 48, "fp_flow_key is hashed and compared as six u64 words");
+_Static_assert(sizeof(struct fp_flow_key) == 44, "fp_flow_key is hashed and compared as 5 u64 + 1 u32");
 
 /* Multiply-xorshift over the key words: cheap, and good enough to spread
  * sets; it is never trusted for identity. */
@@ -22,10 +20,11 @@ static __always_inline __u32 fp_flow_hash_sw(const struct fp_flow_key *k)
 	__u32 i;
 
 #pragma unroll
-	for (i = 0; i < FP_FLOW_KEY_WORDS; i++) {
+	for (i = 0; i < 5; i++) {
 		h = (h ^ w[i]) * 0x9E3779B97F4A7C15ULL;
 		h ^= h >> 29;
 	}
+	h = (h ^ ((const __u32 *)k)[10]) * 0x9E3779B97F4A7C15ULL;
 	return (__u32)(h >> 32);
 }
 

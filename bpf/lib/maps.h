@@ -84,7 +84,7 @@ struct {
 
 /*
  * The flow cache: per-CPU sets of FP_FLOW_WAYS flows, indexed by flow hash
- * (see struct fp_flow). Per CPU so that a hit never contends; sized by the
+ * (see struct fp_flow_set). Per CPU so that a hit never contends; sized by the
  * daemon (fp_config.flow_sets must match).
  */
 struct {

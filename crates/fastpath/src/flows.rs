@@ -75,7 +75,7 @@ fn flow_json(s: &Snapshot, now: u32, f: &CachedFlow) -> FlowJson {
         packets: f.packets,
         cpus: f.cpus,
         idle_s: now.saturating_sub(f.used),
-        current: f.generation == s.generation,
+        current: u64::from(f.generation) == s.generation & u64::from(u32::MAX),
     }
 }
 

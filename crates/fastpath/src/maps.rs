@@ -102,7 +102,8 @@ impl Counters {
 #[derive(Debug, Clone)]
 pub struct CachedFlow {
     pub key: fp_flow_key,
-    pub generation: u64,
+    /// Low 32 bits of the table generation it was computed from.
+    pub generation: u32,
     pub dmac: [u8; 6],
     pub slot: u16,
     pub nh_id: u32,
@@ -199,26 +200,31 @@ impl Maps {
             };
             for v in per_cpu {
                 let set: fp_flow_set = from_bytes(&v);
-                for f in set.way.iter().filter(|f| f.generation != 0) {
+                for (w, f) in set.way.iter().enumerate() {
+                    let generation = set.generation[w];
+                    if generation == 0 {
+                        continue;
+                    }
+                    let used = set.used[w];
                     let e = merged.entry(bytes(&f.key).to_vec()).or_insert_with(|| CachedFlow {
                         key: f.key,
-                        generation: f.generation,
+                        generation,
                         dmac: f.dmac,
                         slot: f.slot,
                         nh_id: f.nh_id,
-                        used: f.used,
+                        used,
                         packets: 0,
                         cpus: 0,
                     });
-                    e.packets += f.packets;
+                    e.packets += u64::from(set.packets[w]);
                     e.cpus += 1;
                     // The newest CPU copy describes the flow.
-                    if f.generation > e.generation || (f.generation == e.generation && f.used > e.used) {
-                        e.generation = f.generation;
+                    if generation > e.generation || (generation == e.generation && used > e.used) {
+                        e.generation = generation;
                         e.dmac = f.dmac;
                         e.slot = f.slot;
                         e.nh_id = f.nh_id;
-                        e.used = f.used;
+                        e.used = used;
                     }
                 }
             }
