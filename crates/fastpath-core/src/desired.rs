@@ -13,7 +13,8 @@ use crate::model::{
     RT_TABLE_MAIN,
 };
 use crate::tables::{
-    Capacities, Desired, IfaceEntry, NeighEntry, NeighKey, NexthopEntry, RouteAction, RouteEntry,
+    bucket_key, Capacities, Desired, GroupEntry, GroupKind, GroupPath, IfaceEntry, NeighEntry,
+    NeighKey, NexthopEntry, RouteAction, RouteEntry,
 };
 
 /// The `enum fp_reason` values this crate writes into punt routes. The crate
@@ -74,39 +75,60 @@ const RTNH_F_LINKDOWN: u32 = 16;
 /// FR_ACT_TO_TBL
 const FR_ACT_TO_TBL: u8 = 1;
 
-/// Stable next-hop ids: content-addressed by (ifindex, gateway), never
-/// re-pointed while a written route may still reference them.
+/// FP_GROUP_MAX_PATHS (checked against fastpath.h by a test).
+pub const FP_GROUP_MAX_PATHS: usize = 64;
+
+/// Stable ids for table entries (next hops, ECMP groups): content-addressed,
+/// never re-pointed while a written route may still reference them.
 ///
 /// An id stays reserved for its entry as long as the last `compute` wanted
 /// it or the applied tables hold it; only `release_unused` frees ids. The
 /// daemon calls it with the reconciler's shadow after each apply.
-#[derive(Debug, Default)]
-pub struct NexthopIds {
+#[derive(Debug)]
+pub struct IdAlloc<E> {
     capacity: u32,
     /// Every reserved id and the entry it stands for.
-    by_id: BTreeMap<u32, NexthopEntry>,
+    by_id: BTreeMap<u32, E>,
     /// The id an entry gets when a route wants it.
-    by_entry: BTreeMap<NexthopEntry, u32>,
-    /// Ids the last `compute` put into `Desired::nexthops`.
+    by_entry: BTreeMap<E, u32>,
+    /// Ids the last `compute` put into the desired table.
     wanted: BTreeSet<u32>,
-    /// The last `compute` found no free id for some next hop.
+    /// The last `compute` found no free id for some entry.
     starved: bool,
     /// Some entry may own several ids (only through adoption); until then
     /// releasing an id needs no search for another one.
     shared_entries: bool,
 }
 
-impl NexthopIds {
+impl<E> Default for IdAlloc<E> {
+    fn default() -> Self {
+        IdAlloc {
+            capacity: 0,
+            by_id: BTreeMap::new(),
+            by_entry: BTreeMap::new(),
+            wanted: BTreeSet::new(),
+            starved: false,
+            shared_entries: false,
+        }
+    }
+}
+
+/// Next-hop ids (fp_nexthops index).
+pub type NexthopIds = IdAlloc<NexthopEntry>;
+/// ECMP group ids (fp_groups index).
+pub type GroupIds = IdAlloc<GroupEntry>;
+
+impl<E: Ord + Clone + std::fmt::Debug> IdAlloc<E> {
     /// Ids come from 1..capacity (0 is never used: the data plane treats it as "none").
     pub fn new(capacity: u32) -> Self {
-        NexthopIds {
+        IdAlloc {
             capacity,
             ..Default::default()
         }
     }
 
     /// Forget ids that are neither in `desired` nor in the `applied` tables.
-    pub fn release_unused(&mut self, applied: &BTreeMap<u32, NexthopEntry>) {
+    pub fn release_unused(&mut self, applied: &BTreeMap<u32, E>) {
         // Ids in the maps we did not hand out (a reconciler older than this
         // allocator): adopt them so they are never handed to something else.
         for (id, entry) in applied {
@@ -118,9 +140,7 @@ impl NexthopIds {
                     }
                 }
                 Some(mine) if mine != entry => {
-                    log::error!(
-                        "next hop {id} holds {entry:?} in the maps but is allocated to {mine:?}"
-                    );
+                    log::error!("id {id} holds {entry:?} in the maps but is allocated to {mine:?}");
                 }
                 Some(_) => {}
             }
@@ -165,7 +185,7 @@ impl NexthopIds {
 
     /// Ids for `entries`, reusing reserved ones; entries missing from the
     /// result found no free id.
-    fn assign(&mut self, entries: &BTreeSet<NexthopEntry>) -> BTreeMap<NexthopEntry, u32> {
+    fn assign(&mut self, entries: &BTreeSet<E>) -> BTreeMap<E, u32> {
         let mut out = BTreeMap::new();
         let mut fresh = Vec::new();
         for e in entries {
@@ -193,6 +213,37 @@ impl NexthopIds {
         }
         self.wanted = out.values().copied().collect();
         out
+    }
+}
+
+/// The group ids fp_res_buckets keys can hold: (group << 16) | bucket.
+const MAX_GROUP_IDS: u32 = 1 << 16;
+
+/// Every id allocator `compute` needs.
+#[derive(Debug, Default)]
+pub struct Ids {
+    pub nexthops: NexthopIds,
+    pub groups: GroupIds,
+}
+
+impl Ids {
+    /// `nexthops`, `groups`: the map sizes (ids 1..size).
+    pub fn new(nexthops: u32, groups: u32) -> Ids {
+        Ids {
+            nexthops: NexthopIds::new(nexthops),
+            groups: GroupIds::new(groups.min(MAX_GROUP_IDS)),
+        }
+    }
+
+    /// See `IdAlloc::release_unused`; `applied`: what the maps hold.
+    pub fn release_unused(&mut self, applied: &Desired) {
+        self.nexthops.release_unused(&applied.nexthops);
+        self.groups.release_unused(&applied.groups);
+    }
+
+    /// Some route was punted for lack of an id (see `IdAlloc::starved`).
+    pub fn starved(&self) -> bool {
+        self.nexthops.starved() || self.groups.starved()
     }
 }
 
@@ -244,11 +295,25 @@ impl Prefix {
     }
 }
 
-/// What a prefix should do, before next-hop ids are assigned.
+/// What a prefix should do, before next-hop and group ids are assigned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Intent {
     Forward { hop: NexthopEntry, mtu: u32 },
+    Multipath { group: GroupIntent, mtu: u32 },
     Act(RouteAction),
+}
+
+/// An ECMP group before ids are assigned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct GroupIntent {
+    kind: GroupKind,
+    /// (upper bound, next hop); None: a path we cannot forward by (its
+    /// flows are punted and the kernel chooses for them).
+    paths: Vec<(i32, Option<NexthopEntry>)>,
+    n_buckets: u16,
+    origin: u32,
+    /// Resilient: (bucket index, index into `paths`), buckets we know of.
+    buckets: Vec<(u16, usize)>,
 }
 
 fn punt(reason: u8) -> Intent {
@@ -298,12 +363,12 @@ fn route_intent(fam: Family, route: &Route, state: &KernelState) -> Intent {
         RouteTarget::Multipath(hops) => match hops.as_slice() {
             [] => return punt(reason::ROUTE_UNSUPPORTED),
             [one] => one,
-            _ => return punt(reason::ECMP),
+            _ => return classic_multipath(fam, hops, route.mtu, state),
         },
         RouteTarget::Object(id) => match state.nexthops.get(id) {
             None => return punt(reason::ROUTE_UNSUPPORTED),
             Some(obj) if obj.unsupported => return punt(reason::ROUTE_UNSUPPORTED),
-            Some(obj) if !obj.group.is_empty() => return punt(reason::ECMP),
+            Some(obj) if !obj.group.is_empty() => return object_group(fam, obj, route.mtu, state),
             Some(obj) if obj.blackhole => return Intent::Act(RouteAction::Blackhole),
             Some(obj) => match &obj.hop {
                 Some(h) => h,
@@ -328,6 +393,187 @@ fn hop_intent(hop: &NextHop, route_mtu: u32) -> Intent {
         hop: NexthopEntry {
             ifindex: hop.ifindex,
             gateway: hop.gateway,
+        },
+        mtu,
+    }
+}
+
+/// Why the kernel's multipath hash of `fam` cannot be reproduced, if it cannot.
+fn mp_block(fam: Family, state: &KernelState) -> Option<String> {
+    let (policy, proto) = match fam {
+        Family::V4 => (state.sysctl.mp_policy4, "ipv4"),
+        Family::V6 => (state.sysctl.mp_policy6, "ipv6"),
+    };
+    let name = family_name(fam);
+    if state.sysctl.mp_seed == 0 {
+        return Some(format!(
+            "{name} multipath routes punted: set net.ipv4.fib_multipath_hash_seed to a non-zero value to fast-path ECMP: the kernel's random seed cannot be reproduced"
+        ));
+    }
+    if policy > 1 {
+        return Some(format!(
+            "{name} multipath routes punted: net.{proto}.fib_multipath_hash_policy is {policy}; only 0 (L3) and 1 (L4) are implemented, set it to one of them to fast-path ECMP"
+        ));
+    }
+    None
+}
+
+/// DIV_ROUND_CLOSEST_ULL(w << 31, total) - 1: the last hash of a path whose
+/// cumulative weight is `w` (fib_rebalance, rt6_upper_bound_set,
+/// nh_hthr_group_rebalance all compute it so).
+fn upper_bound(w: u64, total: u64) -> i32 {
+    let b = ((w << 31) + total / 2) / total;
+    // b <= 2^31, so b - 1 fits.
+    (b as i64 - 1) as i32
+}
+
+/// A member we can forward by: a plain next hop on an interface.
+fn path_hop(hop: &NextHop) -> Option<NexthopEntry> {
+    if hop.ifindex == 0 || hop.flags & (RTNH_F_DEAD | RTNH_F_LINKDOWN) != 0 {
+        return None;
+    }
+    Some(NexthopEntry {
+        ifindex: hop.ifindex,
+        gateway: hop.gateway,
+    })
+}
+
+/// A multipath route (RTA_MULTIPATH), in the order netlink reports the
+/// members, which is the order the kernel rebalances and selects in (IPv4:
+/// fib_info's nexthops; IPv6: the first sibling, then its sibling list).
+///
+/// A member is dead for the hash when it has RTNH_F_DEAD, or RTNH_F_LINKDOWN
+/// while the device ignores link-down routes (IPv4: all || dev, IPv6: dev);
+/// dead members get -1 and the live ones share 2^31 by weight.
+fn classic_multipath(fam: Family, hops: &[NextHop], mtu: u32, state: &KernelState) -> Intent {
+    if hops.len() > FP_GROUP_MAX_PATHS {
+        return punt(reason::ECMP);
+    }
+    if mp_block(fam, state).is_some() {
+        return punt(reason::ECMP);
+    }
+    let mut dead = Vec::with_capacity(hops.len());
+    for h in hops {
+        let d = if h.flags & RTNH_F_DEAD != 0 {
+            true
+        } else if h.flags & RTNH_F_LINKDOWN != 0 {
+            // Without the device's sysctls we cannot tell how the kernel
+            // weighs this path.
+            let Some(sys) = state.if_sysctl.get(&h.ifindex) else {
+                return punt(reason::ROUTE_UNSUPPORTED);
+            };
+            match fam {
+                Family::V4 => state.sysctl.ignore_linkdown4_all || sys.ignore_linkdown4,
+                Family::V6 => sys.ignore_linkdown6,
+            }
+        } else {
+            false
+        };
+        dead.push(d);
+    }
+    let total: u64 = hops
+        .iter()
+        .zip(&dead)
+        .filter(|(_, d)| !**d)
+        .map(|(h, _)| u64::from(h.weight))
+        .sum();
+    let mut w = 0u64;
+    let mut paths = Vec::with_capacity(hops.len());
+    for (h, d) in hops.iter().zip(&dead) {
+        if *d || total == 0 {
+            paths.push((-1, None));
+            continue;
+        }
+        w += u64::from(h.weight);
+        paths.push((upper_bound(w, total), path_hop(h)));
+    }
+    Intent::Multipath {
+        group: GroupIntent {
+            kind: GroupKind::HashThreshold,
+            paths,
+            n_buckets: 0,
+            origin: 0,
+            buckets: Vec::new(),
+        },
+        mtu,
+    }
+}
+
+/// A route to a next-hop group object (`ip nexthop add id N group ...`).
+///
+/// Hash-threshold: bounds over all members (nh_hthr_group_rebalance; the
+/// kernel removes a member whose device goes down rather than marking it).
+/// Resilient: the bucket table as dumped; a bucket we do not know, or whose
+/// member we cannot forward by, is left out and its flows punt.
+fn object_group(
+    fam: Family,
+    obj: &crate::model::NexthopObject,
+    mtu: u32,
+    state: &KernelState,
+) -> Intent {
+    if obj.group.len() > FP_GROUP_MAX_PATHS {
+        return punt(reason::ECMP);
+    }
+    if mp_block(fam, state).is_some() {
+        return punt(reason::ECMP);
+    }
+    let member = |id: u32| -> Option<NexthopEntry> {
+        let m = state.nexthops.get(&id)?;
+        if m.blackhole || m.unsupported || !m.group.is_empty() {
+            return None;
+        }
+        path_hop(m.hop.as_ref()?)
+    };
+    if !obj.resilient {
+        let total: u64 = obj.group.iter().map(|(_, w)| u64::from(*w)).sum();
+        if total == 0 {
+            return punt(reason::ROUTE_UNSUPPORTED);
+        }
+        let mut w = 0u64;
+        let paths = obj
+            .group
+            .iter()
+            .map(|(id, weight)| {
+                w += u64::from(*weight);
+                (upper_bound(w, total), member(*id))
+            })
+            .collect();
+        return Intent::Multipath {
+            group: GroupIntent {
+                kind: GroupKind::HashThreshold,
+                paths,
+                n_buckets: 0,
+                origin: 0,
+                buckets: Vec::new(),
+            },
+            mtu,
+        };
+    }
+    let known = state.res_buckets.get(&obj.id);
+    let (n, Some(known)) = (obj.n_buckets, known) else {
+        return punt(reason::ECMP);
+    };
+    if n == 0 || known.is_empty() {
+        return punt(reason::ECMP);
+    }
+    let paths: Vec<(i32, Option<NexthopEntry>)> =
+        obj.group.iter().map(|(id, _)| (0, member(*id))).collect();
+    let buckets = known
+        .iter()
+        .filter(|(index, _)| **index < n)
+        .filter_map(|(index, nh)| {
+            let pos = obj.group.iter().position(|(id, _)| id == nh)?;
+            paths[pos].1.as_ref()?;
+            Some((*index, pos))
+        })
+        .collect();
+    Intent::Multipath {
+        group: GroupIntent {
+            kind: GroupKind::Resilient,
+            paths,
+            n_buckets: n,
+            origin: obj.id,
+            buckets,
         },
         mtu,
     }
@@ -400,7 +646,9 @@ fn fib_intents(state: &KernelState, fam: Family) -> BTreeMap<Prefix, Intent> {
 /// local, broadcast), or forwards exactly like `m`.
 fn merge_covered(fam: Family, l: &Intent, m: Intent) -> Intent {
     match (fam, l) {
-        (Family::V4, Intent::Forward { .. }) if *l != m => punt(reason::ROUTE_UNSUPPORTED),
+        (Family::V4, Intent::Forward { .. } | Intent::Multipath { .. }) if *l != m => {
+            punt(reason::ROUTE_UNSUPPORTED)
+        }
         _ => l.clone(),
     }
 }
@@ -509,7 +757,7 @@ const SRC_PUNTED4: &[(u32, u8)] = &[
 /// punts (broadcast, throw, TOS-specific, ...), as rp_filter.
 fn src_check4(fib4: &BTreeMap<(Ipv4Addr, u8), RouteEntry>, state: &KernelState) -> (BTreeMap<Ipv4Addr, u8>, bool) {
     let refusal = |e: &RouteEntry| match e.action {
-        RouteAction::Forward { .. } => None,
+        RouteAction::Forward { .. } | RouteAction::Multipath { .. } => None,
         RouteAction::Punt { reason: r } if r == reason::ECMP => None,
         RouteAction::Local => Some(reason::MARTIAN),
         _ => Some(reason::RP_FILTER),
@@ -545,7 +793,7 @@ pub fn compute(
     state: &KernelState,
     managed: &BTreeMap<u32, u32>,
     caps: &Capacities,
-    ids: &mut NexthopIds,
+    ids: &mut Ids,
 ) -> Desired {
     let mut d = Desired::default();
 
@@ -573,18 +821,63 @@ pub fn compute(
 
     let fib4 = fib_intents(state, Family::V4);
     let fib6 = fib_intents(state, Family::V6);
-    let hops: BTreeSet<NexthopEntry> = fib4
-        .values()
-        .chain(fib6.values())
-        .filter_map(|i| match i {
-            Intent::Forward { hop, .. } => Some(hop.clone()),
-            Intent::Act(_) => None,
-        })
-        .collect();
-    let assigned = ids.assign(&hops);
+    let mut hops: BTreeSet<NexthopEntry> = BTreeSet::new();
+    for i in fib4.values().chain(fib6.values()) {
+        match i {
+            Intent::Forward { hop, .. } => {
+                hops.insert(hop.clone());
+            }
+            Intent::Multipath { group, .. } => {
+                hops.extend(group.paths.iter().filter_map(|(_, h)| h.clone()));
+            }
+            Intent::Act(_) => {}
+        }
+    }
+    let assigned = ids.nexthops.assign(&hops);
     for (hop, id) in &assigned {
         d.nexthops.insert(*id, hop.clone());
     }
+    // Groups with their next-hop ids; a member that found no id gets 0.
+    let group_entry = |g: &GroupIntent| -> GroupEntry {
+        GroupEntry {
+            kind: g.kind,
+            paths: g
+                .paths
+                .iter()
+                .map(|(b, h)| GroupPath {
+                    upper_bound: *b,
+                    nh_id: h.as_ref().and_then(|h| assigned.get(h)).copied().unwrap_or(0),
+                })
+                .collect(),
+            n_buckets: g.n_buckets,
+            origin: g.origin,
+        }
+    };
+    let mut groups: BTreeMap<GroupEntry, &GroupIntent> = BTreeMap::new();
+    for i in fib4.values().chain(fib6.values()) {
+        if let Intent::Multipath { group, .. } = i {
+            groups.insert(group_entry(group), group);
+        }
+    }
+    let group_set: BTreeSet<GroupEntry> = groups.keys().cloned().collect();
+    let group_ids = ids.groups.assign(&group_set);
+    for (entry, gid) in &group_ids {
+        if let Some(g) = groups.get(entry) {
+            for (index, pos) in &g.buckets {
+                let nh = entry.paths.get(*pos).map(|p| p.nh_id).unwrap_or(0);
+                if nh != 0 {
+                    d.res_buckets.insert(bucket_key(*gid, *index), nh);
+                }
+            }
+        }
+        d.groups.insert(*gid, entry.clone());
+    }
+    let table_full = RouteEntry {
+        action: RouteAction::Punt {
+            reason: reason::TABLE_FULL,
+        },
+        mtu: 0,
+    };
     let entry = |i: Intent| -> RouteEntry {
         match i {
             Intent::Forward { hop, mtu } => match assigned.get(&hop) {
@@ -593,12 +886,14 @@ pub fn compute(
                     mtu,
                 },
                 // No id to give: this prefix must not fall back to a shorter route.
-                None => RouteEntry {
-                    action: RouteAction::Punt {
-                        reason: reason::TABLE_FULL,
-                    },
-                    mtu: 0,
+                None => table_full,
+            },
+            Intent::Multipath { group, mtu } => match group_ids.get(&group_entry(&group)) {
+                Some(gid) => RouteEntry {
+                    action: RouteAction::Multipath { group: *gid },
+                    mtu,
                 },
+                None => table_full,
             },
             Intent::Act(action) => RouteEntry { action, mtu: 0 },
         }
@@ -613,11 +908,31 @@ pub fn compute(
     } else {
         d.src_deny4 = deny;
     }
-    if ids.starved() {
+    if ids.nexthops.starved() {
         d.problems.push(format!(
             "next-hop ids exhausted (capacity {}): some routes punted until ids are released",
-            ids.capacity()
+            ids.nexthops.capacity()
         ));
+    }
+    if ids.groups.starved() {
+        d.problems.push(format!(
+            "ECMP group ids exhausted (capacity {}): some multipath routes punted until ids are released",
+            ids.groups.capacity()
+        ));
+    }
+    d.switches.mp_policy4 = state.sysctl.mp_policy4;
+    d.switches.mp_policy6 = state.sysctl.mp_policy6;
+    d.switches.mp_seed = state.sysctl.mp_seed;
+    for (fam, fib_ecmp) in [
+        (Family::V4, d.fib4.values().filter(|e| e.action == RouteAction::Punt { reason: reason::ECMP }).count()),
+        (Family::V6, d.fib6.values().filter(|e| e.action == RouteAction::Punt { reason: reason::ECMP }).count()),
+    ] {
+        if fib_ecmp == 0 {
+            continue;
+        }
+        if let Some(why) = mp_block(fam, state) {
+            d.problems.push(why);
+        }
     }
 
     for n in state.neighbours.values() {
@@ -685,6 +1000,20 @@ pub fn compute(
             "next-hop table",
             hops.len() + 1,
             caps.nexthops,
+            "IPv4 and IPv6",
+        ),
+        (
+            BOTH,
+            "ECMP group table",
+            group_set.len() + 1,
+            caps.groups,
+            "IPv4 and IPv6",
+        ),
+        (
+            BOTH,
+            "resilient bucket table",
+            d.res_buckets.len(),
+            caps.buckets,
             "IPv4 and IPv6",
         ),
         (
@@ -847,6 +1176,7 @@ mod tests {
                     rp_filter: 0,
                     mtu6: l.mtu,
                     disable_ipv6: false,
+                    ..Default::default()
                 },
             );
             st.links.insert(l.ifindex, l);
@@ -867,6 +1197,8 @@ mod tests {
             nexthops: 100,
             neigh: 1000,
             ifaces: 256,
+            groups: 64,
+            buckets: 1024,
         }
     }
 
@@ -913,7 +1245,7 @@ mod tests {
             st,
             &managed(),
             &caps(),
-            &mut NexthopIds::new(caps().nexthops),
+            &mut Ids::new(caps().nexthops, 64),
         )
     }
 
@@ -1026,6 +1358,7 @@ mod tests {
                     rp_filter: k.rpf,
                     mtu6: 1400,
                     disable_ipv6: k.dis6,
+                    ..Default::default()
                 },
             );
             st.sysctl.forwarding6_all = k.all6;
@@ -1043,7 +1376,7 @@ mod tests {
         let mut m = managed();
         m.insert(1, 7); // lo: no MAC, no entry
         m.insert(99, 8); // vanished link
-        let d = compute(&st, &m, &caps(), &mut NexthopIds::new(100));
+        let d = compute(&st, &m, &caps(), &mut Ids::new(100, 64));
         assert_eq!(d.ifaces.keys().copied().collect::<Vec<_>>(), vec![2, 3]);
         assert_eq!(
             d.ifaces[&2],
@@ -1222,7 +1555,7 @@ mod tests {
         // A deny set larger than the map falls back to the LPM too.
         let mut c = caps();
         c.fib4 = 3;
-        let mut ids = NexthopIds::new(c.nexthops);
+        let mut ids = Ids::new(c.nexthops, 64);
         let d = compute(&st, &managed(), &c, &mut ids);
         assert_eq!(d.switches.src_lpm, Family::V4.bit());
         assert!(d.src_deny4.is_empty());
@@ -1415,6 +1748,7 @@ mod tests {
             hop: None,
             group: vec![],
             resilient: false,
+            n_buckets: 0,
             unsupported: false,
         }
     }
@@ -1805,12 +2139,14 @@ mod tests {
             nexthops: 5,
             neigh: 2,
             ifaces: 2,
+            groups: 64,
+            buckets: 1024,
         };
-        let d = compute(&st, &managed(), &c, &mut NexthopIds::new(5));
+        let d = compute(&st, &managed(), &c, &mut Ids::new(5, 64));
         assert_eq!(d.switches.table_full, 0, "{:?}", d.problems);
 
         let c9 = Capacities { fib4: 9, ..c };
-        let d = compute(&st, &managed(), &c9, &mut NexthopIds::new(5));
+        let d = compute(&st, &managed(), &c9, &mut Ids::new(5, 64));
         assert_eq!(d.switches.table_full, Family::V4.bit());
         assert_eq!(
             d.problems,
@@ -1819,7 +2155,7 @@ mod tests {
         assert_eq!(d.fib4.len(), 10, "the full table is still computed");
 
         let c3 = Capacities { fib6: 3, ..c };
-        let d = compute(&st, &managed(), &c3, &mut NexthopIds::new(5));
+        let d = compute(&st, &managed(), &c3, &mut Ids::new(5, 64));
         assert_eq!(d.switches.table_full, Family::V6.bit());
         assert_eq!(
             d.problems,
@@ -1828,7 +2164,7 @@ mod tests {
 
         // 4 next hops + the unused id 0 do not fit 4
         let c4 = Capacities { nexthops: 4, ..c };
-        let d = compute(&st, &managed(), &c4, &mut NexthopIds::new(4));
+        let d = compute(&st, &managed(), &c4, &mut Ids::new(4, 64));
         assert_eq!(d.switches.table_full, 3);
         assert!(d
             .problems
@@ -1857,7 +2193,7 @@ mod tests {
                 },
             );
         }
-        let d = compute(&st, &managed(), &c, &mut NexthopIds::new(5));
+        let d = compute(&st, &managed(), &c, &mut Ids::new(5, 64));
         assert_eq!(d.switches.table_full, 3);
         assert_eq!(
             d.problems,
@@ -1870,7 +2206,7 @@ mod tests {
 
     #[test]
     fn nexthop_ids_are_stable_and_never_repointed_while_applied() {
-        let mut ids = NexthopIds::new(8);
+        let mut ids = Ids::new(8, 64);
         let mut st = base();
         add(&mut st, via(rt("10.0.1.0", 24), 2, Some("192.0.2.1")));
         add(&mut st, via(rt("10.0.2.0", 24), 2, Some("192.0.2.2")));
@@ -1896,7 +2232,7 @@ mod tests {
             a => panic!("{a:?}"),
         };
         assert_ne!(id_c, id_a);
-        ids.release_unused(&applied); // A still applied: stays reserved
+        ids.nexthops.release_unused(&applied); // A still applied: stays reserved
         add(&mut st, via(rt("10.0.5.0", 24), 3, Some("203.0.113.5")));
         let d2b = compute(&st, &managed(), &caps(), &mut ids);
         assert!(
@@ -1916,8 +2252,8 @@ mod tests {
         assert!(!d4.nexthops.contains_key(&id_a));
 
         // once the maps no longer hold A, its id can be reused
-        ids.release_unused(&d4.nexthops);
-        assert_eq!(ids.reserved(), d4.nexthops.len());
+        ids.nexthops.release_unused(&d4.nexthops);
+        assert_eq!(ids.nexthops.reserved(), d4.nexthops.len());
         add(&mut st, via(rt("10.0.4.0", 24), 3, Some("203.0.113.9")));
         let d5 = compute(&st, &managed(), &caps(), &mut ids);
         assert_eq!(d5.nexthops.get(&id_a), Some(&nh(3, Some("203.0.113.9"))));
@@ -1925,7 +2261,7 @@ mod tests {
 
     #[test]
     fn nexthop_id_starvation_punts_and_recovers() {
-        let mut ids = NexthopIds::new(3); // ids 1 and 2
+        let mut ids = Ids::new(3, 64); // ids 1 and 2
         let mut st = base();
         add(&mut st, via(rt("10.0.1.0", 24), 2, Some("192.0.2.1")));
         add(&mut st, via(rt("10.0.2.0", 24), 2, Some("192.0.2.2")));
@@ -1935,7 +2271,7 @@ mod tests {
         };
         let d1 = compute(&st, &managed(), &c, &mut ids);
         assert!(!ids.starved());
-        ids.release_unused(&d1.nexthops);
+        ids.nexthops.release_unused(&d1.nexthops);
         // replace both next hops: the old ids are still in the maps
         st.routes.clear();
         add(&mut st, via(rt("10.0.1.0", 24), 3, Some("203.0.113.1")));
@@ -1951,7 +2287,7 @@ mod tests {
             .any(|p| p.starts_with("next-hop ids exhausted")));
         assert_eq!(d2.switches.table_full, 0, "the table itself fits");
         // the reconciler wrote d2 (old ids deleted), release, compute again
-        ids.release_unused(&d2.nexthops);
+        ids.nexthops.release_unused(&d2.nexthops);
         let d3 = compute(&st, &managed(), &c, &mut ids);
         assert!(!ids.starved());
         assert_eq!(fwd(&d3, "10.0.1.0", 24), nh(3, Some("203.0.113.1")));
@@ -1960,10 +2296,10 @@ mod tests {
 
     #[test]
     fn nexthop_ids_adopt_what_the_maps_hold() {
-        let mut ids = NexthopIds::new(8);
+        let mut ids = Ids::new(8, 64);
         let applied: BTreeMap<u32, NexthopEntry> =
             [(1, nh(2, None)), (2, nh(3, None))].into_iter().collect();
-        ids.release_unused(&applied);
+        ids.nexthops.release_unused(&applied);
         let mut st = base();
         add(&mut st, via(rt("10.0.1.0", 24), 3, None));
         add(&mut st, via(rt("10.0.2.0", 24), 2, Some("192.0.2.1")));

@@ -6,15 +6,21 @@
 //!
 //! 1. families that become punted are switched off before anything else;
 //! 2. interfaces, next hops and neighbours are added before any route can
-//!    point at them;
+//!    point at them, then ECMP groups (whose paths name next hops) and the
+//!    buckets of resilient groups; a group id is only ever written while
+//!    absent (a changed group is a new id), a bucket changes in place as the
+//!    kernel's do, one at a time;
 //! 3. routes change, longest prefixes first, then deletes shortest first:
 //!    at every step each address resolves either as before or as after
 //!    (see `fib_ops`); IPv4 source deny entries are written before the
 //!    routes change and deleted after, so the deny set always covers the
 //!    old and the new FIB (an extra entry only punts); `src_lpm` is set
 //!    first and cleared last like the punt switches;
-//! 4. neighbours, next hops and interfaces nobody needs any more go last,
-//!    and a next hop only once no written route references it;
+//! 4. buckets, groups, neighbours, next hops and interfaces nobody needs any
+//!    more go last (reverse order of creation): a group only once no written
+//!    route references it, a next hop only once no written route or group
+//!    does; the multipath hash settings change first when the new ones are
+//!    usable, last when multipath routes are being punted because of them;
 //! 5. families that become un-punted are switched on after their tables
 //!    are complete;
 //! 6. the generation is bumped so cached results computed from the old
@@ -84,6 +90,7 @@ impl Reconciler {
             .is_some_and(|c| desired.ifaces.len() > c.ifaces as usize);
         let mut transient = 0;
         let mut neigh_tight = false;
+        let mut bucket_tight = false;
         // Old and new deny sets together would not fit (the map is sized
         // like fib4): check sources by LPM while the set is rewritten.
         let mut deny_tight = false;
@@ -96,13 +103,23 @@ impl Reconciler {
                 transient |= V6;
             }
             neigh_tight = union_len(&old.neigh, &desired.neigh) > c.neigh as usize;
+            // A missing bucket only punts its flows, like a missing neighbour.
+            bucket_tight = union_len(&old.res_buckets, &desired.res_buckets) > c.buckets as usize;
         }
 
         let mut ops = Vec::new();
+        // New hash settings the data plane can use go in before the routes
+        // change; settings it cannot use only once the routes they would
+        // concern are punted.
+        let mp_usable = new_sw.mp_seed != 0 && new_sw.mp_policy4 <= 1 && new_sw.mp_policy6 <= 1;
+        let mp_src = if mp_usable { &new_sw } else { &old.switches };
         let first = Switches {
             table_full: old.switches.table_full | new_sw.table_full | transient,
             policy_punt: old.switches.policy_punt | new_sw.policy_punt,
             src_lpm: old.switches.src_lpm | new_sw.src_lpm | if deny_tight { V4 } else { 0 },
+            mp_policy4: mp_src.mp_policy4,
+            mp_policy6: mp_src.mp_policy6,
+            mp_seed: mp_src.mp_seed,
         };
         let mut written = old.switches;
         if first != written {
@@ -128,6 +145,17 @@ impl Reconciler {
             }
             upserts(&old.neigh, &desired.neigh, &mut ops, |k, v| {
                 Op::UpsertNeigh(*k, *v)
+            });
+            upserts(&old.groups, &desired.groups, &mut ops, |k, v| {
+                Op::UpsertGroup(*k, v.clone())
+            });
+            if bucket_tight {
+                deletes(&old.res_buckets, &desired.res_buckets, &mut ops, |k| {
+                    Op::DeleteBucket(*k)
+                });
+            }
+            upserts(&old.res_buckets, &desired.res_buckets, &mut ops, |k, v| {
+                Op::UpsertBucket(*k, *v)
             });
         }
 
@@ -169,19 +197,37 @@ impl Reconciler {
                     Op::DeleteNeigh(*k)
                 });
             }
+            if !bucket_tight {
+                deletes(&old.res_buckets, &desired.res_buckets, &mut ops, |k| {
+                    Op::DeleteBucket(*k)
+                });
+            }
             // Routes of a skipped family stay as they are in the maps and
-            // keep their next hops alive.
+            // keep their groups and next hops alive.
+            let fib4 = if skip4 { &old.fib4 } else { &desired.fib4 };
+            let fib6 = if skip6 { &old.fib6 } else { &desired.fib6 };
+            let used_groups: BTreeSet<u32> = group_refs(fib4.values())
+                .into_iter()
+                .chain(group_refs(fib6.values()))
+                .collect();
+            let mut kept_groups = Vec::new();
+            for (id, g) in &old.groups {
+                if desired.groups.contains_key(id) {
+                    continue;
+                }
+                if used_groups.contains(id) {
+                    kept_groups.push(g);
+                } else {
+                    ops.push(Op::DeleteGroup(*id));
+                }
+            }
             let mut used: BTreeSet<u32> = BTreeSet::new();
-            used.extend(nh_refs(if skip4 {
-                old.fib4.values()
-            } else {
-                desired.fib4.values()
-            }));
-            used.extend(nh_refs(if skip6 {
-                old.fib6.values()
-            } else {
-                desired.fib6.values()
-            }));
+            used.extend(nh_refs(fib4.values()));
+            used.extend(nh_refs(fib6.values()));
+            for g in desired.groups.values().chain(kept_groups) {
+                used.extend(g.paths.iter().map(|p| p.nh_id));
+            }
+            used.extend(desired.res_buckets.values().copied());
             for id in old.nexthops.keys() {
                 if !desired.nexthops.contains_key(id) && !used.contains(id) {
                     ops.push(Op::DeleteNexthop(*id));
@@ -256,6 +302,18 @@ impl Reconciler {
             Op::DeleteNeigh(k) => {
                 a.neigh.remove(k);
             }
+            Op::UpsertGroup(k, v) => {
+                a.groups.insert(*k, v.clone());
+            }
+            Op::DeleteGroup(k) => {
+                a.groups.remove(k);
+            }
+            Op::UpsertBucket(k, v) => {
+                a.res_buckets.insert(*k, *v);
+            }
+            Op::DeleteBucket(k) => {
+                a.res_buckets.remove(k);
+            }
             Op::UpsertRoute4(addr, len, e) => {
                 a.fib4.insert((*addr, *len), *e);
             }
@@ -323,6 +381,15 @@ fn nh_refs<'a>(routes: impl Iterator<Item = &'a RouteEntry>) -> Vec<u32> {
         .collect()
 }
 
+fn group_refs<'a>(routes: impl Iterator<Item = &'a RouteEntry>) -> Vec<u32> {
+    routes
+        .filter_map(|r| match r.action {
+            RouteAction::Multipath { group } => Some(group),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Route writes for one family.
 ///
 /// Upserts go longest prefix first, then deletes shortest prefix first.
@@ -363,7 +430,7 @@ fn fib_ops<A: Ord + Copy>(
 mod tests {
     use super::*;
     use crate::fixtures::plain_rule;
-    use crate::desired::{compute, NexthopIds};
+    use crate::desired::{compute, Ids};
     use crate::model::{
         Family, IfSysctl, KernelState, Link, Neighbour, NextHop, Route, RouteKey, RouteKind,
         RouteTarget, NUD_FAILED, NUD_REACHABLE,
@@ -392,6 +459,14 @@ mod tests {
 
     fn refs(t: &Desired, id: u32) -> bool {
         let f = |e: &RouteEntry| e.action == RouteAction::Forward { nh_id: id };
+        t.fib4.values().any(f)
+            || t.fib6.values().any(f)
+            || t.groups.values().any(|g| g.paths.iter().any(|p| p.nh_id == id))
+            || t.res_buckets.values().any(|n| *n == id)
+    }
+
+    fn group_refs(t: &Desired, id: u32) -> bool {
+        let f = |e: &RouteEntry| e.action == RouteAction::Multipath { group: id };
         t.fib4.values().any(f) || t.fib6.values().any(f)
     }
 
@@ -413,6 +488,29 @@ mod tests {
                             "{op:?} before its next hop"
                         );
                     }
+                    if let RouteAction::Multipath { group } = e.action {
+                        assert!(t.groups.contains_key(&group), "{op:?} before its group");
+                        if let Some(after) = self.safety.as_ref().map(|s| &s.1) {
+                            // A resilient group's buckets are complete before a route uses it.
+                            for (k, v) in after.res_buckets.range(group << 16..(group + 1) << 16) {
+                                assert_eq!(t.res_buckets.get(k), Some(v), "{op:?} before bucket {k:#x}");
+                            }
+                        }
+                    }
+                }
+                Op::UpsertGroup(id, g) => {
+                    if let Some(old) = t.groups.get(id) {
+                        assert_eq!(old, g, "group {id} rewritten in place");
+                    }
+                    for p in &g.paths {
+                        assert!(p.nh_id == 0 || t.nexthops.contains_key(&p.nh_id), "{op:?} before next hop {}", p.nh_id);
+                    }
+                    assert!(*id != 0);
+                }
+                Op::DeleteGroup(id) => assert!(!group_refs(t, *id), "{op:?} while a route uses it"),
+                Op::UpsertBucket(k, nh) => {
+                    assert!(t.groups.contains_key(&(k >> 16)), "{op:?} before its group");
+                    assert!(t.nexthops.contains_key(nh), "{op:?} before its next hop");
                 }
                 Op::DeleteNexthop(id) => assert!(!refs(t, *id), "{op:?} while a route uses it"),
                 Op::UpsertNexthop(id, e) => {
@@ -432,6 +530,10 @@ mod tests {
                 Op::DeleteNexthop(k) => assert!(t.nexthops.remove(k).is_some(), "{op:?}: absent"),
                 Op::UpsertNeigh(k, v) => drop(t.neigh.insert(*k, *v)),
                 Op::DeleteNeigh(k) => assert!(t.neigh.remove(k).is_some(), "{op:?}: absent"),
+                Op::UpsertGroup(k, v) => drop(t.groups.insert(*k, v.clone())),
+                Op::DeleteGroup(k) => assert!(t.groups.remove(k).is_some(), "{op:?}: absent"),
+                Op::UpsertBucket(k, v) => drop(t.res_buckets.insert(*k, *v)),
+                Op::DeleteBucket(k) => assert!(t.res_buckets.remove(k).is_some(), "{op:?}: absent"),
                 Op::UpsertRoute4(a, l, e) => drop(t.fib4.insert((*a, *l), *e)),
                 Op::DeleteRoute4(a, l) => {
                     assert!(t.fib4.remove(&(*a, *l)).is_some(), "{op:?}: absent")
@@ -463,6 +565,10 @@ mod tests {
                     t.src_deny4.len() <= c.fib4 as usize,
                     "src_deny4 over capacity after {op:?}"
                 );
+                assert!(
+                    t.res_buckets.len() <= c.buckets as usize,
+                    "buckets over capacity after {op:?}"
+                );
             }
             if let Some((before, after)) = &self.safety {
                 check_safe(before, &self.t, after, op);
@@ -472,8 +578,19 @@ mod tests {
         }
     }
 
+    /// Where a packet may go: one next hop, or a group resolved to next
+    /// hops (per path and per bucket; None = that path or bucket punts).
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    enum Way {
+        One(NexthopEntry),
+        Group {
+            paths: Vec<(i32, Option<NexthopEntry>)>,
+            buckets: Vec<Option<NexthopEntry>>,
+        },
+    }
+
     /// What the data plane does with a packet to `addr`: None = punt.
-    fn decide(t: &Desired, addr: IpAddr) -> Option<(NexthopEntry, u32)> {
+    fn decide(t: &Desired, addr: IpAddr) -> Option<(Way, u32)> {
         let fam = Family::of(&addr);
         if (t.switches.table_full | t.switches.policy_punt) & fam.bit() != 0 {
             return None;
@@ -502,13 +619,41 @@ mod tests {
                 })
             }
         }?;
+        let nh = |id: u32| {
+            (id != 0).then(|| t.nexthops.get(&id).expect("dangling nh id").clone())
+        };
         match entry.action {
-            RouteAction::Forward { nh_id } => Some((
-                t.nexthops.get(&nh_id).expect("dangling nh id").clone(),
-                entry.mtu,
-            )),
+            RouteAction::Forward { nh_id } => Some((Way::One(nh(nh_id)?), entry.mtu)),
+            RouteAction::Multipath { group } => {
+                let g = t.groups.get(&group).expect("dangling group id");
+                let buckets = (0..g.n_buckets)
+                    .map(|i| t.res_buckets.get(&crate::tables::bucket_key(group, i)).and_then(|id| nh(*id)))
+                    .collect();
+                let paths = g.paths.iter().map(|p| (p.upper_bound, nh(p.nh_id))).collect();
+                Some((Way::Group { paths, buckets }, entry.mtu))
+            }
             _ => None,
         }
+    }
+
+    /// `now` is what a packet might see mid-plan: old or new as a whole, or
+    /// for resilient buckets, each bucket old or new (they change one by one
+    /// in place, as the kernel's do), or punted.
+    fn old_or_new(now: &(Way, u32), before: Option<&(Way, u32)>, after: Option<&(Way, u32)>) -> bool {
+        if Some(now) == before || Some(now) == after {
+            return true;
+        }
+        let (Way::Group { paths, buckets }, mtu) = now else { return false };
+        [before, after].into_iter().flatten().any(|(w, m)| match w {
+            Way::Group { paths: p, .. } if p == paths && m == mtu => buckets.iter().enumerate().all(|(i, b)| {
+                let at = |x: Option<&(Way, u32)>| match x {
+                    Some((Way::Group { paths: p, buckets: bs }, _)) if p == paths => bs.get(i).cloned().flatten(),
+                    _ => None,
+                };
+                b.is_none() || *b == at(before) || *b == at(after)
+            }),
+            _ => false,
+        })
     }
 
     /// What the data plane does with an IPv4 source on an ingress with
@@ -528,7 +673,7 @@ mod tests {
             t.fib4.get(&(Ipv4Addr::from(m), l))
         });
         match hit.map(|e| e.action) {
-            None | Some(RouteAction::Forward { .. }) => true,
+            None | Some(RouteAction::Forward { .. }) | Some(RouteAction::Multipath { .. }) => true,
             Some(RouteAction::Punt { reason }) => reason == crate::desired::reason::ECMP,
             Some(_) => false,
         }
@@ -544,7 +689,7 @@ mod tests {
             let last = if *l == 0 {
                 u32::MAX
             } else {
-                x | (u32::MAX >> l)
+                x | u32::MAX.checked_shr(u32::from(*l)).unwrap_or(0)
             };
             for y in [x, x.wrapping_add(1), last, last.wrapping_add(1)] {
                 out.insert(IpAddr::V4(Ipv4Addr::from(y)));
@@ -555,7 +700,7 @@ mod tests {
             let last = if *l == 0 {
                 u128::MAX
             } else {
-                x | (u128::MAX >> l)
+                x | u128::MAX.checked_shr(u32::from(*l)).unwrap_or(0)
             };
             for y in [x, x.wrapping_add(1), last, last.wrapping_add(1)] {
                 out.insert(IpAddr::V6(Ipv6Addr::from(y)));
@@ -569,8 +714,7 @@ mod tests {
         probes(after, &mut addrs);
         for a in addrs {
             let Some(d) = decide(now, a) else { continue };
-            let ok =
-                decide(before, a).as_ref() == Some(&d) || decide(after, a).as_ref() == Some(&d);
+            let ok = old_or_new(&d, decide(before, a).as_ref(), decide(after, a).as_ref());
             assert!(
                 ok,
                 "after {op:?}: {a} forwarded via {d:?}, neither before nor after"
@@ -866,6 +1010,7 @@ mod tests {
                 table_full: 0,
                 policy_punt: 1,
                 src_lpm: 0,
+                ..Default::default()
             })
         );
         assert_eq!(pos(&ops, |o| matches!(o, Op::SetSwitches(_))).len(), 1);
@@ -881,6 +1026,7 @@ mod tests {
                 table_full: 0,
                 policy_punt: 3,
                 src_lpm: 0,
+                ..Default::default()
             })
         );
         assert_eq!(
@@ -889,6 +1035,7 @@ mod tests {
                 table_full: 0,
                 policy_punt: 2,
                 src_lpm: 0,
+                ..Default::default()
             })
         );
         assert!(pos(&ops, is_route)[0] > 0);
@@ -924,6 +1071,7 @@ mod tests {
                 table_full: 1,
                 policy_punt: 0,
                 src_lpm: 0,
+                ..Default::default()
             })
         );
         assert!(!ops
@@ -969,6 +1117,7 @@ mod tests {
                     table_full: 3,
                     policy_punt: 0,
                     src_lpm: 0,
+                    ..Default::default()
                 }),
                 Op::UpsertIface(2, over.ifaces[&2].clone()),
                 Op::BumpGeneration
@@ -1052,6 +1201,8 @@ mod tests {
             nexthops: 8,
             neigh: 2,
             ifaces: 4,
+            groups: 64,
+            buckets: 1024,
         };
         let mut r = Reconciler::with_capacities(caps);
         let mut m = Mem {
@@ -1082,6 +1233,7 @@ mod tests {
                     table_full: 1,
                     policy_punt: 0,
                     src_lpm: 0,
+                    ..Default::default()
                 }),
                 Op::DeleteNeigh(nk(2, "192.0.2.1")),
                 Op::UpsertNeigh(nk(2, "192.0.2.3"), NeighEntry { mac: [1; 6] }),
@@ -1112,6 +1264,8 @@ mod tests {
             nexthops: 8,
             neigh: 8,
             ifaces: 1,
+            groups: 64,
+            buckets: 1024,
         };
         let mut r = Reconciler::with_capacities(caps);
         let mut m = Mem::default();
@@ -1303,7 +1457,7 @@ mod tests {
             } else {
                 6 + rng.below(8) as u32
             };
-            let mut ids = NexthopIds::new(nh_cap);
+            let mut ids = Ids::new(nh_cap, 64);
             // Odd seeds: fixed map sizes known to the reconciler and enforced
             // by the writer (tight rewrites); even seeds: sizes vary per round.
             let fixed = Capacities {
@@ -1312,6 +1466,8 @@ mod tests {
                 nexthops: nh_cap,
                 neigh: 6,
                 ifaces: 8,
+                groups: 64,
+                buckets: 1024,
             };
             let (mut r, mut m) = if seed % 2 == 1 {
                 (
@@ -1335,6 +1491,8 @@ mod tests {
                         nexthops: nh_cap,
                         neigh: 8,
                         ifaces: 8,
+                        groups: 64,
+                        buckets: 1024,
                     }
                 };
                 let want = compute(&st, &managed, &caps, &mut ids);
@@ -1355,7 +1513,7 @@ mod tests {
                         m.fail_at = Some(m.n + rng.below(n as u64) as usize);
                         assert!(r.apply(&want, &mut m).is_err());
                         assert!(tables_eq(&m.t, r.applied()), "seed {seed} round {round}");
-                        ids.release_unused(&r.applied().nexthops);
+                        ids.release_unused(r.applied());
                         if rng.chance(50) {
                             continue; // the next state comes before any retry
                         }
@@ -1384,7 +1542,7 @@ mod tests {
                     r.plan(&want).is_empty(),
                     "seed {seed} round {round}: not converged"
                 );
-                ids.release_unused(&r.applied().nexthops);
+                ids.release_unused(r.applied());
             }
         }
     }
