@@ -2329,4 +2329,310 @@ mod tests {
         }
         assert_eq!(run(&st2), a);
     }
+
+    // ---- ECMP ----
+
+    /// `base` with a user hash seed, so that multipath can be fast-pathed.
+    fn ecmp_base() -> KernelState {
+        let mut st = base();
+        st.sysctl.mp_seed = 0x1234;
+        st
+    }
+
+    #[test]
+    fn group_max_paths_matches_header() {
+        let line = FASTPATH_H
+            .lines()
+            .find(|l| l.starts_with("#define FP_GROUP_MAX_PATHS"))
+            .expect("FP_GROUP_MAX_PATHS");
+        assert_eq!(line.split_whitespace().nth(2), Some(&*FP_GROUP_MAX_PATHS.to_string()));
+    }
+
+    fn weighted(ifindex: u32, gw: &str, weight: u32, flags: u32) -> NextHop {
+        NextHop {
+            ifindex,
+            gateway: Some(ip(gw)),
+            flags,
+            weight,
+        }
+    }
+
+    fn mp(dst: &str, len: u8, hops: Vec<NextHop>) -> Route {
+        let mut r = rt(dst, len);
+        r.target = RouteTarget::Multipath(hops);
+        r
+    }
+
+    /// The group a multipath route resolves to, with next hops instead of ids.
+    fn group_of(d: &Desired, dst: &str, len: u8) -> (GroupKind, Vec<(i32, Option<NexthopEntry>)>) {
+        let RouteAction::Multipath { group } = act(d, dst, len) else {
+            panic!("{dst}/{len}: expected multipath, got {:?}", act(d, dst, len));
+        };
+        let g = &d.groups[&group];
+        let paths = g
+            .paths
+            .iter()
+            .map(|p| (p.upper_bound, (p.nh_id != 0).then(|| d.nexthops[&p.nh_id].clone())))
+            .collect();
+        (g.kind, paths)
+    }
+
+    #[test]
+    fn upper_bounds_like_the_kernel() {
+        // DIV_ROUND_CLOSEST_ULL(w << 31, total) - 1
+        assert_eq!(upper_bound(1, 2), (1 << 30) - 1);
+        assert_eq!(upper_bound(2, 2), i32::MAX);
+        assert_eq!(upper_bound(1, 3), 715_827_882); // round(2^31/3) = 715827883
+        assert_eq!(upper_bound(2, 3), 1_431_655_764); // round(2^32/3) = 1431655765
+        assert_eq!(upper_bound(65536 * 64, 65536 * 64), i32::MAX);
+    }
+
+    #[test]
+    fn classic_multipath_v4_v6_weights_and_dead_members() {
+        let mut st = ecmp_base();
+        add(
+            &mut st,
+            mp("198.51.100.0", 24, vec![weighted(2, "192.0.2.1", 1, 0), weighted(3, "203.0.113.1", 2, 0)]),
+        );
+        add(
+            &mut st,
+            mp("2001:db8:1::", 64, vec![weighted(2, "fe80::1", 1, 0), weighted(3, "fe80::2", 1, 0)]),
+        );
+        // a dead member keeps its place with -1, the live ones share 2^31
+        add(
+            &mut st,
+            mp(
+                "203.0.113.128",
+                25,
+                vec![
+                    weighted(2, "192.0.2.1", 1, RTNH_F_DEAD | RTNH_F_LINKDOWN),
+                    weighted(3, "203.0.113.1", 1, 0),
+                    weighted(3, "203.0.113.2", 3, 0),
+                ],
+            ),
+        );
+        let d = run(&st);
+        let (k, paths) = group_of(&d, "198.51.100.0", 24);
+        assert_eq!(k, GroupKind::HashThreshold);
+        assert_eq!(
+            paths,
+            vec![
+                (715_827_882, Some(nh(2, Some("192.0.2.1")))),
+                (i32::MAX, Some(nh(3, Some("203.0.113.1")))),
+            ]
+        );
+        let (_, paths) = group_of(&d, "2001:db8:1::", 64);
+        assert_eq!(
+            paths,
+            vec![((1 << 30) - 1, Some(nh(2, Some("fe80::1")))), (i32::MAX, Some(nh(3, Some("fe80::2"))))]
+        );
+        let (_, paths) = group_of(&d, "203.0.113.128", 25);
+        assert_eq!(
+            paths,
+            vec![
+                (-1, None),
+                ((1 << 29) - 1, Some(nh(3, Some("203.0.113.1")))),
+                (i32::MAX, Some(nh(3, Some("203.0.113.2")))),
+            ]
+        );
+        // multipath routes are unicast for the source check
+        assert!(d.switches.src_lpm == 0 || d.src_deny4.is_empty());
+        assert_eq!(d.switches.mp_seed, 0x1234);
+
+        // link-down: dead only where the device ignores link-down routes
+        let linkdown = |st: &KernelState| {
+            let mut st = st.clone();
+            st.routes.clear();
+            add(
+                &mut st,
+                mp("198.51.100.0", 24, vec![weighted(2, "192.0.2.1", 1, RTNH_F_LINKDOWN), weighted(3, "203.0.113.1", 1, 0)]),
+            );
+            add(
+                &mut st,
+                mp("2001:db8:1::", 64, vec![weighted(2, "fe80::1", 1, RTNH_F_LINKDOWN), weighted(3, "fe80::2", 1, 0)]),
+            );
+            let d = run(&st);
+            (group_of(&d, "198.51.100.0", 24).1[0].0, group_of(&d, "2001:db8:1::", 64).1[0].0)
+        };
+        // not ignored: the kernel still hashes to it (we punt its flows: the path is not forwardable)
+        assert_eq!(linkdown(&st), ((1 << 30) - 1, (1 << 30) - 1));
+        let mut ign = st.clone();
+        ign.sysctl.ignore_linkdown4_all = true;
+        assert_eq!(linkdown(&ign), (-1, (1 << 30) - 1));
+        let mut ign = st.clone();
+        ign.if_sysctl.get_mut(&2).unwrap().ignore_linkdown6 = true;
+        assert_eq!(linkdown(&ign), ((1 << 30) - 1, -1));
+        let mut ign = st.clone();
+        ign.if_sysctl.get_mut(&2).unwrap().ignore_linkdown4 = true;
+        assert_eq!(linkdown(&ign), (-1, (1 << 30) - 1));
+    }
+
+    #[test]
+    fn unforwardable_member_gets_no_next_hop_but_keeps_its_share() {
+        let mut st = ecmp_base();
+        add(&mut st, mp("198.51.100.0", 24, vec![weighted(0, "192.0.2.1", 1, 0), weighted(3, "203.0.113.1", 1, 0)]));
+        let d = run(&st);
+        assert_eq!(
+            group_of(&d, "198.51.100.0", 24).1,
+            vec![((1 << 30) - 1, None), (i32::MAX, Some(nh(3, Some("203.0.113.1"))))]
+        );
+        let RouteAction::Multipath { group } = act(&d, "198.51.100.0", 24) else { panic!() };
+        assert_eq!(d.groups[&group].paths[0].nh_id, 0);
+    }
+
+    #[test]
+    fn identical_groups_share_an_id_and_changed_ones_get_a_new_one() {
+        let mut st = ecmp_base();
+        let hops = vec![weighted(2, "192.0.2.1", 1, 0), weighted(3, "203.0.113.1", 1, 0)];
+        add(&mut st, mp("198.51.100.0", 24, hops.clone()));
+        add(&mut st, mp("203.0.113.0", 24, hops.clone()));
+        let mut ids = Ids::new(100, 64);
+        let d1 = compute(&st, &managed(), &caps(), &mut ids);
+        assert_eq!(d1.groups.len(), 1);
+        assert_eq!(act(&d1, "198.51.100.0", 24), act(&d1, "203.0.113.0", 24));
+        ids.release_unused(&d1);
+        let mut hops2 = hops.clone();
+        hops2[0].weight = 2;
+        add(&mut st, mp("203.0.113.0", 24, hops2));
+        let d2 = compute(&st, &managed(), &caps(), &mut ids);
+        assert_eq!(d2.groups.len(), 2);
+        assert_ne!(act(&d2, "198.51.100.0", 24), act(&d2, "203.0.113.0", 24));
+        assert_eq!(act(&d2, "198.51.100.0", 24), act(&d1, "198.51.100.0", 24), "unchanged group keeps its id");
+    }
+
+    #[test]
+    fn hash_settings_we_cannot_reproduce_punt_with_a_problem() {
+        let mut st = ecmp_base();
+        add(&mut st, mp("198.51.100.0", 24, vec![weighted(2, "192.0.2.1", 1, 0), weighted(3, "203.0.113.1", 1, 0)]));
+        add(&mut st, mp("2001:db8:1::", 64, vec![weighted(2, "fe80::1", 1, 0), weighted(3, "fe80::2", 1, 0)]));
+        add(&mut st, via(rt("192.0.2.0", 24), 2, None));
+
+        let mut seed0 = st.clone();
+        seed0.sysctl.mp_seed = 0;
+        let d = run(&seed0);
+        assert_eq!(act(&d, "198.51.100.0", 24), p(reason::ECMP));
+        assert_eq!(act(&d, "2001:db8:1::", 64), p(reason::ECMP));
+        assert_eq!(fwd(&d, "192.0.2.0", 24), nh(2, None), "single-path routes are unaffected");
+        assert!(d.groups.is_empty());
+        assert_eq!(d.problems.len(), 2, "{:?}", d.problems);
+        assert!(d.problems.iter().all(|p| p.contains("set net.ipv4.fib_multipath_hash_seed to a non-zero value")));
+        assert_eq!(d.switches.table_full | d.switches.policy_punt, 0);
+
+        let mut pol = st.clone();
+        pol.sysctl.mp_policy6 = 2;
+        pol.sysctl.mp_policy4 = 1;
+        let d = run(&pol);
+        assert!(matches!(act(&d, "198.51.100.0", 24), RouteAction::Multipath { .. }));
+        assert_eq!(act(&d, "2001:db8:1::", 64), p(reason::ECMP));
+        assert_eq!(d.switches.mp_policy4, 1);
+        assert_eq!(d.problems.len(), 1);
+        assert!(d.problems[0].starts_with("IPv6 multipath routes punted: net.ipv6.fib_multipath_hash_policy is 2"));
+
+        // no multipath route: no problem line for a random seed
+        let mut plain = ecmp_base();
+        plain.sysctl.mp_seed = 0;
+        add(&mut plain, via(rt("192.0.2.0", 24), 2, None));
+        assert!(run(&plain).problems.is_empty());
+    }
+
+    #[test]
+    fn more_paths_than_the_data_plane_holds_punt() {
+        let mut st = ecmp_base();
+        let many: Vec<NextHop> = (0..65).map(|i| weighted(2, &format!("192.0.2.{}", i + 1), 1, 0)).collect();
+        add(&mut st, mp("198.51.100.0", 24, many.clone()));
+        add(&mut st, mp("203.0.113.0", 24, many[..64].to_vec()));
+        let d = run(&st);
+        assert_eq!(act(&d, "198.51.100.0", 24), p(reason::ECMP));
+        assert_eq!(group_of(&d, "203.0.113.0", 24).1.len(), 64);
+        let mut st = ecmp_base();
+        for i in 0..65u32 {
+            st.nexthops.insert(100 + i, NexthopObject { hop: Some(hop(2, Some(&format!("192.0.2.{}", i + 1)))), ..obj(100 + i) });
+        }
+        st.nexthops.insert(1, NexthopObject { group: (100..165).map(|i| (i, 1)).collect(), ..obj(1) });
+        let mut r = rt("198.51.100.0", 24);
+        r.target = RouteTarget::Object(1);
+        add(&mut st, r);
+        assert_eq!(act(&run(&st), "198.51.100.0", 24), p(reason::ECMP));
+    }
+
+    fn group_objects(st: &mut KernelState) {
+        st.nexthops.insert(10, NexthopObject { hop: Some(hop(2, Some("192.0.2.1"))), ..obj(10) });
+        st.nexthops.insert(11, NexthopObject { hop: Some(hop(3, Some("203.0.113.1"))), ..obj(11) });
+        st.nexthops.insert(12, NexthopObject { blackhole: true, ..obj(12) });
+        st.nexthops.insert(20, NexthopObject { group: vec![(10, 1), (11, 300)], ..obj(20) });
+        st.nexthops.insert(
+            21,
+            NexthopObject { group: vec![(10, 1), (11, 1)], resilient: true, n_buckets: 4, ..obj(21) },
+        );
+        st.res_buckets.insert(21, [(0, 10), (1, 11), (2, 10), (3, 11)].into_iter().collect());
+        let mut r = rt("198.51.100.0", 24);
+        r.target = RouteTarget::Object(20);
+        add(st, r);
+        let mut r = rt("2001:db8:1::", 64);
+        r.target = RouteTarget::Object(21);
+        add(st, r);
+    }
+
+    #[test]
+    fn next_hop_group_objects_hash_threshold_and_resilient() {
+        let mut st = ecmp_base();
+        group_objects(&mut st);
+        let d = run(&st);
+        let (k, paths) = group_of(&d, "198.51.100.0", 24);
+        assert_eq!(k, GroupKind::HashThreshold);
+        assert_eq!(
+            paths,
+            vec![(upper_bound(1, 301), Some(nh(2, Some("192.0.2.1")))), (i32::MAX, Some(nh(3, Some("203.0.113.1"))))]
+        );
+        let RouteAction::Multipath { group } = act(&d, "2001:db8:1::", 64) else { panic!() };
+        let g = &d.groups[&group];
+        assert_eq!((g.kind, g.n_buckets, g.origin), (GroupKind::Resilient, 4, 21));
+        let ids: Vec<u32> = g.paths.iter().map(|p| p.nh_id).collect();
+        let want: BTreeMap<u32, u32> = [(0, ids[0]), (1, ids[1]), (2, ids[0]), (3, ids[1])]
+            .into_iter()
+            .map(|(i, n)| (bucket_key(group, i), n))
+            .collect();
+        assert_eq!(d.res_buckets, want);
+
+        // a bucket still naming a member that left the group is left out (punts)
+        let mut st2 = st.clone();
+        st2.res_buckets.get_mut(&21).unwrap().insert(3, 99);
+        let d2 = run(&st2);
+        assert_eq!(d2.res_buckets.len(), 3);
+        // buckets not dumped yet: the route punts rather than guess
+        let mut st3 = st.clone();
+        st3.res_buckets.clear();
+        assert_eq!(act(&run(&st3), "2001:db8:1::", 64), p(reason::ECMP));
+        // a blackhole member we cannot forward by: its path has no next hop
+        let mut st4 = st.clone();
+        st4.nexthops.insert(20, NexthopObject { group: vec![(12, 1), (11, 1)], ..obj(20) });
+        assert_eq!(group_of(&run(&st4), "198.51.100.0", 24).1[0], ((1 << 30) - 1, None));
+    }
+
+    #[test]
+    fn group_capacity_and_id_starvation() {
+        let mut st = ecmp_base();
+        for i in 0..3u32 {
+            add(
+                &mut st,
+                mp(&format!("10.0.{i}.0"), 24, vec![weighted(2, "192.0.2.1", 1 + i, 0), weighted(3, "203.0.113.1", 1, 0)]),
+            );
+        }
+        let c = Capacities { groups: 3, ..caps() };
+        let mut ids = Ids::new(100, 3);
+        let d = compute(&st, &managed(), &c, &mut ids);
+        assert!(ids.starved());
+        assert_eq!(d.groups.len(), 2);
+        assert_eq!(d.fib4.values().filter(|e| e.action == p(reason::TABLE_FULL)).count(), 1);
+        assert_eq!(d.switches.table_full, 3);
+        assert!(d.problems.iter().any(|p| p == "ECMP group table needs 4 entries, capacity 3: IPv4 and IPv6 punted"));
+        assert!(d.problems.iter().any(|p| p.starts_with("ECMP group ids exhausted")));
+
+        let mut st = ecmp_base();
+        group_objects(&mut st);
+        let c = Capacities { buckets: 3, ..caps() };
+        let d = compute(&st, &managed(), &c, &mut Ids::new(100, 64));
+        assert_eq!(d.switches.table_full, 3);
+        assert!(d.problems.iter().any(|p| p == "resilient bucket table needs 4 entries, capacity 3: IPv4 and IPv6 punted"));
+    }
 }
