@@ -857,6 +857,8 @@ mod tests {
             && a.nexthops == b.nexthops
             && a.neigh == b.neigh
             && a.src_deny4 == b.src_deny4
+            && a.groups == b.groups
+            && a.res_buckets == b.res_buckets
             && a.switches == b.switches
     }
 
@@ -1367,6 +1369,61 @@ mod tests {
             );
         }
         st.sysctl.forwarding6_all = true;
+        st.sysctl.mp_seed = if rng.chance(90) { 7 } else { 0 };
+        st.sysctl.mp_policy6 = if rng.chance(10) { 2 } else { rng.below(2) as u8 };
+        // Next-hop objects: 10..13 plain (both families), 20 hash-threshold, 21 resilient.
+        for (id, gw) in [(10u32, "192.0.2.1"), (11, "198.51.100.1"), (12, "2001:db8::1"), (13, "fe80::1")] {
+            st.nexthops.insert(
+                id,
+                crate::model::NexthopObject {
+                    id,
+                    blackhole: false,
+                    hop: Some(NextHop { ifindex: 2 + rng.below(3) as u32, gateway: Some(gw.parse().unwrap()), flags: 0, weight: 1 }),
+                    group: vec![],
+                    resilient: false,
+                    n_buckets: 0,
+                    unsupported: false,
+                },
+            );
+        }
+        let members = |rng: &mut Rng| -> Vec<(u32, u32)> {
+            let mut out = Vec::new();
+            for id in 10..14u32 {
+                if rng.chance(70) {
+                    out.push((id, 1 + rng.below(3) as u32));
+                }
+            }
+            out
+        };
+        let g20 = members(rng);
+        let g21 = members(rng);
+        for (id, g, res) in [(20u32, g20, false), (21, g21, true)] {
+            if g.is_empty() {
+                continue;
+            }
+            if res {
+                let n = 4 + rng.below(4) as u16;
+                let mut b = BTreeMap::new();
+                for i in 0..n {
+                    if rng.chance(90) {
+                        b.insert(i, g[rng.below(g.len() as u64) as usize].0);
+                    }
+                }
+                st.res_buckets.insert(id, b);
+            }
+            st.nexthops.insert(
+                id,
+                crate::model::NexthopObject {
+                    id,
+                    blackhole: false,
+                    hop: None,
+                    n_buckets: if res { st.res_buckets[&id].keys().max().map_or(4, |m| m + 1) } else { 0 },
+                    group: g,
+                    resilient: res,
+                    unsupported: false,
+                },
+            );
+        }
         let r = plain_rule;
         st.rules = vec![
             r(Family::V4, 0, 255),
@@ -1392,6 +1449,25 @@ mod tests {
                 3 => RouteKind::Broadcast,
                 _ => RouteKind::Unicast,
             };
+            let hop = |rng: &mut Rng| {
+                let gw = gws[rng.below(gws.len() as u64) as usize].map(|g| g.parse().unwrap());
+                NextHop {
+                    ifindex: 2 + rng.below(3) as u32,
+                    gateway: gw,
+                    flags: if rng.chance(5) { 1 } else { 0 },
+                    weight: 1 + rng.below(3) as u32,
+                }
+            };
+            let target = match rng.below(10) {
+                0 | 1 => RouteTarget::Multipath((0..2 + rng.below(2)).map(|_| hop(rng)).collect()),
+                2 => RouteTarget::Object(if rng.chance(50) { 20 } else { 21 }),
+                _ => {
+                    let mut h = hop(rng);
+                    h.gateway = gw;
+                    h.weight = 1;
+                    RouteTarget::Single(h)
+                }
+            };
             let route = Route {
                 key: RouteKey {
                     table,
@@ -1401,12 +1477,7 @@ mod tests {
                     priority: rng.below(3) as u32,
                 },
                 kind,
-                target: RouteTarget::Single(NextHop {
-                    ifindex: 2 + rng.below(3) as u32,
-                    gateway: gw,
-                    flags: if rng.chance(5) { 1 } else { 0 },
-                    weight: 1,
-                }),
+                target,
                 mtu: if rng.chance(20) { 1400 } else { 0 },
                 mtu_locked: false,
                 encap: false,
@@ -1449,6 +1520,7 @@ mod tests {
     #[test]
     fn randomized_compute_and_reconcile_keep_every_invariant() {
         let managed: BTreeMap<u32, u32> = [(2, 1), (3, 2), (4, 3)].into_iter().collect();
+        let (mut saw_groups, mut saw_buckets) = (0, 0);
         for seed in 1..=20u64 {
             let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ seed);
             // small next-hop and FIB capacities so that overflow and id reuse happen
@@ -1457,7 +1529,7 @@ mod tests {
             } else {
                 6 + rng.below(8) as u32
             };
-            let mut ids = Ids::new(nh_cap, 64);
+            let mut ids = Ids::new(nh_cap, if seed % 2 == 1 { 5 } else { 64 });
             // Odd seeds: fixed map sizes known to the reconciler and enforced
             // by the writer (tight rewrites); even seeds: sizes vary per round.
             let fixed = Capacities {
@@ -1466,8 +1538,8 @@ mod tests {
                 nexthops: nh_cap,
                 neigh: 6,
                 ifaces: 8,
-                groups: 64,
-                buckets: 1024,
+                groups: 5,
+                buckets: 10,
             };
             let (mut r, mut m) = if seed % 2 == 1 {
                 (
@@ -1496,6 +1568,8 @@ mod tests {
                     }
                 };
                 let want = compute(&st, &managed, &caps, &mut ids);
+                saw_groups += usize::from(!want.groups.is_empty());
+                saw_buckets += usize::from(!want.res_buckets.is_empty());
                 for (id, e) in &want.nexthops {
                     assert!(*id >= 1 && *id < nh_cap);
                     if let Some(old) = m.t.nexthops.get(id) {
@@ -1545,5 +1619,6 @@ mod tests {
                 ids.release_unused(r.applied());
             }
         }
+        assert!(saw_groups > 100 && saw_buckets > 20, "{saw_groups} {saw_buckets}");
     }
 }
