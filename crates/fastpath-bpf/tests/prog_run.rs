@@ -12,6 +12,7 @@
 //!
 //!   CARGO_TARGET_DIR=/work/tgt-dp cargo test --release -p fastpath-bpf --test prog_run
 
+#[allow(dead_code)] // each test binary uses its own part of the support code
 mod support;
 
 use std::collections::BTreeSet;
@@ -314,7 +315,54 @@ fn punt_cases(world: &World) -> Vec<Case> {
     let rt6 = |rt: fp_route| move |w: &mut World| w.set_route6(lpm6("2001:db8:2::", 48), rt);
     let long4 = f4(&with4(|p| p.payload = udp(1500 - 28)));
 
+    let mp4 = |w: &mut World| {
+        w.set_group(1, 0, &[(i32::MAX, NH_GW4)]);
+        w.set_route4(lpm4("203.0.113.0", 24), route(fp_route_type::FP_RT_MULTIPATH, 1));
+    };
+    // Destination unreachable, port unreachable, quoting a UDP datagram.
+    let icmp_err = f4(&with4(|p| {
+        p.proto = 1;
+        let mut m = vec![3, 3, 0, 0, 0, 0, 0, 0];
+        m.extend(Ip4::new(v4("203.0.113.20"), v4("192.0.2.10")).bytes());
+        p.payload = m;
+    }));
+
     vec![
+        // ECMP
+        Case::punt("ICMP error over a multipath route", mp4, icmp_err, FP_R_ICMP_ERROR_ECMP),
+        Case::punt(
+            "multipath route to an unwritten group",
+            rt4(route(fp_route_type::FP_RT_MULTIPATH, 7)),
+            f4(&p4),
+            FP_R_ROUTE_UNSUPPORTED,
+        ),
+        Case::punt(
+            "multipath group whose paths are all dead",
+            move |w| {
+                w.set_group(1, 0, &[(-1, NH_GW4), (-1, NH_ONLINK_B)]);
+                w.set_route4(lpm4("203.0.113.0", 24), route(fp_route_type::FP_RT_MULTIPATH, 1));
+            },
+            f4(&p4),
+            FP_R_ROUTE_UNSUPPORTED,
+        ),
+        Case::punt(
+            "multipath path we cannot forward by (next hop 0)",
+            move |w| {
+                w.set_group(1, 0, &[(i32::MAX, 0)]);
+                w.set_route4(lpm4("203.0.113.0", 24), route(fp_route_type::FP_RT_MULTIPATH, 1));
+            },
+            f4(&p4),
+            FP_R_ROUTE_UNSUPPORTED,
+        ),
+        Case::punt(
+            "resilient group bucket missing",
+            move |w| {
+                w.set_group(1, 4, &[(0, NH_GW4)]);
+                w.set_route4(lpm4("203.0.113.0", 24), route(fp_route_type::FP_RT_MULTIPATH, 1));
+            },
+            f4(&p4),
+            FP_R_ROUTE_UNSUPPORTED,
+        ),
         // L2
         Case::punt("ARP", same, pad_to(arp, 60, 0), FP_R_NOT_IP),
         Case::punt("LLDP", same, pad_to(eth([0x01, 0x80, 0xc2, 0, 0, 0x0e], MAC_CLIENT, 0x88CC), 60, 0), FP_R_NOT_IP),
@@ -662,6 +710,60 @@ fn punt_cases(world: &World) -> Vec<Case> {
             FP_R_NO_NEIGH,
         ),
     ]
+}
+
+/// ECMP: whatever the hash, a group whose only live path is X forwards to X
+/// (dead paths have upper bound -1; a resilient group's buckets all name X),
+/// and the echo of an ICMP error is no error.
+#[test]
+fn ecmp_forwards_to_the_only_live_path() {
+    let Some((_lab, world)) = lab("ecmp_forwards_to_the_only_live_path") else { return };
+    let p = c4();
+    let p6 = c6();
+    let echo = with4(|p| {
+        p.proto = 1;
+        p.payload = vec![8, 0, 0xf7, 0xff, 0, 0, 0, 0];
+    });
+    let cases = vec![
+        Case::forward(
+            "v4 hash-threshold, first path dead",
+            move |w| {
+                w.set_group(1, 0, &[(-1, NH_ONLINK_A), (i32::MAX, NH_GW4)]);
+                w.set_route4(lpm4("203.0.113.0", 24), route(fp_route_type::FP_RT_MULTIPATH, 1));
+            },
+            f4(&p),
+            out4(&p, MAC_GW4),
+        ),
+        Case::forward(
+            "v4 hash-threshold, icmp echo",
+            move |w| {
+                w.set_group(1, 0, &[(i32::MAX, NH_GW4), (i32::MAX, NH_ONLINK_A)]);
+                w.set_route4(lpm4("203.0.113.0", 24), route(fp_route_type::FP_RT_MULTIPATH, 1));
+            },
+            f4(&echo),
+            out4(&echo, MAC_GW4),
+        ),
+        Case::forward(
+            "v6 hash-threshold, first path dead",
+            move |w| {
+                w.set_group(2, 0, &[(-1, NH_ONLINK_A), (i32::MAX, NH_GW6)]);
+                w.set_route6(lpm6("2001:db8:2::", 48), route(fp_route_type::FP_RT_MULTIPATH, 2));
+            },
+            f6(&p6),
+            out6(&p6, MAC_GW6),
+        ),
+        Case::forward(
+            "v4 resilient, every bucket to the gateway",
+            move |w| {
+                w.set_group(3, 4, &[(0, NH_GW4), (0, NH_ONLINK_A)]);
+                w.buckets = (0..4).map(|i| ((3 << 16) | i, NH_GW4)).collect();
+                w.set_route4(lpm4("203.0.113.0", 24), route(fp_route_type::FP_RT_MULTIPATH, 3));
+            },
+            f4(&p),
+            out4(&p, MAC_GW4),
+        ),
+    ];
+    run_all(&world, &cases);
 }
 
 /// FP_R_REDIRECT_FAILED needs bpf_xdp_adjust_tail() to refuse shrinking a

@@ -13,7 +13,8 @@ use crate::model::{
     RT_TABLE_MAIN,
 };
 use crate::tables::{
-    Capacities, Desired, IfaceEntry, NeighEntry, NeighKey, NexthopEntry, RouteAction, RouteEntry,
+    bucket_key, Capacities, Desired, GroupEntry, GroupKind, GroupPath, IfaceEntry, NeighEntry,
+    NeighKey, NexthopEntry, RouteAction, RouteEntry,
 };
 
 /// The `enum fp_reason` values this crate writes into punt routes. The crate
@@ -74,39 +75,60 @@ const RTNH_F_LINKDOWN: u32 = 16;
 /// FR_ACT_TO_TBL
 const FR_ACT_TO_TBL: u8 = 1;
 
-/// Stable next-hop ids: content-addressed by (ifindex, gateway), never
-/// re-pointed while a written route may still reference them.
+/// FP_GROUP_MAX_PATHS (checked against fastpath.h by a test).
+pub const FP_GROUP_MAX_PATHS: usize = 64;
+
+/// Stable ids for table entries (next hops, ECMP groups): content-addressed,
+/// never re-pointed while a written route may still reference them.
 ///
 /// An id stays reserved for its entry as long as the last `compute` wanted
 /// it or the applied tables hold it; only `release_unused` frees ids. The
 /// daemon calls it with the reconciler's shadow after each apply.
-#[derive(Debug, Default)]
-pub struct NexthopIds {
+#[derive(Debug)]
+pub struct IdAlloc<E> {
     capacity: u32,
     /// Every reserved id and the entry it stands for.
-    by_id: BTreeMap<u32, NexthopEntry>,
+    by_id: BTreeMap<u32, E>,
     /// The id an entry gets when a route wants it.
-    by_entry: BTreeMap<NexthopEntry, u32>,
-    /// Ids the last `compute` put into `Desired::nexthops`.
+    by_entry: BTreeMap<E, u32>,
+    /// Ids the last `compute` put into the desired table.
     wanted: BTreeSet<u32>,
-    /// The last `compute` found no free id for some next hop.
+    /// The last `compute` found no free id for some entry.
     starved: bool,
     /// Some entry may own several ids (only through adoption); until then
     /// releasing an id needs no search for another one.
     shared_entries: bool,
 }
 
-impl NexthopIds {
+impl<E> Default for IdAlloc<E> {
+    fn default() -> Self {
+        IdAlloc {
+            capacity: 0,
+            by_id: BTreeMap::new(),
+            by_entry: BTreeMap::new(),
+            wanted: BTreeSet::new(),
+            starved: false,
+            shared_entries: false,
+        }
+    }
+}
+
+/// Next-hop ids (fp_nexthops index).
+pub type NexthopIds = IdAlloc<NexthopEntry>;
+/// ECMP group ids (fp_groups index).
+pub type GroupIds = IdAlloc<GroupEntry>;
+
+impl<E: Ord + Clone + std::fmt::Debug> IdAlloc<E> {
     /// Ids come from 1..capacity (0 is never used: the data plane treats it as "none").
     pub fn new(capacity: u32) -> Self {
-        NexthopIds {
+        IdAlloc {
             capacity,
             ..Default::default()
         }
     }
 
     /// Forget ids that are neither in `desired` nor in the `applied` tables.
-    pub fn release_unused(&mut self, applied: &BTreeMap<u32, NexthopEntry>) {
+    pub fn release_unused(&mut self, applied: &BTreeMap<u32, E>) {
         // Ids in the maps we did not hand out (a reconciler older than this
         // allocator): adopt them so they are never handed to something else.
         for (id, entry) in applied {
@@ -118,9 +140,7 @@ impl NexthopIds {
                     }
                 }
                 Some(mine) if mine != entry => {
-                    log::error!(
-                        "next hop {id} holds {entry:?} in the maps but is allocated to {mine:?}"
-                    );
+                    log::error!("id {id} holds {entry:?} in the maps but is allocated to {mine:?}");
                 }
                 Some(_) => {}
             }
@@ -165,7 +185,7 @@ impl NexthopIds {
 
     /// Ids for `entries`, reusing reserved ones; entries missing from the
     /// result found no free id.
-    fn assign(&mut self, entries: &BTreeSet<NexthopEntry>) -> BTreeMap<NexthopEntry, u32> {
+    fn assign(&mut self, entries: &BTreeSet<E>) -> BTreeMap<E, u32> {
         let mut out = BTreeMap::new();
         let mut fresh = Vec::new();
         for e in entries {
@@ -193,6 +213,37 @@ impl NexthopIds {
         }
         self.wanted = out.values().copied().collect();
         out
+    }
+}
+
+/// The group ids fp_res_buckets keys can hold: (group << 16) | bucket.
+const MAX_GROUP_IDS: u32 = 1 << 16;
+
+/// Every id allocator `compute` needs.
+#[derive(Debug, Default)]
+pub struct Ids {
+    pub nexthops: NexthopIds,
+    pub groups: GroupIds,
+}
+
+impl Ids {
+    /// `nexthops`, `groups`: the map sizes (ids 1..size).
+    pub fn new(nexthops: u32, groups: u32) -> Ids {
+        Ids {
+            nexthops: NexthopIds::new(nexthops),
+            groups: GroupIds::new(groups.min(MAX_GROUP_IDS)),
+        }
+    }
+
+    /// See `IdAlloc::release_unused`; `applied`: what the maps hold.
+    pub fn release_unused(&mut self, applied: &Desired) {
+        self.nexthops.release_unused(&applied.nexthops);
+        self.groups.release_unused(&applied.groups);
+    }
+
+    /// Some route was punted for lack of an id (see `IdAlloc::starved`).
+    pub fn starved(&self) -> bool {
+        self.nexthops.starved() || self.groups.starved()
     }
 }
 
@@ -244,11 +295,25 @@ impl Prefix {
     }
 }
 
-/// What a prefix should do, before next-hop ids are assigned.
+/// What a prefix should do, before next-hop and group ids are assigned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Intent {
     Forward { hop: NexthopEntry, mtu: u32 },
+    Multipath { group: GroupIntent, mtu: u32 },
     Act(RouteAction),
+}
+
+/// An ECMP group before ids are assigned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct GroupIntent {
+    kind: GroupKind,
+    /// (upper bound, next hop); None: a path we cannot forward by (its
+    /// flows are punted and the kernel chooses for them).
+    paths: Vec<(i32, Option<NexthopEntry>)>,
+    n_buckets: u16,
+    origin: u32,
+    /// Resilient: (bucket index, index into `paths`), buckets we know of.
+    buckets: Vec<(u16, usize)>,
 }
 
 fn punt(reason: u8) -> Intent {
@@ -298,12 +363,12 @@ fn route_intent(fam: Family, route: &Route, state: &KernelState) -> Intent {
         RouteTarget::Multipath(hops) => match hops.as_slice() {
             [] => return punt(reason::ROUTE_UNSUPPORTED),
             [one] => one,
-            _ => return punt(reason::ECMP),
+            _ => return classic_multipath(fam, hops, route.mtu, state),
         },
         RouteTarget::Object(id) => match state.nexthops.get(id) {
             None => return punt(reason::ROUTE_UNSUPPORTED),
             Some(obj) if obj.unsupported => return punt(reason::ROUTE_UNSUPPORTED),
-            Some(obj) if !obj.group.is_empty() => return punt(reason::ECMP),
+            Some(obj) if !obj.group.is_empty() => return object_group(fam, obj, route.mtu, state),
             Some(obj) if obj.blackhole => return Intent::Act(RouteAction::Blackhole),
             Some(obj) => match &obj.hop {
                 Some(h) => h,
@@ -328,6 +393,187 @@ fn hop_intent(hop: &NextHop, route_mtu: u32) -> Intent {
         hop: NexthopEntry {
             ifindex: hop.ifindex,
             gateway: hop.gateway,
+        },
+        mtu,
+    }
+}
+
+/// Why the kernel's multipath hash of `fam` cannot be reproduced, if it cannot.
+fn mp_block(fam: Family, state: &KernelState) -> Option<String> {
+    let (policy, proto) = match fam {
+        Family::V4 => (state.sysctl.mp_policy4, "ipv4"),
+        Family::V6 => (state.sysctl.mp_policy6, "ipv6"),
+    };
+    let name = family_name(fam);
+    if state.sysctl.mp_seed == 0 {
+        return Some(format!(
+            "{name} multipath routes punted: set net.ipv4.fib_multipath_hash_seed to a non-zero value to fast-path ECMP: the kernel's random seed cannot be reproduced"
+        ));
+    }
+    if policy > 1 {
+        return Some(format!(
+            "{name} multipath routes punted: net.{proto}.fib_multipath_hash_policy is {policy}; only 0 (L3) and 1 (L4) are implemented, set it to one of them to fast-path ECMP"
+        ));
+    }
+    None
+}
+
+/// DIV_ROUND_CLOSEST_ULL(w << 31, total) - 1: the last hash of a path whose
+/// cumulative weight is `w` (fib_rebalance, rt6_upper_bound_set,
+/// nh_hthr_group_rebalance all compute it so).
+fn upper_bound(w: u64, total: u64) -> i32 {
+    let b = ((w << 31) + total / 2) / total;
+    // b <= 2^31, so b - 1 fits.
+    (b as i64 - 1) as i32
+}
+
+/// A member we can forward by: a plain next hop on an interface.
+fn path_hop(hop: &NextHop) -> Option<NexthopEntry> {
+    if hop.ifindex == 0 || hop.flags & (RTNH_F_DEAD | RTNH_F_LINKDOWN) != 0 {
+        return None;
+    }
+    Some(NexthopEntry {
+        ifindex: hop.ifindex,
+        gateway: hop.gateway,
+    })
+}
+
+/// A multipath route (RTA_MULTIPATH), in the order netlink reports the
+/// members, which is the order the kernel rebalances and selects in (IPv4:
+/// fib_info's nexthops; IPv6: the first sibling, then its sibling list).
+///
+/// A member is dead for the hash when it has RTNH_F_DEAD, or RTNH_F_LINKDOWN
+/// while the device ignores link-down routes (IPv4: all || dev, IPv6: dev);
+/// dead members get -1 and the live ones share 2^31 by weight.
+fn classic_multipath(fam: Family, hops: &[NextHop], mtu: u32, state: &KernelState) -> Intent {
+    if hops.len() > FP_GROUP_MAX_PATHS {
+        return punt(reason::ECMP);
+    }
+    if mp_block(fam, state).is_some() {
+        return punt(reason::ECMP);
+    }
+    let mut dead = Vec::with_capacity(hops.len());
+    for h in hops {
+        let d = if h.flags & RTNH_F_DEAD != 0 {
+            true
+        } else if h.flags & RTNH_F_LINKDOWN != 0 {
+            // Without the device's sysctls we cannot tell how the kernel
+            // weighs this path.
+            let Some(sys) = state.if_sysctl.get(&h.ifindex) else {
+                return punt(reason::ROUTE_UNSUPPORTED);
+            };
+            match fam {
+                Family::V4 => state.sysctl.ignore_linkdown4_all || sys.ignore_linkdown4,
+                Family::V6 => sys.ignore_linkdown6,
+            }
+        } else {
+            false
+        };
+        dead.push(d);
+    }
+    let total: u64 = hops
+        .iter()
+        .zip(&dead)
+        .filter(|(_, d)| !**d)
+        .map(|(h, _)| u64::from(h.weight))
+        .sum();
+    let mut w = 0u64;
+    let mut paths = Vec::with_capacity(hops.len());
+    for (h, d) in hops.iter().zip(&dead) {
+        if *d || total == 0 {
+            paths.push((-1, None));
+            continue;
+        }
+        w += u64::from(h.weight);
+        paths.push((upper_bound(w, total), path_hop(h)));
+    }
+    Intent::Multipath {
+        group: GroupIntent {
+            kind: GroupKind::HashThreshold,
+            paths,
+            n_buckets: 0,
+            origin: 0,
+            buckets: Vec::new(),
+        },
+        mtu,
+    }
+}
+
+/// A route to a next-hop group object (`ip nexthop add id N group ...`).
+///
+/// Hash-threshold: bounds over all members (nh_hthr_group_rebalance; the
+/// kernel removes a member whose device goes down rather than marking it).
+/// Resilient: the bucket table as dumped; a bucket we do not know, or whose
+/// member we cannot forward by, is left out and its flows punt.
+fn object_group(
+    fam: Family,
+    obj: &crate::model::NexthopObject,
+    mtu: u32,
+    state: &KernelState,
+) -> Intent {
+    if obj.group.len() > FP_GROUP_MAX_PATHS {
+        return punt(reason::ECMP);
+    }
+    if mp_block(fam, state).is_some() {
+        return punt(reason::ECMP);
+    }
+    let member = |id: u32| -> Option<NexthopEntry> {
+        let m = state.nexthops.get(&id)?;
+        if m.blackhole || m.unsupported || !m.group.is_empty() {
+            return None;
+        }
+        path_hop(m.hop.as_ref()?)
+    };
+    if !obj.resilient {
+        let total: u64 = obj.group.iter().map(|(_, w)| u64::from(*w)).sum();
+        if total == 0 {
+            return punt(reason::ROUTE_UNSUPPORTED);
+        }
+        let mut w = 0u64;
+        let paths = obj
+            .group
+            .iter()
+            .map(|(id, weight)| {
+                w += u64::from(*weight);
+                (upper_bound(w, total), member(*id))
+            })
+            .collect();
+        return Intent::Multipath {
+            group: GroupIntent {
+                kind: GroupKind::HashThreshold,
+                paths,
+                n_buckets: 0,
+                origin: 0,
+                buckets: Vec::new(),
+            },
+            mtu,
+        };
+    }
+    let known = state.res_buckets.get(&obj.id);
+    let (n, Some(known)) = (obj.n_buckets, known) else {
+        return punt(reason::ECMP);
+    };
+    if n == 0 || known.is_empty() {
+        return punt(reason::ECMP);
+    }
+    let paths: Vec<(i32, Option<NexthopEntry>)> =
+        obj.group.iter().map(|(id, _)| (0, member(*id))).collect();
+    let buckets = known
+        .iter()
+        .filter(|(index, _)| **index < n)
+        .filter_map(|(index, nh)| {
+            let pos = obj.group.iter().position(|(id, _)| id == nh)?;
+            paths[pos].1.as_ref()?;
+            Some((*index, pos))
+        })
+        .collect();
+    Intent::Multipath {
+        group: GroupIntent {
+            kind: GroupKind::Resilient,
+            paths,
+            n_buckets: n,
+            origin: obj.id,
+            buckets,
         },
         mtu,
     }
@@ -426,7 +672,9 @@ fn pick<'a>(fam: Family, mut routes: Vec<(Prefix, &'a Route)>, state: &KernelSta
 /// local, broadcast), or forwards exactly like `m`.
 fn merge_covered(fam: Family, l: &Intent, m: Intent) -> Intent {
     match (fam, l) {
-        (Family::V4, Intent::Forward { .. }) if *l != m => punt(reason::ROUTE_UNSUPPORTED),
+        (Family::V4, Intent::Forward { .. } | Intent::Multipath { .. }) if *l != m => {
+            punt(reason::ROUTE_UNSUPPORTED)
+        }
         _ => l.clone(),
     }
 }
@@ -535,7 +783,7 @@ const SRC_PUNTED4: &[(u32, u8)] = &[
 /// punts (broadcast, throw, TOS-specific, ...), as rp_filter.
 fn src_check4(fib4: &BTreeMap<(Ipv4Addr, u8), RouteEntry>, state: &KernelState) -> (BTreeMap<Ipv4Addr, u8>, bool) {
     let refusal = |e: &RouteEntry| match e.action {
-        RouteAction::Forward { .. } => None,
+        RouteAction::Forward { .. } | RouteAction::Multipath { .. } => None,
         RouteAction::Punt { reason: r } if r == reason::ECMP => None,
         RouteAction::Local => Some(reason::MARTIAN),
         _ => Some(reason::RP_FILTER),
@@ -571,7 +819,7 @@ pub fn compute(
     state: &KernelState,
     managed: &BTreeMap<u32, u32>,
     caps: &Capacities,
-    ids: &mut NexthopIds,
+    ids: &mut Ids,
 ) -> Desired {
     let mut d = Desired::default();
 
@@ -600,19 +848,64 @@ pub fn compute(
     let fib4 = fib_intents(state, Family::V4);
     let fib6 = fib_intents(state, Family::V6);
     // Few distinct next hops behind many prefixes: dedup by hash first.
-    let hops: HashSet<&NexthopEntry> = fib4
-        .iter()
-        .chain(fib6.iter())
-        .filter_map(|(_, i)| match i {
-            Intent::Forward { hop, .. } => Some(hop),
-            Intent::Act(_) => None,
-        })
-        .collect();
+    let mut hops: HashSet<&NexthopEntry> = HashSet::new();
+    for (_, i) in fib4.iter().chain(fib6.iter()) {
+        match i {
+            Intent::Forward { hop, .. } => {
+                hops.insert(hop);
+            }
+            Intent::Multipath { group, .. } => {
+                hops.extend(group.paths.iter().filter_map(|(_, h)| h.as_ref()));
+            }
+            Intent::Act(_) => {}
+        }
+    }
     let hops: BTreeSet<NexthopEntry> = hops.into_iter().cloned().collect();
-    let assigned = ids.assign(&hops);
+    let assigned = ids.nexthops.assign(&hops);
     for (hop, id) in &assigned {
         d.nexthops.insert(*id, hop.clone());
     }
+    // Groups with their next-hop ids; a member that found no id gets 0.
+    let group_entry = |g: &GroupIntent| -> GroupEntry {
+        GroupEntry {
+            kind: g.kind,
+            paths: g
+                .paths
+                .iter()
+                .map(|(b, h)| GroupPath {
+                    upper_bound: *b,
+                    nh_id: h.as_ref().and_then(|h| assigned.get(h)).copied().unwrap_or(0),
+                })
+                .collect(),
+            n_buckets: g.n_buckets,
+            origin: g.origin,
+        }
+    };
+    let mut groups: BTreeMap<GroupEntry, &GroupIntent> = BTreeMap::new();
+    for (_, i) in fib4.iter().chain(fib6.iter()) {
+        if let Intent::Multipath { group, .. } = i {
+            groups.insert(group_entry(group), group);
+        }
+    }
+    let group_set: BTreeSet<GroupEntry> = groups.keys().cloned().collect();
+    let group_ids = ids.groups.assign(&group_set);
+    for (entry, gid) in &group_ids {
+        if let Some(g) = groups.get(entry) {
+            for (index, pos) in &g.buckets {
+                let nh = entry.paths.get(*pos).map(|p| p.nh_id).unwrap_or(0);
+                if nh != 0 {
+                    d.res_buckets.insert(bucket_key(*gid, *index), nh);
+                }
+            }
+        }
+        d.groups.insert(*gid, entry.clone());
+    }
+    let table_full = RouteEntry {
+        action: RouteAction::Punt {
+            reason: reason::TABLE_FULL,
+        },
+        mtu: 0,
+    };
     let entry = |i: Intent| -> RouteEntry {
         match i {
             Intent::Forward { hop, mtu } => match assigned.get(&hop) {
@@ -621,12 +914,14 @@ pub fn compute(
                     mtu,
                 },
                 // No id to give: this prefix must not fall back to a shorter route.
-                None => RouteEntry {
-                    action: RouteAction::Punt {
-                        reason: reason::TABLE_FULL,
-                    },
-                    mtu: 0,
+                None => table_full,
+            },
+            Intent::Multipath { group, mtu } => match group_ids.get(&group_entry(&group)) {
+                Some(gid) => RouteEntry {
+                    action: RouteAction::Multipath { group: *gid },
+                    mtu,
                 },
+                None => table_full,
             },
             Intent::Act(action) => RouteEntry { action, mtu: 0 },
         }
@@ -641,11 +936,31 @@ pub fn compute(
     } else {
         d.src_deny4 = deny;
     }
-    if ids.starved() {
+    if ids.nexthops.starved() {
         d.problems.push(format!(
             "next-hop ids exhausted (capacity {}): some routes punted until ids are released",
-            ids.capacity()
+            ids.nexthops.capacity()
         ));
+    }
+    if ids.groups.starved() {
+        d.problems.push(format!(
+            "ECMP group ids exhausted (capacity {}): some multipath routes punted until ids are released",
+            ids.groups.capacity()
+        ));
+    }
+    d.switches.mp_policy4 = state.sysctl.mp_policy4;
+    d.switches.mp_policy6 = state.sysctl.mp_policy6;
+    d.switches.mp_seed = state.sysctl.mp_seed;
+    for (fam, fib_ecmp) in [
+        (Family::V4, d.fib4.values().filter(|e| e.action == RouteAction::Punt { reason: reason::ECMP }).count()),
+        (Family::V6, d.fib6.values().filter(|e| e.action == RouteAction::Punt { reason: reason::ECMP }).count()),
+    ] {
+        if fib_ecmp == 0 {
+            continue;
+        }
+        if let Some(why) = mp_block(fam, state) {
+            d.problems.push(why);
+        }
     }
 
     for n in state.neighbours.values() {
@@ -713,6 +1028,20 @@ pub fn compute(
             "next-hop table",
             hops.len() + 1,
             caps.nexthops,
+            "IPv4 and IPv6",
+        ),
+        (
+            BOTH,
+            "ECMP group table",
+            group_set.len() + 1,
+            caps.groups,
+            "IPv4 and IPv6",
+        ),
+        (
+            BOTH,
+            "resilient bucket table",
+            d.res_buckets.len(),
+            caps.buckets,
             "IPv4 and IPv6",
         ),
         (
@@ -875,6 +1204,7 @@ mod tests {
                     rp_filter: 0,
                     mtu6: l.mtu,
                     disable_ipv6: false,
+                    ..Default::default()
                 },
             );
             st.links.insert(l.ifindex, l);
@@ -895,6 +1225,8 @@ mod tests {
             nexthops: 100,
             neigh: 1000,
             ifaces: 256,
+            groups: 64,
+            buckets: 1024,
         }
     }
 
@@ -941,7 +1273,7 @@ mod tests {
             st,
             &managed(),
             &caps(),
-            &mut NexthopIds::new(caps().nexthops),
+            &mut Ids::new(caps().nexthops, 64),
         )
     }
 
@@ -1054,6 +1386,7 @@ mod tests {
                     rp_filter: k.rpf,
                     mtu6: 1400,
                     disable_ipv6: k.dis6,
+                    ..Default::default()
                 },
             );
             st.sysctl.forwarding6_all = k.all6;
@@ -1071,7 +1404,7 @@ mod tests {
         let mut m = managed();
         m.insert(1, 7); // lo: no MAC, no entry
         m.insert(99, 8); // vanished link
-        let d = compute(&st, &m, &caps(), &mut NexthopIds::new(100));
+        let d = compute(&st, &m, &caps(), &mut Ids::new(100, 64));
         assert_eq!(d.ifaces.keys().copied().collect::<Vec<_>>(), vec![2, 3]);
         assert_eq!(
             d.ifaces[&2],
@@ -1250,7 +1583,7 @@ mod tests {
         // A deny set larger than the map falls back to the LPM too.
         let mut c = caps();
         c.fib4 = 3;
-        let mut ids = NexthopIds::new(c.nexthops);
+        let mut ids = Ids::new(c.nexthops, 64);
         let d = compute(&st, &managed(), &c, &mut ids);
         assert_eq!(d.switches.src_lpm, Family::V4.bit());
         assert!(d.src_deny4.is_empty());
@@ -1443,6 +1776,7 @@ mod tests {
             hop: None,
             group: vec![],
             resilient: false,
+            n_buckets: 0,
             unsupported: false,
         }
     }
@@ -1833,12 +2167,14 @@ mod tests {
             nexthops: 5,
             neigh: 2,
             ifaces: 2,
+            groups: 64,
+            buckets: 1024,
         };
-        let d = compute(&st, &managed(), &c, &mut NexthopIds::new(5));
+        let d = compute(&st, &managed(), &c, &mut Ids::new(5, 64));
         assert_eq!(d.switches.table_full, 0, "{:?}", d.problems);
 
         let c9 = Capacities { fib4: 9, ..c };
-        let d = compute(&st, &managed(), &c9, &mut NexthopIds::new(5));
+        let d = compute(&st, &managed(), &c9, &mut Ids::new(5, 64));
         assert_eq!(d.switches.table_full, Family::V4.bit());
         assert_eq!(
             d.problems,
@@ -1847,7 +2183,7 @@ mod tests {
         assert_eq!(d.fib4.len(), 10, "the full table is still computed");
 
         let c3 = Capacities { fib6: 3, ..c };
-        let d = compute(&st, &managed(), &c3, &mut NexthopIds::new(5));
+        let d = compute(&st, &managed(), &c3, &mut Ids::new(5, 64));
         assert_eq!(d.switches.table_full, Family::V6.bit());
         assert_eq!(
             d.problems,
@@ -1856,7 +2192,7 @@ mod tests {
 
         // 4 next hops + the unused id 0 do not fit 4
         let c4 = Capacities { nexthops: 4, ..c };
-        let d = compute(&st, &managed(), &c4, &mut NexthopIds::new(4));
+        let d = compute(&st, &managed(), &c4, &mut Ids::new(4, 64));
         assert_eq!(d.switches.table_full, 3);
         assert!(d
             .problems
@@ -1885,7 +2221,7 @@ mod tests {
                 },
             );
         }
-        let d = compute(&st, &managed(), &c, &mut NexthopIds::new(5));
+        let d = compute(&st, &managed(), &c, &mut Ids::new(5, 64));
         assert_eq!(d.switches.table_full, 3);
         assert_eq!(
             d.problems,
@@ -1898,7 +2234,7 @@ mod tests {
 
     #[test]
     fn nexthop_ids_are_stable_and_never_repointed_while_applied() {
-        let mut ids = NexthopIds::new(8);
+        let mut ids = Ids::new(8, 64);
         let mut st = base();
         add(&mut st, via(rt("10.0.1.0", 24), 2, Some("192.0.2.1")));
         add(&mut st, via(rt("10.0.2.0", 24), 2, Some("192.0.2.2")));
@@ -1924,7 +2260,7 @@ mod tests {
             a => panic!("{a:?}"),
         };
         assert_ne!(id_c, id_a);
-        ids.release_unused(&applied); // A still applied: stays reserved
+        ids.nexthops.release_unused(&applied); // A still applied: stays reserved
         add(&mut st, via(rt("10.0.5.0", 24), 3, Some("203.0.113.5")));
         let d2b = compute(&st, &managed(), &caps(), &mut ids);
         assert!(
@@ -1944,8 +2280,8 @@ mod tests {
         assert!(!d4.nexthops.contains_key(&id_a));
 
         // once the maps no longer hold A, its id can be reused
-        ids.release_unused(&d4.nexthops);
-        assert_eq!(ids.reserved(), d4.nexthops.len());
+        ids.nexthops.release_unused(&d4.nexthops);
+        assert_eq!(ids.nexthops.reserved(), d4.nexthops.len());
         add(&mut st, via(rt("10.0.4.0", 24), 3, Some("203.0.113.9")));
         let d5 = compute(&st, &managed(), &caps(), &mut ids);
         assert_eq!(d5.nexthops.get(&id_a), Some(&nh(3, Some("203.0.113.9"))));
@@ -1953,7 +2289,7 @@ mod tests {
 
     #[test]
     fn nexthop_id_starvation_punts_and_recovers() {
-        let mut ids = NexthopIds::new(3); // ids 1 and 2
+        let mut ids = Ids::new(3, 64); // ids 1 and 2
         let mut st = base();
         add(&mut st, via(rt("10.0.1.0", 24), 2, Some("192.0.2.1")));
         add(&mut st, via(rt("10.0.2.0", 24), 2, Some("192.0.2.2")));
@@ -1963,7 +2299,7 @@ mod tests {
         };
         let d1 = compute(&st, &managed(), &c, &mut ids);
         assert!(!ids.starved());
-        ids.release_unused(&d1.nexthops);
+        ids.nexthops.release_unused(&d1.nexthops);
         // replace both next hops: the old ids are still in the maps
         st.routes.clear();
         add(&mut st, via(rt("10.0.1.0", 24), 3, Some("203.0.113.1")));
@@ -1979,7 +2315,7 @@ mod tests {
             .any(|p| p.starts_with("next-hop ids exhausted")));
         assert_eq!(d2.switches.table_full, 0, "the table itself fits");
         // the reconciler wrote d2 (old ids deleted), release, compute again
-        ids.release_unused(&d2.nexthops);
+        ids.nexthops.release_unused(&d2.nexthops);
         let d3 = compute(&st, &managed(), &c, &mut ids);
         assert!(!ids.starved());
         assert_eq!(fwd(&d3, "10.0.1.0", 24), nh(3, Some("203.0.113.1")));
@@ -1988,10 +2324,10 @@ mod tests {
 
     #[test]
     fn nexthop_ids_adopt_what_the_maps_hold() {
-        let mut ids = NexthopIds::new(8);
+        let mut ids = Ids::new(8, 64);
         let applied: BTreeMap<u32, NexthopEntry> =
             [(1, nh(2, None)), (2, nh(3, None))].into_iter().collect();
-        ids.release_unused(&applied);
+        ids.nexthops.release_unused(&applied);
         let mut st = base();
         add(&mut st, via(rt("10.0.1.0", 24), 3, None));
         add(&mut st, via(rt("10.0.2.0", 24), 2, Some("192.0.2.1")));
@@ -2117,6 +2453,310 @@ mod tests {
         }
     }
 
+
+    /// `base` with a user hash seed, so that multipath can be fast-pathed.
+    fn ecmp_base() -> KernelState {
+        let mut st = base();
+        st.sysctl.mp_seed = 0x1234;
+        st
+    }
+
+    #[test]
+    fn group_max_paths_matches_header() {
+        let line = FASTPATH_H
+            .lines()
+            .find(|l| l.starts_with("#define FP_GROUP_MAX_PATHS"))
+            .expect("FP_GROUP_MAX_PATHS");
+        assert_eq!(line.split_whitespace().nth(2), Some(&*FP_GROUP_MAX_PATHS.to_string()));
+    }
+
+    fn weighted(ifindex: u32, gw: &str, weight: u32, flags: u32) -> NextHop {
+        NextHop {
+            ifindex,
+            gateway: Some(ip(gw)),
+            flags,
+            weight,
+        }
+    }
+
+    fn mp(dst: &str, len: u8, hops: Vec<NextHop>) -> Route {
+        let mut r = rt(dst, len);
+        r.target = RouteTarget::Multipath(hops);
+        r
+    }
+
+    /// The group a multipath route resolves to, with next hops instead of ids.
+    fn group_of(d: &Desired, dst: &str, len: u8) -> (GroupKind, Vec<(i32, Option<NexthopEntry>)>) {
+        let RouteAction::Multipath { group } = act(d, dst, len) else {
+            panic!("{dst}/{len}: expected multipath, got {:?}", act(d, dst, len));
+        };
+        let g = &d.groups[&group];
+        let paths = g
+            .paths
+            .iter()
+            .map(|p| (p.upper_bound, (p.nh_id != 0).then(|| d.nexthops[&p.nh_id].clone())))
+            .collect();
+        (g.kind, paths)
+    }
+
+    #[test]
+    fn upper_bounds_like_the_kernel() {
+        // DIV_ROUND_CLOSEST_ULL(w << 31, total) - 1
+        assert_eq!(upper_bound(1, 2), (1 << 30) - 1);
+        assert_eq!(upper_bound(2, 2), i32::MAX);
+        assert_eq!(upper_bound(1, 3), 715_827_882); // round(2^31/3) = 715827883
+        assert_eq!(upper_bound(2, 3), 1_431_655_764); // round(2^32/3) = 1431655765
+        assert_eq!(upper_bound(65536 * 64, 65536 * 64), i32::MAX);
+    }
+
+    #[test]
+    fn classic_multipath_v4_v6_weights_and_dead_members() {
+        let mut st = ecmp_base();
+        add(
+            &mut st,
+            mp("198.51.100.0", 24, vec![weighted(2, "192.0.2.1", 1, 0), weighted(3, "203.0.113.1", 2, 0)]),
+        );
+        add(
+            &mut st,
+            mp("2001:db8:1::", 64, vec![weighted(2, "fe80::1", 1, 0), weighted(3, "fe80::2", 1, 0)]),
+        );
+        // a dead member keeps its place with -1, the live ones share 2^31
+        add(
+            &mut st,
+            mp(
+                "203.0.113.128",
+                25,
+                vec![
+                    weighted(2, "192.0.2.1", 1, RTNH_F_DEAD | RTNH_F_LINKDOWN),
+                    weighted(3, "203.0.113.1", 1, 0),
+                    weighted(3, "203.0.113.2", 3, 0),
+                ],
+            ),
+        );
+        let d = run(&st);
+        let (k, paths) = group_of(&d, "198.51.100.0", 24);
+        assert_eq!(k, GroupKind::HashThreshold);
+        assert_eq!(
+            paths,
+            vec![
+                (715_827_882, Some(nh(2, Some("192.0.2.1")))),
+                (i32::MAX, Some(nh(3, Some("203.0.113.1")))),
+            ]
+        );
+        let (_, paths) = group_of(&d, "2001:db8:1::", 64);
+        assert_eq!(
+            paths,
+            vec![((1 << 30) - 1, Some(nh(2, Some("fe80::1")))), (i32::MAX, Some(nh(3, Some("fe80::2"))))]
+        );
+        let (_, paths) = group_of(&d, "203.0.113.128", 25);
+        assert_eq!(
+            paths,
+            vec![
+                (-1, None),
+                ((1 << 29) - 1, Some(nh(3, Some("203.0.113.1")))),
+                (i32::MAX, Some(nh(3, Some("203.0.113.2")))),
+            ]
+        );
+        // multipath routes are unicast for the source check
+        assert!(d.switches.src_lpm == 0 || d.src_deny4.is_empty());
+        assert_eq!(d.switches.mp_seed, 0x1234);
+
+        // link-down: dead only where the device ignores link-down routes
+        let linkdown = |st: &KernelState| {
+            let mut st = st.clone();
+            st.routes.clear();
+            add(
+                &mut st,
+                mp("198.51.100.0", 24, vec![weighted(2, "192.0.2.1", 1, RTNH_F_LINKDOWN), weighted(3, "203.0.113.1", 1, 0)]),
+            );
+            add(
+                &mut st,
+                mp("2001:db8:1::", 64, vec![weighted(2, "fe80::1", 1, RTNH_F_LINKDOWN), weighted(3, "fe80::2", 1, 0)]),
+            );
+            let d = run(&st);
+            (group_of(&d, "198.51.100.0", 24).1[0].0, group_of(&d, "2001:db8:1::", 64).1[0].0)
+        };
+        // not ignored: the kernel still hashes to it (we punt its flows: the path is not forwardable)
+        assert_eq!(linkdown(&st), ((1 << 30) - 1, (1 << 30) - 1));
+        let mut ign = st.clone();
+        ign.sysctl.ignore_linkdown4_all = true;
+        assert_eq!(linkdown(&ign), (-1, (1 << 30) - 1));
+        let mut ign = st.clone();
+        ign.if_sysctl.get_mut(&2).unwrap().ignore_linkdown6 = true;
+        assert_eq!(linkdown(&ign), ((1 << 30) - 1, -1));
+        let mut ign = st.clone();
+        ign.if_sysctl.get_mut(&2).unwrap().ignore_linkdown4 = true;
+        assert_eq!(linkdown(&ign), (-1, (1 << 30) - 1));
+    }
+
+    #[test]
+    fn unforwardable_member_gets_no_next_hop_but_keeps_its_share() {
+        let mut st = ecmp_base();
+        add(&mut st, mp("198.51.100.0", 24, vec![weighted(0, "192.0.2.1", 1, 0), weighted(3, "203.0.113.1", 1, 0)]));
+        let d = run(&st);
+        assert_eq!(
+            group_of(&d, "198.51.100.0", 24).1,
+            vec![((1 << 30) - 1, None), (i32::MAX, Some(nh(3, Some("203.0.113.1"))))]
+        );
+        let RouteAction::Multipath { group } = act(&d, "198.51.100.0", 24) else { panic!() };
+        assert_eq!(d.groups[&group].paths[0].nh_id, 0);
+    }
+
+    #[test]
+    fn identical_groups_share_an_id_and_changed_ones_get_a_new_one() {
+        let mut st = ecmp_base();
+        let hops = vec![weighted(2, "192.0.2.1", 1, 0), weighted(3, "203.0.113.1", 1, 0)];
+        add(&mut st, mp("198.51.100.0", 24, hops.clone()));
+        add(&mut st, mp("203.0.113.0", 24, hops.clone()));
+        let mut ids = Ids::new(100, 64);
+        let d1 = compute(&st, &managed(), &caps(), &mut ids);
+        assert_eq!(d1.groups.len(), 1);
+        assert_eq!(act(&d1, "198.51.100.0", 24), act(&d1, "203.0.113.0", 24));
+        ids.release_unused(&d1);
+        let mut hops2 = hops.clone();
+        hops2[0].weight = 2;
+        add(&mut st, mp("203.0.113.0", 24, hops2));
+        let d2 = compute(&st, &managed(), &caps(), &mut ids);
+        assert_eq!(d2.groups.len(), 2);
+        assert_ne!(act(&d2, "198.51.100.0", 24), act(&d2, "203.0.113.0", 24));
+        assert_eq!(act(&d2, "198.51.100.0", 24), act(&d1, "198.51.100.0", 24), "unchanged group keeps its id");
+    }
+
+    #[test]
+    fn hash_settings_we_cannot_reproduce_punt_with_a_problem() {
+        let mut st = ecmp_base();
+        add(&mut st, mp("198.51.100.0", 24, vec![weighted(2, "192.0.2.1", 1, 0), weighted(3, "203.0.113.1", 1, 0)]));
+        add(&mut st, mp("2001:db8:1::", 64, vec![weighted(2, "fe80::1", 1, 0), weighted(3, "fe80::2", 1, 0)]));
+        add(&mut st, via(rt("192.0.2.0", 24), 2, None));
+
+        let mut seed0 = st.clone();
+        seed0.sysctl.mp_seed = 0;
+        let d = run(&seed0);
+        assert_eq!(act(&d, "198.51.100.0", 24), p(reason::ECMP));
+        assert_eq!(act(&d, "2001:db8:1::", 64), p(reason::ECMP));
+        assert_eq!(fwd(&d, "192.0.2.0", 24), nh(2, None), "single-path routes are unaffected");
+        assert!(d.groups.is_empty());
+        assert_eq!(d.problems.len(), 2, "{:?}", d.problems);
+        assert!(d.problems.iter().all(|p| p.contains("set net.ipv4.fib_multipath_hash_seed to a non-zero value")));
+        assert_eq!(d.switches.table_full | d.switches.policy_punt, 0);
+
+        let mut pol = st.clone();
+        pol.sysctl.mp_policy6 = 2;
+        pol.sysctl.mp_policy4 = 1;
+        let d = run(&pol);
+        assert!(matches!(act(&d, "198.51.100.0", 24), RouteAction::Multipath { .. }));
+        assert_eq!(act(&d, "2001:db8:1::", 64), p(reason::ECMP));
+        assert_eq!(d.switches.mp_policy4, 1);
+        assert_eq!(d.problems.len(), 1);
+        assert!(d.problems[0].starts_with("IPv6 multipath routes punted: net.ipv6.fib_multipath_hash_policy is 2"));
+
+        // no multipath route: no problem line for a random seed
+        let mut plain = ecmp_base();
+        plain.sysctl.mp_seed = 0;
+        add(&mut plain, via(rt("192.0.2.0", 24), 2, None));
+        assert!(run(&plain).problems.is_empty());
+    }
+
+    #[test]
+    fn more_paths_than_the_data_plane_holds_punt() {
+        let mut st = ecmp_base();
+        let many: Vec<NextHop> = (0..65).map(|i| weighted(2, &format!("192.0.2.{}", i + 1), 1, 0)).collect();
+        add(&mut st, mp("198.51.100.0", 24, many.clone()));
+        add(&mut st, mp("203.0.113.0", 24, many[..64].to_vec()));
+        let d = run(&st);
+        assert_eq!(act(&d, "198.51.100.0", 24), p(reason::ECMP));
+        assert_eq!(group_of(&d, "203.0.113.0", 24).1.len(), 64);
+        let mut st = ecmp_base();
+        for i in 0..65u32 {
+            st.nexthops.insert(100 + i, NexthopObject { hop: Some(hop(2, Some(&format!("192.0.2.{}", i + 1)))), ..obj(100 + i) });
+        }
+        st.nexthops.insert(1, NexthopObject { group: (100..165).map(|i| (i, 1)).collect(), ..obj(1) });
+        let mut r = rt("198.51.100.0", 24);
+        r.target = RouteTarget::Object(1);
+        add(&mut st, r);
+        assert_eq!(act(&run(&st), "198.51.100.0", 24), p(reason::ECMP));
+    }
+
+    fn group_objects(st: &mut KernelState) {
+        st.nexthops.insert(10, NexthopObject { hop: Some(hop(2, Some("192.0.2.1"))), ..obj(10) });
+        st.nexthops.insert(11, NexthopObject { hop: Some(hop(3, Some("203.0.113.1"))), ..obj(11) });
+        st.nexthops.insert(12, NexthopObject { blackhole: true, ..obj(12) });
+        st.nexthops.insert(20, NexthopObject { group: vec![(10, 1), (11, 300)], ..obj(20) });
+        st.nexthops.insert(
+            21,
+            NexthopObject { group: vec![(10, 1), (11, 1)], resilient: true, n_buckets: 4, ..obj(21) },
+        );
+        st.res_buckets.insert(21, [(0, 10), (1, 11), (2, 10), (3, 11)].into_iter().collect());
+        let mut r = rt("198.51.100.0", 24);
+        r.target = RouteTarget::Object(20);
+        add(st, r);
+        let mut r = rt("2001:db8:1::", 64);
+        r.target = RouteTarget::Object(21);
+        add(st, r);
+    }
+
+    #[test]
+    fn next_hop_group_objects_hash_threshold_and_resilient() {
+        let mut st = ecmp_base();
+        group_objects(&mut st);
+        let d = run(&st);
+        let (k, paths) = group_of(&d, "198.51.100.0", 24);
+        assert_eq!(k, GroupKind::HashThreshold);
+        assert_eq!(
+            paths,
+            vec![(upper_bound(1, 301), Some(nh(2, Some("192.0.2.1")))), (i32::MAX, Some(nh(3, Some("203.0.113.1"))))]
+        );
+        let RouteAction::Multipath { group } = act(&d, "2001:db8:1::", 64) else { panic!() };
+        let g = &d.groups[&group];
+        assert_eq!((g.kind, g.n_buckets, g.origin), (GroupKind::Resilient, 4, 21));
+        let ids: Vec<u32> = g.paths.iter().map(|p| p.nh_id).collect();
+        let want: BTreeMap<u32, u32> = [(0, ids[0]), (1, ids[1]), (2, ids[0]), (3, ids[1])]
+            .into_iter()
+            .map(|(i, n)| (bucket_key(group, i), n))
+            .collect();
+        assert_eq!(d.res_buckets, want);
+
+        // a bucket still naming a member that left the group is left out (punts)
+        let mut st2 = st.clone();
+        st2.res_buckets.get_mut(&21).unwrap().insert(3, 99);
+        let d2 = run(&st2);
+        assert_eq!(d2.res_buckets.len(), 3);
+        // buckets not dumped yet: the route punts rather than guess
+        let mut st3 = st.clone();
+        st3.res_buckets.clear();
+        assert_eq!(act(&run(&st3), "2001:db8:1::", 64), p(reason::ECMP));
+        // a blackhole member we cannot forward by: its path has no next hop
+        let mut st4 = st.clone();
+        st4.nexthops.insert(20, NexthopObject { group: vec![(12, 1), (11, 1)], ..obj(20) });
+        assert_eq!(group_of(&run(&st4), "198.51.100.0", 24).1[0], ((1 << 30) - 1, None));
+    }
+
+    #[test]
+    fn group_capacity_and_id_starvation() {
+        let mut st = ecmp_base();
+        for i in 0..3u32 {
+            add(
+                &mut st,
+                mp(&format!("10.0.{i}.0"), 24, vec![weighted(2, "192.0.2.1", 1 + i, 0), weighted(3, "203.0.113.1", 1, 0)]),
+            );
+        }
+        let c = Capacities { groups: 3, ..caps() };
+        let mut ids = Ids::new(100, 3);
+        let d = compute(&st, &managed(), &c, &mut ids);
+        assert!(ids.starved());
+        assert_eq!(d.groups.len(), 2);
+        assert_eq!(d.fib4.values().filter(|e| e.action == p(reason::TABLE_FULL)).count(), 1);
+        assert_eq!(d.switches.table_full, 3);
+        assert!(d.problems.iter().any(|p| p == "ECMP group table needs 4 entries, capacity 3: IPv4 and IPv6 punted"));
+        assert!(d.problems.iter().any(|p| p.starts_with("ECMP group ids exhausted")));
+
+        let mut st = ecmp_base();
+        group_objects(&mut st);
+        let c = Capacities { buckets: 3, ..caps() };
+        let d = compute(&st, &managed(), &c, &mut Ids::new(100, 64));
+        assert_eq!(d.switches.table_full, 3);
+        assert!(d.problems.iter().any(|p| p == "resilient bucket table needs 4 entries, capacity 3: IPv4 and IPv6 punted"));
+    }
 }
 
 #[cfg(test)]
@@ -2154,8 +2794,8 @@ mod scale {
         let t = std::time::Instant::now();
         let f = fib_intents(&st, Family::V4);
         eprintln!("fib_intents: {:?} ({} prefixes)", t.elapsed(), f.len());
-        let caps = Capacities { fib4: 2_000_000, fib6: 1000, nexthops: 100, neigh: 100, ifaces: 10 };
-        let mut ids = NexthopIds::new(100);
+        let caps = Capacities { fib4: 2_000_000, fib6: 1000, nexthops: 100, neigh: 100, ifaces: 10, groups: 10, buckets: 10 };
+        let mut ids = Ids::new(100, 10);
         let t = std::time::Instant::now();
         let d = compute(&st, &BTreeMap::new(), &caps, &mut ids);
         eprintln!("compute: {:?} ({} fib4)", t.elapsed(), d.fib4.len());
@@ -2163,4 +2803,5 @@ mod scale {
         drop(d);
         eprintln!("drop: {:?}", t.elapsed());
     }
+
 }

@@ -10,6 +10,14 @@
 //! link down, deleting one member of an IPv6 multipath route announces only
 //! that member, and deleting a next-hop object takes its routes with it. Those
 //! events make us re-dump routes, next-hop objects and neighbours.
+//!
+//! Resilient next-hop groups: the kernel's upkeep announces each bucket it
+//! migrates in the background (RTM_NEWNEXTHOPBUCKET on RTNLGRP_NEXTHOP,
+//! nh_res_table_upkeep_dw), but the buckets it moves while a group is
+//! replaced or loses a member are not announced one by one (only the group
+//! is, and not at all when a device going down removes the member). So the
+//! buckets are re-dumped after every change of a resilient group, with
+//! every FIB re-dump, and periodically (`refresh_buckets`).
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -83,6 +91,8 @@ pub struct Followups {
     pub fib: bool,
     /// Re-dump the policy rules.
     pub rules: bool,
+    /// Re-dump the buckets of resilient groups.
+    pub buckets: bool,
     /// Re-read the sysctls of every link.
     pub all_sysctls: bool,
     /// Re-read the sysctls of these links.
@@ -175,13 +185,23 @@ pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
         }
         Msg::NewNexthop(nh) => {
             let changed = state.nexthops.get(&nh.id) != Some(&nh);
+            if nh.resilient && changed {
+                f.buckets = true;
+            }
+            if !nh.resilient {
+                state.res_buckets.remove(&nh.id);
+            }
             state.nexthops.insert(nh.id, nh);
             changed
         }
         Msg::DelNexthop(id) => {
             // Routes using the object vanish with it, not always with a message.
             f.fib = true;
+            state.res_buckets.remove(&id);
             state.nexthops.remove(&id).is_some()
+        }
+        Msg::NewBucket { group, index, nh_id } => {
+            state.res_buckets.entry(group).or_default().insert(index, nh_id) != Some(nh_id)
         }
         Msg::NewNeigh(n) => {
             // The tables depend on a neighbour's MAC and on whether its state
@@ -448,6 +468,9 @@ impl Mirror {
         if f.fib {
             changed |= self.refresh_fib(state)?;
         }
+        if f.buckets && !f.fib {
+            changed |= self.refresh_buckets(state)?;
+        }
         if f.rules {
             let rules = self.dump_rules()?;
             if rules != state.rules {
@@ -516,11 +539,45 @@ impl Mirror {
         self.dump_fib_into(&mut fresh)?;
         let changed = fresh.routes != state.routes
             || fresh.nexthops != state.nexthops
+            || fresh.res_buckets != state.res_buckets
             || fresh.neighbours != state.neighbours;
         state.routes = fresh.routes;
         state.nexthops = fresh.nexthops;
+        state.res_buckets = fresh.res_buckets;
         state.neighbours = fresh.neighbours;
         Ok(changed)
+    }
+
+    /// Re-dumps the buckets of every resilient group; true if they changed.
+    /// Cheap when there is none: the dump is then empty.
+    pub fn refresh_buckets(&mut self, state: &mut KernelState) -> Result<bool, MirrorError> {
+        let fresh = self.dump_buckets()?;
+        let changed = fresh != state.res_buckets;
+        state.res_buckets = fresh;
+        Ok(changed)
+    }
+
+    fn dump_buckets(&mut self) -> Result<std::collections::BTreeMap<u32, std::collections::BTreeMap<u16, u32>>, MirrorError> {
+        let mut out: std::collections::BTreeMap<u32, std::collections::BTreeMap<u16, u32>> = Default::default();
+        let msgs = match self.dump_msgs(parse::RTM_GETNEXTHOPBUCKET, AF_UNSPEC, 8) {
+            Ok(msgs) => msgs,
+            Err(MirrorError::Io(e))
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP | libc::EINVAL | libc::EAFNOSUPPORT)
+                ) =>
+            {
+                log::debug!("no next-hop buckets in this kernel: {e}");
+                Vec::new()
+            }
+            Err(e) => return Err(e),
+        };
+        for m in msgs {
+            if let Msg::NewBucket { group, index, nh_id } = m {
+                out.entry(group).or_default().insert(index, nh_id);
+            }
+        }
+        Ok(out)
     }
 
     fn dump_fib_into(&mut self, st: &mut KernelState) -> Result<(), MirrorError> {
@@ -541,6 +598,7 @@ impl Mirror {
         for m in nexthops {
             apply(st, m, &mut f);
         }
+        st.res_buckets = self.dump_buckets()?;
         for family in [AF_INET, AF_INET6] {
             for m in self.dump_msgs(parse::RTM_GETROUTE, family, 12)? {
                 apply(st, m, &mut f);
@@ -956,6 +1014,7 @@ mod tests {
             hop: Some(via(3, "192.0.2.2")),
             group: vec![],
             resilient: false,
+            n_buckets: 0,
             unsupported: false,
         };
         assert_eq!(
@@ -966,6 +1025,29 @@ mod tests {
         // Routes using the object die with it, not always with a message.
         let (changed, f) = run(&mut st, Msg::DelNexthop(10));
         assert!(changed && f.fib);
+
+        // Resilient groups: a changed group means buckets may have moved
+        // silently; a bucket event is applied as it comes.
+        let res = NexthopObject {
+            id: 20,
+            blackhole: false,
+            hop: None,
+            group: vec![(11, 1), (12, 1)],
+            resilient: true,
+            n_buckets: 4,
+            unsupported: false,
+        };
+        let (changed, f) = run(&mut st, Msg::NewNexthop(res.clone()));
+        assert!(changed && f.buckets);
+        let (changed, f) = run(&mut st, Msg::NewNexthop(res.clone()));
+        assert!(!changed && !f.buckets);
+        assert!(run(&mut st, Msg::NewBucket { group: 20, index: 3, nh_id: 12 }).0);
+        assert!(!run(&mut st, Msg::NewBucket { group: 20, index: 3, nh_id: 12 }).0);
+        assert!(run(&mut st, Msg::NewBucket { group: 20, index: 3, nh_id: 11 }).0);
+        assert_eq!(st.res_buckets[&20][&3], 11);
+        let (changed, f) = run(&mut st, Msg::DelNexthop(20));
+        assert!(changed && f.fib);
+        assert!(!st.res_buckets.contains_key(&20));
 
         let r = Rule {
             family: Family::V4,

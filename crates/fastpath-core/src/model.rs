@@ -137,6 +137,8 @@ pub struct NexthopObject {
     pub group: Vec<(u32, u32)>,
     /// NHA_GROUP_TYPE resilient.
     pub resilient: bool,
+    /// Resilient: NHA_RES_GROUP_BUCKETS (0 if not reported).
+    pub n_buckets: u16,
     /// NHA_FDB, NHA_ENCAP or anything else we do not forward by.
     pub unsupported: bool,
 }
@@ -190,6 +192,12 @@ pub struct IfSysctl {
     pub mtu6: u32,
     /// net.ipv4.conf.<dev>.accept_local / route_localnet etc. are not forwarded by us.
     pub disable_ipv6: bool,
+    /// net.ipv4.conf.<dev>.ignore_routes_with_linkdown (the kernel ORs it
+    /// with `all`, see `GlobalSysctl::ignore_linkdown4_all`).
+    pub ignore_linkdown4: bool,
+    /// net.ipv6.conf.<dev>.ignore_routes_with_linkdown (writing `all`
+    /// propagates to every device, so the device value is the one in force).
+    pub ignore_linkdown6: bool,
 }
 
 /// Namespace-wide sysctls.
@@ -199,6 +207,15 @@ pub struct GlobalSysctl {
     pub forwarding6_all: bool,
     /// net.ipv4.ip_forward_use_pmtu: learnt PMTU applies to forwarded IPv4 packets.
     pub ip_forward_use_pmtu: bool,
+    /// net.ipv4.fib_multipath_hash_policy (0 L3, 1 L4, 2 inner L3, 3 custom).
+    pub mp_policy4: u8,
+    /// net.ipv6.fib_multipath_hash_policy.
+    pub mp_policy6: u8,
+    /// net.ipv4.fib_multipath_hash_seed, the user seed both families use;
+    /// 0 = the kernel's random seed (also when the sysctl does not exist).
+    pub mp_seed: u32,
+    /// net.ipv4.conf.all.ignore_routes_with_linkdown
+    pub ignore_linkdown4_all: bool,
 }
 
 /// Everything fastpath mirrors from one network namespace.
@@ -208,6 +225,9 @@ pub struct KernelState {
     pub addrs: BTreeMap<Addr, ()>,
     pub routes: HashMap<(Family, RouteKey), Route>,
     pub nexthops: BTreeMap<u32, NexthopObject>,
+    /// Resilient group id -> bucket index -> member next-hop id
+    /// (RTM_NEWNEXTHOPBUCKET, dumped with RTM_GETNEXTHOPBUCKET).
+    pub res_buckets: BTreeMap<u32, BTreeMap<u16, u32>>,
     pub neighbours: HashMap<(u32, IpAddr), Neighbour>,
     pub rules: Vec<Rule>,
     pub if_sysctl: BTreeMap<u32, IfSysctl>,

@@ -6,22 +6,28 @@
 //!
 //! 1. families that become punted are switched off before anything else;
 //! 2. interfaces, next hops and neighbours are added before any route can
-//!    point at them;
+//!    point at them, then ECMP groups (whose paths name next hops) and the
+//!    buckets of resilient groups; a group id is only ever written while
+//!    absent (a changed group is a new id), a bucket changes in place as the
+//!    kernel's do, one at a time;
 //! 3. routes change, longest prefixes first, then deletes shortest first:
 //!    at every step each address resolves either as before or as after
 //!    (see `fib_ops`); IPv4 source deny entries are written before the
 //!    routes change and deleted after, so the deny set always covers the
 //!    old and the new FIB (an extra entry only punts); `src_lpm` is set
 //!    first and cleared last like the punt switches;
-//! 4. neighbours, next hops and interfaces nobody needs any more go last,
-//!    and a next hop only once no written route references it;
+//! 4. buckets, groups, neighbours, next hops and interfaces nobody needs any
+//!    more go last (reverse order of creation): a group only once no written
+//!    route references it, a next hop only once no written route or group
+//!    does; the multipath hash settings change first when the new ones are
+//!    usable, last when multipath routes are being punted because of them;
 //! 5. families that become un-punted are switched on after their tables
 //!    are complete;
 //! 6. the generation is bumped so cached results computed from the old
 //!    tables are not trusted.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use crate::tables::{Capacities, Desired, Op, RouteAction, RouteEntry, Switches, TableWriter};
 
@@ -84,6 +90,7 @@ impl Reconciler {
             .is_some_and(|c| desired.ifaces.len() > c.ifaces as usize);
         let mut transient = 0;
         let mut neigh_tight = false;
+        let mut bucket_tight = false;
         // Old and new deny sets together would not fit (the map is sized
         // like fib4): check sources by LPM while the set is rewritten.
         let mut deny_tight = false;
@@ -96,13 +103,23 @@ impl Reconciler {
                 transient |= V6;
             }
             neigh_tight = union_len(&old.neigh, &desired.neigh) > c.neigh as usize;
+            // A missing bucket only punts its flows, like a missing neighbour.
+            bucket_tight = union_len(&old.res_buckets, &desired.res_buckets) > c.buckets as usize;
         }
 
         let mut ops = Vec::new();
+        // New hash settings the data plane can use go in before the routes
+        // change; settings it cannot use only once the routes they would
+        // concern are punted.
+        let mp_usable = new_sw.mp_seed != 0 && new_sw.mp_policy4 <= 1 && new_sw.mp_policy6 <= 1;
+        let mp_src = if mp_usable { &new_sw } else { &old.switches };
         let first = Switches {
             table_full: old.switches.table_full | new_sw.table_full | transient,
             policy_punt: old.switches.policy_punt | new_sw.policy_punt,
             src_lpm: old.switches.src_lpm | new_sw.src_lpm | if deny_tight { V4 } else { 0 },
+            mp_policy4: mp_src.mp_policy4,
+            mp_policy6: mp_src.mp_policy6,
+            mp_seed: mp_src.mp_seed,
         };
         let mut written = old.switches;
         if first != written {
@@ -128,6 +145,17 @@ impl Reconciler {
             }
             upserts(&old.neigh, &desired.neigh, &mut ops, |k, v| {
                 Op::UpsertNeigh(*k, *v)
+            });
+            upserts(&old.groups, &desired.groups, &mut ops, |k, v| {
+                Op::UpsertGroup(*k, v.clone())
+            });
+            if bucket_tight {
+                deletes(&old.res_buckets, &desired.res_buckets, &mut ops, |k| {
+                    Op::DeleteBucket(*k)
+                });
+            }
+            upserts(&old.res_buckets, &desired.res_buckets, &mut ops, |k, v| {
+                Op::UpsertBucket(*k, *v)
             });
         }
 
@@ -169,19 +197,37 @@ impl Reconciler {
                     Op::DeleteNeigh(*k)
                 });
             }
+            if !bucket_tight {
+                deletes(&old.res_buckets, &desired.res_buckets, &mut ops, |k| {
+                    Op::DeleteBucket(*k)
+                });
+            }
             // Routes of a skipped family stay as they are in the maps and
-            // keep their next hops alive.
+            // keep their groups and next hops alive.
+            let fib4 = if skip4 { &old.fib4 } else { &desired.fib4 };
+            let fib6 = if skip6 { &old.fib6 } else { &desired.fib6 };
+            let used_groups: BTreeSet<u32> = group_refs(fib4.values())
+                .into_iter()
+                .chain(group_refs(fib6.values()))
+                .collect();
+            let mut kept_groups = Vec::new();
+            for (id, g) in &old.groups {
+                if desired.groups.contains_key(id) {
+                    continue;
+                }
+                if used_groups.contains(id) {
+                    kept_groups.push(g);
+                } else {
+                    ops.push(Op::DeleteGroup(*id));
+                }
+            }
             let mut used: HashSet<u32> = HashSet::new();
-            used.extend(nh_refs(if skip4 {
-                old.fib4.values()
-            } else {
-                desired.fib4.values()
-            }));
-            used.extend(nh_refs(if skip6 {
-                old.fib6.values()
-            } else {
-                desired.fib6.values()
-            }));
+            used.extend(nh_refs(fib4.values()));
+            used.extend(nh_refs(fib6.values()));
+            for g in desired.groups.values().chain(kept_groups) {
+                used.extend(g.paths.iter().map(|p| p.nh_id));
+            }
+            used.extend(desired.res_buckets.values().copied());
             for id in old.nexthops.keys() {
                 if !desired.nexthops.contains_key(id) && !used.contains(id) {
                     ops.push(Op::DeleteNexthop(*id));
@@ -255,6 +301,18 @@ impl Reconciler {
             }
             Op::DeleteNeigh(k) => {
                 a.neigh.remove(k);
+            }
+            Op::UpsertGroup(k, v) => {
+                a.groups.insert(*k, v.clone());
+            }
+            Op::DeleteGroup(k) => {
+                a.groups.remove(k);
+            }
+            Op::UpsertBucket(k, v) => {
+                a.res_buckets.insert(*k, *v);
+            }
+            Op::DeleteBucket(k) => {
+                a.res_buckets.remove(k);
             }
             Op::UpsertRoute4(addr, len, e) => {
                 a.fib4.insert((*addr, *len), *e);
@@ -367,6 +425,15 @@ fn nh_refs<'a>(routes: impl Iterator<Item = &'a RouteEntry>) -> HashSet<u32> {
         .collect()
 }
 
+fn group_refs<'a>(routes: impl Iterator<Item = &'a RouteEntry>) -> Vec<u32> {
+    routes
+        .filter_map(|r| match r.action {
+            RouteAction::Multipath { group } => Some(group),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Route writes for one family.
 ///
 /// Upserts go longest prefix first, then deletes shortest prefix first.
@@ -413,7 +480,7 @@ fn fib_ops<A: Ord + Copy>(
 mod tests {
     use super::*;
     use crate::fixtures::plain_rule;
-    use crate::desired::{compute, NexthopIds};
+    use crate::desired::{compute, Ids};
     use crate::model::{
         Family, IfSysctl, KernelState, Link, Neighbour, NextHop, Route, RouteKey, RouteKind,
         RouteTarget, NUD_FAILED, NUD_REACHABLE,
@@ -443,6 +510,14 @@ mod tests {
 
     fn refs(t: &Desired, id: u32) -> bool {
         let f = |e: &RouteEntry| e.action == RouteAction::Forward { nh_id: id };
+        t.fib4.values().any(f)
+            || t.fib6.values().any(f)
+            || t.groups.values().any(|g| g.paths.iter().any(|p| p.nh_id == id))
+            || t.res_buckets.values().any(|n| *n == id)
+    }
+
+    fn group_refs(t: &Desired, id: u32) -> bool {
+        let f = |e: &RouteEntry| e.action == RouteAction::Multipath { group: id };
         t.fib4.values().any(f) || t.fib6.values().any(f)
     }
 
@@ -464,6 +539,29 @@ mod tests {
                             "{op:?} before its next hop"
                         );
                     }
+                    if let RouteAction::Multipath { group } = e.action {
+                        assert!(t.groups.contains_key(&group), "{op:?} before its group");
+                        if let Some(after) = self.safety.as_ref().map(|s| &s.1) {
+                            // A resilient group's buckets are complete before a route uses it.
+                            for (k, v) in after.res_buckets.range(group << 16..(group + 1) << 16) {
+                                assert_eq!(t.res_buckets.get(k), Some(v), "{op:?} before bucket {k:#x}");
+                            }
+                        }
+                    }
+                }
+                Op::UpsertGroup(id, g) => {
+                    if let Some(old) = t.groups.get(id) {
+                        assert_eq!(old, g, "group {id} rewritten in place");
+                    }
+                    for p in &g.paths {
+                        assert!(p.nh_id == 0 || t.nexthops.contains_key(&p.nh_id), "{op:?} before next hop {}", p.nh_id);
+                    }
+                    assert!(*id != 0);
+                }
+                Op::DeleteGroup(id) => assert!(!group_refs(t, *id), "{op:?} while a route uses it"),
+                Op::UpsertBucket(k, nh) => {
+                    assert!(t.groups.contains_key(&(k >> 16)), "{op:?} before its group");
+                    assert!(t.nexthops.contains_key(nh), "{op:?} before its next hop");
                 }
                 Op::DeleteNexthop(id) => assert!(!refs(t, *id), "{op:?} while a route uses it"),
                 Op::UpsertNexthop(id, e) => {
@@ -483,6 +581,10 @@ mod tests {
                 Op::DeleteNexthop(k) => assert!(t.nexthops.remove(k).is_some(), "{op:?}: absent"),
                 Op::UpsertNeigh(k, v) => drop(t.neigh.insert(*k, *v)),
                 Op::DeleteNeigh(k) => assert!(t.neigh.remove(k).is_some(), "{op:?}: absent"),
+                Op::UpsertGroup(k, v) => drop(t.groups.insert(*k, v.clone())),
+                Op::DeleteGroup(k) => assert!(t.groups.remove(k).is_some(), "{op:?}: absent"),
+                Op::UpsertBucket(k, v) => drop(t.res_buckets.insert(*k, *v)),
+                Op::DeleteBucket(k) => assert!(t.res_buckets.remove(k).is_some(), "{op:?}: absent"),
                 Op::UpsertRoute4(a, l, e) => drop(t.fib4.insert((*a, *l), *e)),
                 Op::DeleteRoute4(a, l) => {
                     assert!(t.fib4.remove(&(*a, *l)).is_some(), "{op:?}: absent")
@@ -514,6 +616,10 @@ mod tests {
                     t.src_deny4.len() <= c.fib4 as usize,
                     "src_deny4 over capacity after {op:?}"
                 );
+                assert!(
+                    t.res_buckets.len() <= c.buckets as usize,
+                    "buckets over capacity after {op:?}"
+                );
             }
             if let Some((before, after)) = &self.safety {
                 check_safe(before, &self.t, after, op);
@@ -523,8 +629,19 @@ mod tests {
         }
     }
 
+    /// Where a packet may go: one next hop, or a group resolved to next
+    /// hops (per path and per bucket; None = that path or bucket punts).
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    enum Way {
+        One(NexthopEntry),
+        Group {
+            paths: Vec<(i32, Option<NexthopEntry>)>,
+            buckets: Vec<Option<NexthopEntry>>,
+        },
+    }
+
     /// What the data plane does with a packet to `addr`: None = punt.
-    fn decide(t: &Desired, addr: IpAddr) -> Option<(NexthopEntry, u32)> {
+    fn decide(t: &Desired, addr: IpAddr) -> Option<(Way, u32)> {
         let fam = Family::of(&addr);
         if (t.switches.table_full | t.switches.policy_punt) & fam.bit() != 0 {
             return None;
@@ -553,13 +670,41 @@ mod tests {
                 })
             }
         }?;
+        let nh = |id: u32| {
+            (id != 0).then(|| t.nexthops.get(&id).expect("dangling nh id").clone())
+        };
         match entry.action {
-            RouteAction::Forward { nh_id } => Some((
-                t.nexthops.get(&nh_id).expect("dangling nh id").clone(),
-                entry.mtu,
-            )),
+            RouteAction::Forward { nh_id } => Some((Way::One(nh(nh_id)?), entry.mtu)),
+            RouteAction::Multipath { group } => {
+                let g = t.groups.get(&group).expect("dangling group id");
+                let buckets = (0..g.n_buckets)
+                    .map(|i| t.res_buckets.get(&crate::tables::bucket_key(group, i)).and_then(|id| nh(*id)))
+                    .collect();
+                let paths = g.paths.iter().map(|p| (p.upper_bound, nh(p.nh_id))).collect();
+                Some((Way::Group { paths, buckets }, entry.mtu))
+            }
             _ => None,
         }
+    }
+
+    /// `now` is what a packet might see mid-plan: old or new as a whole, or
+    /// for resilient buckets, each bucket old or new (they change one by one
+    /// in place, as the kernel's do), or punted.
+    fn old_or_new(now: &(Way, u32), before: Option<&(Way, u32)>, after: Option<&(Way, u32)>) -> bool {
+        if Some(now) == before || Some(now) == after {
+            return true;
+        }
+        let (Way::Group { paths, buckets }, mtu) = now else { return false };
+        [before, after].into_iter().flatten().any(|(w, m)| match w {
+            Way::Group { paths: p, .. } if p == paths && m == mtu => buckets.iter().enumerate().all(|(i, b)| {
+                let at = |x: Option<&(Way, u32)>| match x {
+                    Some((Way::Group { paths: p, buckets: bs }, _)) if p == paths => bs.get(i).cloned().flatten(),
+                    _ => None,
+                };
+                b.is_none() || *b == at(before) || *b == at(after)
+            }),
+            _ => false,
+        })
     }
 
     /// What the data plane does with an IPv4 source on an ingress with
@@ -579,7 +724,7 @@ mod tests {
             t.fib4.get(&(Ipv4Addr::from(m), l))
         });
         match hit.map(|e| e.action) {
-            None | Some(RouteAction::Forward { .. }) => true,
+            None | Some(RouteAction::Forward { .. }) | Some(RouteAction::Multipath { .. }) => true,
             Some(RouteAction::Punt { reason }) => reason == crate::desired::reason::ECMP,
             Some(_) => false,
         }
@@ -595,7 +740,7 @@ mod tests {
             let last = if *l == 0 {
                 u32::MAX
             } else {
-                x | (u32::MAX >> l)
+                x | u32::MAX.checked_shr(u32::from(*l)).unwrap_or(0)
             };
             for y in [x, x.wrapping_add(1), last, last.wrapping_add(1)] {
                 out.insert(IpAddr::V4(Ipv4Addr::from(y)));
@@ -606,7 +751,7 @@ mod tests {
             let last = if *l == 0 {
                 u128::MAX
             } else {
-                x | (u128::MAX >> l)
+                x | u128::MAX.checked_shr(u32::from(*l)).unwrap_or(0)
             };
             for y in [x, x.wrapping_add(1), last, last.wrapping_add(1)] {
                 out.insert(IpAddr::V6(Ipv6Addr::from(y)));
@@ -620,8 +765,7 @@ mod tests {
         probes(after, &mut addrs);
         for a in addrs {
             let Some(d) = decide(now, a) else { continue };
-            let ok =
-                decide(before, a).as_ref() == Some(&d) || decide(after, a).as_ref() == Some(&d);
+            let ok = old_or_new(&d, decide(before, a).as_ref(), decide(after, a).as_ref());
             assert!(
                 ok,
                 "after {op:?}: {a} forwarded via {d:?}, neither before nor after"
@@ -764,6 +908,8 @@ mod tests {
             && a.nexthops == b.nexthops
             && a.neigh == b.neigh
             && a.src_deny4 == b.src_deny4
+            && a.groups == b.groups
+            && a.res_buckets == b.res_buckets
             && a.switches == b.switches
     }
 
@@ -917,6 +1063,7 @@ mod tests {
                 table_full: 0,
                 policy_punt: 1,
                 src_lpm: 0,
+                ..Default::default()
             })
         );
         assert_eq!(pos(&ops, |o| matches!(o, Op::SetSwitches(_))).len(), 1);
@@ -932,6 +1079,7 @@ mod tests {
                 table_full: 0,
                 policy_punt: 3,
                 src_lpm: 0,
+                ..Default::default()
             })
         );
         assert_eq!(
@@ -940,6 +1088,7 @@ mod tests {
                 table_full: 0,
                 policy_punt: 2,
                 src_lpm: 0,
+                ..Default::default()
             })
         );
         assert!(pos(&ops, is_route)[0] > 0);
@@ -975,6 +1124,7 @@ mod tests {
                 table_full: 1,
                 policy_punt: 0,
                 src_lpm: 0,
+                ..Default::default()
             })
         );
         assert!(!ops
@@ -1020,6 +1170,7 @@ mod tests {
                     table_full: 3,
                     policy_punt: 0,
                     src_lpm: 0,
+                    ..Default::default()
                 }),
                 Op::UpsertIface(2, over.ifaces[&2].clone()),
                 Op::BumpGeneration
@@ -1103,6 +1254,8 @@ mod tests {
             nexthops: 8,
             neigh: 2,
             ifaces: 4,
+            groups: 64,
+            buckets: 1024,
         };
         let mut r = Reconciler::with_capacities(caps);
         let mut m = Mem {
@@ -1133,6 +1286,7 @@ mod tests {
                     table_full: 1,
                     policy_punt: 0,
                     src_lpm: 0,
+                    ..Default::default()
                 }),
                 Op::DeleteNeigh(nk(2, "192.0.2.1")),
                 Op::UpsertNeigh(nk(2, "192.0.2.3"), NeighEntry { mac: [1; 6] }),
@@ -1163,6 +1317,8 @@ mod tests {
             nexthops: 8,
             neigh: 8,
             ifaces: 1,
+            groups: 64,
+            buckets: 1024,
         };
         let mut r = Reconciler::with_capacities(caps);
         let mut m = Mem::default();
@@ -1264,6 +1420,61 @@ mod tests {
             );
         }
         st.sysctl.forwarding6_all = true;
+        st.sysctl.mp_seed = if rng.chance(90) { 7 } else { 0 };
+        st.sysctl.mp_policy6 = if rng.chance(10) { 2 } else { rng.below(2) as u8 };
+        // Next-hop objects: 10..13 plain (both families), 20 hash-threshold, 21 resilient.
+        for (id, gw) in [(10u32, "192.0.2.1"), (11, "198.51.100.1"), (12, "2001:db8::1"), (13, "fe80::1")] {
+            st.nexthops.insert(
+                id,
+                crate::model::NexthopObject {
+                    id,
+                    blackhole: false,
+                    hop: Some(NextHop { ifindex: 2 + rng.below(3) as u32, gateway: Some(gw.parse().unwrap()), flags: 0, weight: 1 }),
+                    group: vec![],
+                    resilient: false,
+                    n_buckets: 0,
+                    unsupported: false,
+                },
+            );
+        }
+        let members = |rng: &mut Rng| -> Vec<(u32, u32)> {
+            let mut out = Vec::new();
+            for id in 10..14u32 {
+                if rng.chance(70) {
+                    out.push((id, 1 + rng.below(3) as u32));
+                }
+            }
+            out
+        };
+        let g20 = members(rng);
+        let g21 = members(rng);
+        for (id, g, res) in [(20u32, g20, false), (21, g21, true)] {
+            if g.is_empty() {
+                continue;
+            }
+            if res {
+                let n = 4 + rng.below(4) as u16;
+                let mut b = BTreeMap::new();
+                for i in 0..n {
+                    if rng.chance(90) {
+                        b.insert(i, g[rng.below(g.len() as u64) as usize].0);
+                    }
+                }
+                st.res_buckets.insert(id, b);
+            }
+            st.nexthops.insert(
+                id,
+                crate::model::NexthopObject {
+                    id,
+                    blackhole: false,
+                    hop: None,
+                    n_buckets: if res { st.res_buckets[&id].keys().max().map_or(4, |m| m + 1) } else { 0 },
+                    group: g,
+                    resilient: res,
+                    unsupported: false,
+                },
+            );
+        }
         let r = plain_rule;
         st.rules = vec![
             r(Family::V4, 0, 255),
@@ -1289,6 +1500,25 @@ mod tests {
                 3 => RouteKind::Broadcast,
                 _ => RouteKind::Unicast,
             };
+            let hop = |rng: &mut Rng| {
+                let gw = gws[rng.below(gws.len() as u64) as usize].map(|g| g.parse().unwrap());
+                NextHop {
+                    ifindex: 2 + rng.below(3) as u32,
+                    gateway: gw,
+                    flags: if rng.chance(5) { 1 } else { 0 },
+                    weight: 1 + rng.below(3) as u32,
+                }
+            };
+            let target = match rng.below(10) {
+                0 | 1 => RouteTarget::Multipath((0..2 + rng.below(2)).map(|_| hop(rng)).collect()),
+                2 => RouteTarget::Object(if rng.chance(50) { 20 } else { 21 }),
+                _ => {
+                    let mut h = hop(rng);
+                    h.gateway = gw;
+                    h.weight = 1;
+                    RouteTarget::Single(h)
+                }
+            };
             let route = Route {
                 key: RouteKey {
                     table,
@@ -1298,12 +1528,7 @@ mod tests {
                     priority: rng.below(3) as u32,
                 },
                 kind,
-                target: RouteTarget::Single(NextHop {
-                    ifindex: 2 + rng.below(3) as u32,
-                    gateway: gw,
-                    flags: if rng.chance(5) { 1 } else { 0 },
-                    weight: 1,
-                }),
+                target,
                 mtu: if rng.chance(20) { 1400 } else { 0 },
                 mtu_locked: false,
                 encap: false,
@@ -1346,6 +1571,7 @@ mod tests {
     #[test]
     fn randomized_compute_and_reconcile_keep_every_invariant() {
         let managed: BTreeMap<u32, u32> = [(2, 1), (3, 2), (4, 3)].into_iter().collect();
+        let (mut saw_groups, mut saw_buckets) = (0, 0);
         for seed in 1..=20u64 {
             let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ seed);
             // small next-hop and FIB capacities so that overflow and id reuse happen
@@ -1354,7 +1580,7 @@ mod tests {
             } else {
                 6 + rng.below(8) as u32
             };
-            let mut ids = NexthopIds::new(nh_cap);
+            let mut ids = Ids::new(nh_cap, if seed % 2 == 1 { 5 } else { 64 });
             // Odd seeds: fixed map sizes known to the reconciler and enforced
             // by the writer (tight rewrites); even seeds: sizes vary per round.
             let fixed = Capacities {
@@ -1363,6 +1589,8 @@ mod tests {
                 nexthops: nh_cap,
                 neigh: 6,
                 ifaces: 8,
+                groups: 5,
+                buckets: 10,
             };
             let (mut r, mut m) = if seed % 2 == 1 {
                 (
@@ -1386,9 +1614,13 @@ mod tests {
                         nexthops: nh_cap,
                         neigh: 8,
                         ifaces: 8,
+                        groups: 64,
+                        buckets: 1024,
                     }
                 };
                 let want = compute(&st, &managed, &caps, &mut ids);
+                saw_groups += usize::from(!want.groups.is_empty());
+                saw_buckets += usize::from(!want.res_buckets.is_empty());
                 for (id, e) in &want.nexthops {
                     assert!(*id >= 1 && *id < nh_cap);
                     if let Some(old) = m.t.nexthops.get(id) {
@@ -1406,7 +1638,7 @@ mod tests {
                         m.fail_at = Some(m.n + rng.below(n as u64) as usize);
                         assert!(r.apply(&want, &mut m).is_err());
                         assert!(tables_eq(&m.t, r.applied()), "seed {seed} round {round}");
-                        ids.release_unused(&r.applied().nexthops);
+                        ids.release_unused(r.applied());
                         if rng.chance(50) {
                             continue; // the next state comes before any retry
                         }
@@ -1435,8 +1667,9 @@ mod tests {
                     r.plan(&want).is_empty(),
                     "seed {seed} round {round}: not converged"
                 );
-                ids.release_unused(&r.applied().nexthops);
+                ids.release_unused(r.applied());
             }
         }
+        assert!(saw_groups > 100 && saw_buckets > 20, "{saw_groups} {saw_buckets}");
     }
 }

@@ -48,6 +48,14 @@ impl SysctlReader {
                 .read(Path::new("net/ipv4/ip_forward_use_pmtu"))
                 .unwrap_or(0)
                 != 0,
+            mp_policy4: clamp_u8(self.read(Path::new("net/ipv4/fib_multipath_hash_policy")).unwrap_or(0)),
+            mp_policy6: clamp_u8(self.read(Path::new("net/ipv6/fib_multipath_hash_policy")).unwrap_or(0)),
+            // proc_douintvec: one unsigned decimal.
+            mp_seed: self
+                .read(Path::new("net/ipv4/fib_multipath_hash_seed"))
+                .and_then(|v| u32::try_from(v).ok())
+                .unwrap_or(0),
+            ignore_linkdown4_all: self.conf("ipv4", "all", "ignore_routes_with_linkdown").unwrap_or(0) != 0,
         }
     }
 
@@ -75,6 +83,8 @@ impl SysctlReader {
             rp_filter: dev_rp.map_or(0, |rp| rp.max(all_rp_filter)),
             mtu6: u32::try_from(mtu6).unwrap_or(0),
             disable_ipv6,
+            ignore_linkdown4: self.conf("ipv4", name, "ignore_routes_with_linkdown").unwrap_or(0) != 0,
+            ignore_linkdown6: self.conf("ipv6", name, "ignore_routes_with_linkdown").unwrap_or(0) != 0,
         }
     }
 
@@ -125,6 +135,11 @@ mod tests {
         put("net/ipv4/conf/v4only/rp_filter", "0");
         put("net/ipv6/conf/all/forwarding", "1");
         put("net/ipv4/ip_forward_use_pmtu", "0");
+        put("net/ipv4/fib_multipath_hash_policy", "1");
+        put("net/ipv6/fib_multipath_hash_policy", "2");
+        put("net/ipv4/fib_multipath_hash_seed", "4294967295");
+        put("net/ipv4/conf/all/ignore_routes_with_linkdown", "1");
+        put("net/ipv6/conf/eth0/ignore_routes_with_linkdown", "1");
         dir
     }
 
@@ -136,7 +151,11 @@ mod tests {
             r.global(),
             GlobalSysctl {
                 forwarding6_all: true,
-                ip_forward_use_pmtu: false
+                ip_forward_use_pmtu: false,
+                mp_policy4: 1,
+                mp_policy6: 2,
+                mp_seed: u32::MAX,
+                ignore_linkdown4_all: true,
             }
         );
         let all = r.all_rp_filter();
@@ -148,7 +167,9 @@ mod tests {
                 forwarding6: true,
                 rp_filter: 2,
                 mtu6: 1400,
-                disable_ipv6: false
+                disable_ipv6: false,
+                ignore_linkdown4: false,
+                ignore_linkdown6: true,
             }
         );
         // Dotted VLAN names are literal directory names in /proc/sys; all.rp_filter wins over 0.
@@ -159,7 +180,8 @@ mod tests {
                 forwarding6: true,
                 rp_filter: 1,
                 mtu6: 0,
-                disable_ipv6: true
+                disable_ipv6: true,
+                ..Default::default()
             }
         );
         // No IPv6 conf directory: forwarding6 false, mtu6 0.
@@ -170,7 +192,8 @@ mod tests {
                 forwarding6: false,
                 rp_filter: 1,
                 mtu6: 0,
-                disable_ipv6: false
+                disable_ipv6: false,
+                ..Default::default()
             }
         );
         assert_eq!(r.link("missing", all), IfSysctl::default());

@@ -30,6 +30,8 @@ pub enum RouteAction {
     Prohibit,
     /// Pass up with this fp_reason index (e.g. FP_R_ECMP, FP_R_MULTICAST).
     Punt { reason: u8 },
+    /// ECMP through `Desired::groups[group]` (FP_RT_MULTIPATH).
+    Multipath { group: u32 },
 }
 
 /// fp_route
@@ -46,6 +48,47 @@ pub struct NexthopEntry {
     pub ifindex: u32,
     /// None: on-link, the neighbour is the packet's destination.
     pub gateway: Option<std::net::IpAddr>,
+}
+
+/// enum fp_group_kind
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum GroupKind {
+    /// First path whose upper bound is >= the hash (classic multipath
+    /// routes, `ip nexthop group` type mpath).
+    HashThreshold,
+    /// fp_res_buckets[(group << 16) | hash % n_buckets].
+    Resilient,
+}
+
+/// One fp_group_path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct GroupPath {
+    /// Hash-threshold: last hash of this path, -1 = never taken (dead).
+    /// Resilient: unused (0).
+    pub upper_bound: i32,
+    /// fp_nexthops id; 0 = a next hop we cannot forward to (its flows punt).
+    pub nh_id: u32,
+}
+
+/// fp_group. Written once per id and never changed in place (the value is
+/// too big to be replaced atomically under a reader): a different group is
+/// a different id. Resilient buckets live in `Desired::res_buckets` and do
+/// change in place, one bucket at a time, as the kernel's do.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct GroupEntry {
+    pub kind: GroupKind,
+    pub paths: Vec<GroupPath>,
+    /// Resilient: bucket count (kernel: u16); 0 otherwise.
+    pub n_buckets: u16,
+    /// Resilient: the kernel's next-hop group id, so that two kernel groups
+    /// with the same members keep separate bucket tables; 0 otherwise.
+    /// Not written to the map.
+    pub origin: u32,
+}
+
+/// fp_res_buckets key of bucket `index` of group `group`.
+pub fn bucket_key(group: u32, index: u16) -> u32 {
+    (group << 16) | u32::from(index)
 }
 
 /// fp_neigh4_key / fp_neigh6_key (the address family picks the map)
@@ -72,6 +115,14 @@ pub struct Switches {
     /// (a non-forwarding prefix shorter than /32 exists, or the deny set
     /// does not fit). Not a punt: nothing stops being fast-pathed.
     pub src_lpm: u32,
+    /// net.ipv4.fib_multipath_hash_policy (written only as 0 or 1; a family
+    /// with another policy has its multipath routes punted).
+    pub mp_policy4: u8,
+    /// net.ipv6.fib_multipath_hash_policy, as mp_policy4.
+    pub mp_policy6: u8,
+    /// net.ipv4.fib_multipath_hash_seed (user seed; 0 = none, then every
+    /// multipath route is punted).
+    pub mp_seed: u32,
 }
 
 /// Table capacities (max_entries of each map).
@@ -82,6 +133,10 @@ pub struct Capacities {
     pub nexthops: u32,
     pub neigh: u32,
     pub ifaces: u32,
+    /// fp_groups entries (ids 1.. ; 0 unused).
+    pub groups: u32,
+    /// fp_res_buckets entries, all resilient groups together.
+    pub buckets: u32,
 }
 
 /// The complete content fastpath wants in its maps.
@@ -93,6 +148,12 @@ pub struct Desired {
     /// nh id -> next hop; ids come from `NexthopIds` and are stable.
     pub nexthops: BTreeMap<u32, NexthopEntry>,
     pub neigh: BTreeMap<NeighKey, NeighEntry>,
+    /// group id -> ECMP group; ids come from `GroupIds` and are stable.
+    pub groups: BTreeMap<u32, GroupEntry>,
+    /// fp_res_buckets: `bucket_key(group, index)` -> fp_nexthops id.
+    /// Buckets whose next hop we cannot forward to are left out (a missing
+    /// bucket punts).
+    pub res_buckets: BTreeMap<u32, u32>,
     /// fp_src_deny4: IPv4 sources the kernel refuses with rp_filter off
     /// (own addresses, /32 entries that are not unicast) -> fp_reason index.
     pub src_deny4: BTreeMap<Ipv4Addr, u8>,
@@ -112,6 +173,11 @@ pub enum Op {
     DeleteNexthop(u32),
     UpsertNeigh(NeighKey, NeighEntry),
     DeleteNeigh(NeighKey),
+    /// Only ever writes an id that is absent (or holds the same group).
+    UpsertGroup(u32, GroupEntry),
+    DeleteGroup(u32),
+    UpsertBucket(u32, u32),
+    DeleteBucket(u32),
     UpsertRoute4(Ipv4Addr, u8, RouteEntry),
     DeleteRoute4(Ipv4Addr, u8),
     UpsertRoute6(Ipv6Addr, u8, RouteEntry),

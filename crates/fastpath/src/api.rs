@@ -17,7 +17,7 @@
 //!  "flow_cache":{"enabled":bool, "timeout_s":n, "entries_per_cpu":n,
 //!                "hit":n,"miss":n,"stale":n,"expired":n,"evict":n},
 //!  "tables":{"fib4":{"used":n,"capacity":n}, "fib6":{..}, "nexthops":{..},
-//!            "neighbours":{..}, "interfaces":{..}},
+//!            "groups":{..}, "buckets":{..}, "neighbours":{..}, "interfaces":{..}},
 //!  "families":{"ipv4":{"fast_path":bool,"problems":[str]}, "ipv6":{..}},
 //!  "totals":{"<reason>":{"packets":n,"bytes":n}, ... every reason}}
 //! ```
@@ -28,9 +28,11 @@
 //! routes (sorted by family, then prefix):
 //! ```text
 //! [{"family":"ipv4"|"ipv6", "prefix":"198.51.100.0/24",
-//!   "action":"forward"|"local"|"blackhole"|"unreachable"|"prohibit"|"punt",
+//!   "action":"forward"|"multipath"|"local"|"blackhole"|"unreachable"|"prohibit"|"punt",
 //!   "reason":str|null (the punt reason), "mtu":n (0 = device MTU),
-//!   "nexthop":{"id":n,"ifindex":n,"dev":str|null,"gateway":str|null}|null}]
+//!   "nexthop":{"id":n,"ifindex":n,"dev":str|null,"gateway":str|null}|null,
+//!   "group":{"id":n, "kind":"hash-threshold"|"resilient", "buckets":n (resilient: count),
+//!            "paths":[{"upper_bound":n (-1 = dead), "nexthop":NEXTHOP|null (null: punted)}]}|null}]
 //! ```
 //! flows (busiest first; `limit` in the request, default 20, 0 = all):
 //! ```text
@@ -58,7 +60,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use fastpath_bpf::intf;
 use fastpath_core::model::Family;
-use fastpath_core::tables::{Capacities, Desired, RouteAction, RouteEntry};
+use fastpath_core::tables::{Capacities, Desired, GroupKind, RouteAction, RouteEntry};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -151,6 +153,10 @@ pub struct Tables {
     pub fib4: Occupancy,
     pub fib6: Occupancy,
     pub nexthops: Occupancy,
+    #[serde(default)]
+    pub groups: Occupancy,
+    #[serde(default)]
+    pub buckets: Occupancy,
     pub neighbours: Occupancy,
     pub interfaces: Occupancy,
 }
@@ -196,6 +202,22 @@ pub struct RouteJson {
     pub reason: Option<String>,
     pub mtu: u32,
     pub nexthop: Option<NexthopJson>,
+    #[serde(default)]
+    pub group: Option<GroupJson>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GroupPathJson {
+    pub upper_bound: i32,
+    pub nexthop: Option<NexthopJson>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GroupJson {
+    pub id: u32,
+    pub kind: String,
+    pub buckets: u16,
+    pub paths: Vec<GroupPathJson>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -264,7 +286,8 @@ pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
         });
     }
     let a = &s.applied;
-    let caps = s.caps.unwrap_or(Capacities { fib4: 0, fib6: 0, nexthops: 0, neigh: 0, ifaces: 0 });
+    let caps =
+        s.caps.unwrap_or(Capacities { fib4: 0, fib6: 0, nexthops: 0, neigh: 0, ifaces: 0, groups: 0, buckets: 0 });
     let punted = a.switches.table_full | a.switches.policy_punt;
     let mut families = Families {
         ipv4: FamilyStatus { fast_path: punted & Family::V4.bit() == 0, problems: vec![] },
@@ -289,6 +312,9 @@ pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
             fib6: occ(a.fib6.len(), caps.fib6),
             // Id 0 of the next-hop array is never used.
             nexthops: occ(a.nexthops.len(), caps.nexthops.saturating_sub(1)),
+            // Likewise group 0; bucket keys hold 16 bits of group id.
+            groups: occ(a.groups.len(), caps.groups.saturating_sub(1).min(u32::from(u16::MAX))),
+            buckets: occ(a.res_buckets.len(), caps.buckets),
             neighbours: occ(a.neigh.len(), caps.neigh),
             interfaces: occ(a.ifaces.len(), caps.ifaces),
         },
@@ -303,16 +329,34 @@ pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
     })
 }
 
+fn nexthop_json(s: &Snapshot, nh_id: u32) -> Option<NexthopJson> {
+    s.applied.nexthops.get(&nh_id).map(|n| NexthopJson {
+        id: nh_id,
+        ifindex: n.ifindex,
+        dev: s.dev_names.get(&n.ifindex).cloned(),
+        gateway: n.gateway.map(|g| g.to_string()),
+    })
+}
+
 fn route_json(s: &Snapshot, family: &str, prefix: String, e: &RouteEntry) -> RouteJson {
+    let mut group = None;
     let (action, reason, nexthop) = match e.action {
-        RouteAction::Forward { nh_id } => {
-            let nh = s.applied.nexthops.get(&nh_id).map(|n| NexthopJson {
-                id: nh_id,
-                ifindex: n.ifindex,
-                dev: s.dev_names.get(&n.ifindex).cloned(),
-                gateway: n.gateway.map(|g| g.to_string()),
+        RouteAction::Forward { nh_id } => ("forward", None, nexthop_json(s, nh_id)),
+        RouteAction::Multipath { group: gid } => {
+            group = s.applied.groups.get(&gid).map(|g| GroupJson {
+                id: gid,
+                kind: match g.kind {
+                    GroupKind::HashThreshold => "hash-threshold".into(),
+                    GroupKind::Resilient => "resilient".into(),
+                },
+                buckets: g.n_buckets,
+                paths: g
+                    .paths
+                    .iter()
+                    .map(|p| GroupPathJson { upper_bound: p.upper_bound, nexthop: nexthop_json(s, p.nh_id) })
+                    .collect(),
             });
-            ("forward", None, nh)
+            ("multipath", None, None)
         }
         RouteAction::Local => ("local", None, None),
         RouteAction::Blackhole => ("blackhole", None, None),
@@ -320,7 +364,7 @@ fn route_json(s: &Snapshot, family: &str, prefix: String, e: &RouteEntry) -> Rou
         RouteAction::Prohibit => ("prohibit", None, None),
         RouteAction::Punt { reason } => ("punt", Some(intf::reason_name(reason as usize).to_string()), None),
     };
-    RouteJson { family: family.into(), prefix, action: action.into(), reason, mtu: e.mtu, nexthop }
+    RouteJson { family: family.into(), prefix, action: action.into(), reason, mtu: e.mtu, nexthop, group }
 }
 
 pub fn routes(s: &Snapshot) -> Vec<RouteJson> {

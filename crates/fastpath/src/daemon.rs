@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use fastpath_bpf::intf;
-use fastpath_core::desired::{self, NexthopIds};
+use fastpath_core::desired::{self, Ids};
 use fastpath_core::mirror::{Mirror, PollOutcome};
 use fastpath_core::model::{Family, KernelState};
 use fastpath_core::reconcile::Reconciler;
@@ -30,6 +30,9 @@ const DEBOUNCE_MAX: Duration = Duration::from_millis(20);
 const DEBOUNCE_STEP: Duration = Duration::from_millis(2);
 /// sysctls and neighbour keep-alive.
 const PERIODIC: Duration = Duration::from_secs(1);
+/// Re-dump of resilient group buckets, a safety net behind the kernel's
+/// per-bucket notifications (see `mirror`).
+const BUCKET_REFRESH: Duration = Duration::from_secs(10);
 /// A neighbour the data path used this recently is reported in use.
 const KEEPALIVE_WINDOW: Duration = Duration::from_secs(2);
 /// A reconcile at least this slow is logged with its breakdown.
@@ -71,6 +74,8 @@ pub fn run(args: RunArgs) -> Result<()> {
         nexthops: args.nexthop_entries,
         neigh: args.neigh_entries,
         ifaces: intf::FP_MAX_IFACES,
+        groups: args.group_entries,
+        buckets: args.bucket_entries,
     };
     let opts = loader::LoadOpts {
         flow_sets: if args.flow_timeout == 0 { 0 } else { loader::flow_sets(args.flow_entries) },
@@ -93,7 +98,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     let managed: BTreeMap<u32, u32> = ifaces.iter().map(|i| (i.ifindex, i.slot)).collect();
     let mut lp = Loop {
         netfilter_block: nf_watch.blocking().to_vec(),
-        ids: NexthopIds::new(caps.nexthops),
+        ids: Ids::new(caps.nexthops, caps.groups),
         reconciler: Reconciler::with_capacities(caps),
         writer: {
             let mut w = MapWriter::new(maps.try_clone().context("opening map handles")?, managed.clone());
@@ -133,6 +138,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     let mut dirty = false;
     let mut retry_at: Option<Instant> = None;
     let mut last_periodic = Instant::now();
+    let mut last_buckets = Instant::now();
     let mut last_poll_err: Option<String> = None;
     while !term.load(Ordering::Relaxed) {
         match mirror.poll(&mut state, IDLE_POLL) {
@@ -164,6 +170,14 @@ pub fn run(args: RunArgs) -> Result<()> {
             }
             if mirror.refresh_sysctls(&mut state) {
                 dirty = true;
+            }
+            if last_buckets.elapsed() >= BUCKET_REFRESH && state.nexthops.values().any(|n| n.resilient) {
+                last_buckets = Instant::now();
+                match mirror.refresh_buckets(&mut state) {
+                    Ok(true) => dirty = true,
+                    Ok(false) => {}
+                    Err(e) => warn!("re-dumping next-hop buckets: {e}"),
+                }
             }
         }
 
@@ -244,7 +258,7 @@ struct Loop {
     /// Netfilter base chains that appeared while running (not allowed by
     /// --allow-netfilter-bypass): everything is punted while any exists.
     netfilter_block: Vec<String>,
-    ids: NexthopIds,
+    ids: Ids,
     reconciler: Reconciler,
     writer: MapWriter,
     caps: Capacities,
@@ -277,7 +291,7 @@ impl Loop {
             let res = self.reconciler.apply(&desired, &mut self.writer);
             timing.apply += t.elapsed();
             // Even after a partial failure the shadow says what the maps hold.
-            self.ids.release_unused(&self.reconciler.applied().nexthops);
+            self.ids.release_unused(self.reconciler.applied());
             if res.is_err() || !self.ids.starved() || passes == 2 {
                 break (desired, res);
             }

@@ -118,6 +118,8 @@ fn open_one(
         (&mut open.maps.fp_src_deny4, caps.fib4, "fp_src_deny4"),
         (&mut open.maps.fp_fib6, caps.fib6, "fp_fib6"),
         (&mut open.maps.fp_nexthops, caps.nexthops, "fp_nexthops"),
+        (&mut open.maps.fp_groups, caps.groups, "fp_groups"),
+        (&mut open.maps.fp_res_buckets, caps.buckets, "fp_res_buckets"),
         // One map per family, each big enough for every neighbour: the
         // reconciler counts both families against caps.neigh together.
         (&mut open.maps.fp_neigh4, caps.neigh, "fp_neigh4"),

@@ -76,6 +76,12 @@ pub struct RunArgs {
     /// Capacity of the neighbour table.
     #[arg(long, value_name = "N", default_value_t = intf::FP_DEFAULT_NEIGH_ENTRIES)]
     pub neigh_entries: u32,
+    /// Capacity of the ECMP group table (id 0 is never used; at most 65536 ids are used).
+    #[arg(long, value_name = "N", default_value_t = intf::FP_DEFAULT_GROUP_ENTRIES)]
+    pub group_entries: u32,
+    /// Capacity of the resilient next-hop group bucket table, all groups together.
+    #[arg(long, value_name = "N", default_value_t = intf::FP_DEFAULT_RES_BUCKETS)]
+    pub bucket_entries: u32,
     /// Receive buffer of the netlink event socket (an overrun costs a full resync).
     #[arg(long, value_name = "BYTES", default_value_t = 8 << 20)]
     pub netlink_rcvbuf: usize,

@@ -8,11 +8,11 @@ use std::mem::size_of;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use fastpath_bpf::intf::{
-    self, fp_flow_key, fp_flow_set, fp_iface, fp_lpm4_key, fp_lpm6_key, fp_neigh, fp_neigh4_key, fp_neigh6_key, fp_nexthop,
-    fp_route, fp_runtime, fp_stats,
+    self, fp_flow_key, fp_flow_set, fp_group, fp_group_path, fp_iface, fp_lpm4_key, fp_lpm6_key, fp_neigh, fp_neigh4_key,
+    fp_neigh6_key, fp_nexthop, fp_route, fp_runtime, fp_stats,
 };
 use fastpath_bpf::skel::xdp_fwd::XdpFwdSkel;
-use fastpath_core::tables::{IfaceEntry, NeighEntry, NeighKey, NexthopEntry, Op, RouteAction, RouteEntry, Switches, TableWriter};
+use fastpath_core::tables::{GroupEntry, GroupKind, IfaceEntry, NeighEntry, NeighKey, NexthopEntry, Op, RouteAction, RouteEntry, Switches, TableWriter};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
 pub const NREASONS: usize = intf::fp_reason::FP_R__COUNT as usize;
@@ -53,6 +53,8 @@ pub struct Maps {
     fib4: MapHandle,
     fib6: MapHandle,
     nexthops: MapHandle,
+    groups: MapHandle,
+    res_buckets: MapHandle,
     neigh4: MapHandle,
     neigh6: MapHandle,
     src_deny4: MapHandle,
@@ -129,6 +131,8 @@ impl Maps {
             fib4: handle("fp_fib4", &m.fp_fib4)?,
             fib6: handle("fp_fib6", &m.fp_fib6)?,
             nexthops: handle("fp_nexthops", &m.fp_nexthops)?,
+            groups: handle("fp_groups", &m.fp_groups)?,
+            res_buckets: handle("fp_res_buckets", &m.fp_res_buckets)?,
             neigh4: handle("fp_neigh4", &m.fp_neigh4)?,
             neigh6: handle("fp_neigh6", &m.fp_neigh6)?,
             src_deny4: handle("fp_src_deny4", &m.fp_src_deny4)?,
@@ -146,6 +150,8 @@ impl Maps {
             fib4: dup("fp_fib4", &self.fib4)?,
             fib6: dup("fp_fib6", &self.fib6)?,
             nexthops: dup("fp_nexthops", &self.nexthops)?,
+            groups: dup("fp_groups", &self.groups)?,
+            res_buckets: dup("fp_res_buckets", &self.res_buckets)?,
             neigh4: dup("fp_neigh4", &self.neigh4)?,
             neigh6: dup("fp_neigh6", &self.neigh6)?,
             src_deny4: dup("fp_src_deny4", &self.src_deny4)?,
@@ -349,6 +355,7 @@ fn route(e: &RouteEntry) -> fp_route {
         RouteAction::Unreachable => (T::FP_RT_UNREACHABLE, 0, 0),
         RouteAction::Prohibit => (T::FP_RT_PROHIBIT, 0, 0),
         RouteAction::Punt { reason } => (T::FP_RT_PUNT, reason, 0),
+        RouteAction::Multipath { group } => (T::FP_RT_MULTIPATH, 0, group),
     };
     fp_route { type_: ty as u8, punt_reason: reason, _pad: 0, mtu: e.mtu, nh_id: nh }
 }
@@ -361,6 +368,23 @@ fn nexthop(e: &NexthopEntry, slot: u32) -> fp_nexthop {
     };
     // Slots are < FP_MAX_IFACES (256): the u16 cannot truncate.
     fp_nexthop { ifindex: e.ifindex, gw_family: fam, _pad: 0, slot: slot as u16, gw }
+}
+
+/// fp_group; `desired` never makes more than FP_GROUP_MAX_PATHS paths.
+fn group(e: &GroupEntry) -> fp_group {
+    let mut g = fp_group {
+        kind: match e.kind {
+            GroupKind::HashThreshold => intf::fp_group_kind::FP_GRP_HASH_THRESHOLD as u8,
+            GroupKind::Resilient => intf::fp_group_kind::FP_GRP_RESILIENT as u8,
+        },
+        n_buckets: e.n_buckets,
+        ..Default::default()
+    };
+    for (slot, p) in g.paths.iter_mut().zip(&e.paths) {
+        *slot = fp_group_path { upper_bound: p.upper_bound, nh_id: p.nh_id };
+    }
+    g.n_paths = e.paths.len().min(g.paths.len()) as u8;
+    g
 }
 
 fn iface(ifindex: u32, e: &IfaceEntry) -> fp_iface {
@@ -469,6 +493,9 @@ impl MapWriter {
         self.rt.table_full = s.table_full;
         self.rt.policy_punt = s.policy_punt;
         self.rt.src_lpm = s.src_lpm;
+        self.rt.mp_policy4 = s.mp_policy4;
+        self.rt.mp_policy6 = s.mp_policy6;
+        self.rt.mp_seed = s.mp_seed;
         self.write_runtime()
     }
 }
@@ -508,6 +535,13 @@ impl TableWriter for MapWriter {
                 let (name, map, key) = m.neigh_map(k);
                 ignore_missing(ctx(name, map.delete(&key)))
             }
+            Op::UpsertGroup(id, e) => ctx("fp_groups", m.groups.update(&id.to_ne_bytes(), bytes(&group(e)), any)),
+            // An array cannot delete: kind 0 makes a stale reference punt.
+            Op::DeleteGroup(id) => {
+                ctx("fp_groups", m.groups.update(&id.to_ne_bytes(), bytes(&fp_group::default()), any))
+            }
+            Op::UpsertBucket(k, nh) => ctx("fp_res_buckets", m.res_buckets.update(&k.to_ne_bytes(), &nh.to_ne_bytes(), any)),
+            Op::DeleteBucket(k) => ignore_missing(ctx("fp_res_buckets", m.res_buckets.delete(&k.to_ne_bytes()))),
             Op::UpsertRoute4(a, l, e) => ctx("fp_fib4", m.fib4.update(bytes(&lpm4(*a, *l)), bytes(&route(e)), any)),
             Op::DeleteRoute4(a, l) => ignore_missing(ctx("fp_fib4", m.fib4.delete(bytes(&lpm4(*a, *l))))),
             Op::UpsertRoute6(a, l, e) => ctx("fp_fib6", m.fib6.update(bytes(&lpm6(*a, *l)), bytes(&route(e)), any)),
@@ -581,5 +615,26 @@ mod tests {
         assert_eq!(r.mtu, 1400);
         let r = route(&RouteEntry { action: RouteAction::Forward { nh_id: 5 }, mtu: 0 });
         assert_eq!((r.type_, r.nh_id), (intf::fp_route_type::FP_RT_FORWARD as u8, 5));
+        let r = route(&RouteEntry { action: RouteAction::Multipath { group: 9 }, mtu: 0 });
+        assert_eq!((r.type_, r.nh_id), (intf::fp_route_type::FP_RT_MULTIPATH as u8, 9));
+    }
+
+    #[test]
+    fn group_conversion() {
+        use fastpath_core::tables::GroupPath;
+        let e = GroupEntry {
+            kind: GroupKind::HashThreshold,
+            paths: vec![GroupPath { upper_bound: -1, nh_id: 3 }, GroupPath { upper_bound: i32::MAX, nh_id: 4 }],
+            n_buckets: 0,
+            origin: 0,
+        };
+        let g = group(&e);
+        assert_eq!((g.kind, g.n_paths), (intf::fp_group_kind::FP_GRP_HASH_THRESHOLD as u8, 2));
+        assert_eq!((g.paths[0].upper_bound, g.paths[0].nh_id), (-1, 3));
+        assert_eq!((g.paths[1].upper_bound, g.paths[1].nh_id), (i32::MAX, 4));
+        assert_eq!(g.paths[2].nh_id, 0);
+        assert_eq!(g.paths.len(), fastpath_core::desired::FP_GROUP_MAX_PATHS);
+        let r = group(&GroupEntry { kind: GroupKind::Resilient, n_buckets: 512, origin: 7, paths: vec![] });
+        assert_eq!((r.kind, r.n_buckets), (intf::fp_group_kind::FP_GRP_RESILIENT as u8, 512));
     }
 }

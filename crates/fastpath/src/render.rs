@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use fastpath_bpf::intf::REASON_NAMES;
 
-use crate::api::{HashStatus, NeighbourJson, PacketsBytes, RouteJson, Status};
+use crate::api::{HashStatus, NeighbourJson, NexthopJson, PacketsBytes, RouteJson, Status};
 
 /// Left-aligned columns, right-aligned where every cell is a number.
 pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
@@ -131,6 +131,8 @@ pub fn status(s: &Status, all: bool) -> String {
         ("fib4", t.fib4),
         ("fib6", t.fib6),
         ("nexthops", t.nexthops),
+        ("groups", t.groups),
+        ("buckets", t.buckets),
         ("neighbours", t.neighbours),
         ("interfaces", t.interfaces),
     ]
@@ -153,25 +155,50 @@ pub fn status(s: &Status, all: bool) -> String {
     out
 }
 
+fn via_dev(n: &Option<NexthopJson>) -> (String, String) {
+    match n {
+        Some(n) => (
+            n.gateway.clone().unwrap_or_else(|| "on-link".into()),
+            n.dev.clone().unwrap_or_else(|| format!("#{}", n.ifindex)),
+        ),
+        None => ("-".into(), "-".into()),
+    }
+}
+
+/// One row per route; a multipath route is followed by one row per path
+/// (its upper bound, or "dead"; "punt" where we cannot forward by it).
 pub fn routes(r: &[RouteJson]) -> String {
-    let rows: Vec<Vec<String>> = r
-        .iter()
-        .map(|r| {
-            let (via, dev) = match &r.nexthop {
-                Some(n) => (
-                    n.gateway.clone().unwrap_or_else(|| "on-link".into()),
-                    n.dev.clone().unwrap_or_else(|| format!("#{}", n.ifindex)),
-                ),
-                None => ("-".into(), "-".into()),
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for r in r {
+        let (via, dev) = via_dev(&r.nexthop);
+        let mut action = match &r.reason {
+            Some(reason) => format!("{} ({reason})", r.action),
+            None => r.action.clone(),
+        };
+        if let Some(g) = &r.group {
+            action = if g.kind == "resilient" {
+                format!("{action} (group {}, resilient, {} buckets)", g.id, g.buckets)
+            } else {
+                format!("{action} (group {})", g.id)
             };
-            let action = match &r.reason {
-                Some(reason) => format!("{} ({reason})", r.action),
-                None => r.action.clone(),
+        }
+        let mtu = if r.mtu == 0 { "-".to_string() } else { r.mtu.to_string() };
+        rows.push(vec![r.prefix.clone(), action, via, dev, mtu]);
+        for (i, p) in r.group.iter().flat_map(|g| g.paths.iter().map(move |p| (g, p))).enumerate() {
+            let (g, p) = p;
+            let (via, dev) = via_dev(&p.nexthop);
+            let what = if p.nexthop.is_none() {
+                "punt".to_string()
+            } else if g.kind == "resilient" {
+                "member".to_string()
+            } else if p.upper_bound < 0 {
+                "dead".to_string()
+            } else {
+                format!("upto {}", p.upper_bound)
             };
-            let mtu = if r.mtu == 0 { "-".to_string() } else { r.mtu.to_string() };
-            vec![r.prefix.clone(), action, via, dev, mtu]
-        })
-        .collect();
+            rows.push(vec![format!("  path {i}"), what, via, dev, String::new()]);
+        }
+    }
     if rows.is_empty() {
         return "no routes\n".into();
     }

@@ -107,6 +107,10 @@ pub struct World {
     pub fib6: Vec<(fp_lpm6_key, fp_route)>,
     pub nexthops: Vec<(u32, fp_nexthop)>,
     pub neigh: Vec<(NeighKey, fp_neigh)>,
+    /// fp_groups: group id -> ECMP group.
+    pub groups: Vec<(u32, fp_group)>,
+    /// fp_res_buckets: (group << 16) | bucket -> next-hop id.
+    pub buckets: Vec<(u32, u32)>,
     /// Ingress ifindexes in the devmap, each under its fp_iface slot.
     pub tx_ports: Vec<u32>,
     /// fp_src_deny4: source address -> reason (what desired derives from the FIB).
@@ -152,6 +156,8 @@ impl World {
                 (neigh_key(b, AF_INET6, &v6("fe80::d6")), neigh(MAC_GW6LL)),
                 (neigh_key(a, AF_INET, &v4("192.0.2.10")), neigh(MAC_CLIENT)),
             ],
+            groups: vec![],
+            buckets: vec![],
             tx_ports: vec![a, b],
             src_deny4: vec![
                 (v4("192.0.2.1"), fp_reason::FP_R_MARTIAN as u32),
@@ -195,6 +201,18 @@ impl World {
         self.fib6.push((key, rt));
     }
 
+    /// Adds an ECMP group: hash-threshold (`n_buckets` 0) with these
+    /// (upper bound, next hop) paths, or resilient with `n_buckets`.
+    pub fn set_group(&mut self, id: u32, n_buckets: u16, paths: &[(i32, u32)]) {
+        let kind = if n_buckets == 0 { fp_group_kind::FP_GRP_HASH_THRESHOLD } else { fp_group_kind::FP_GRP_RESILIENT };
+        let mut g = fp_group { kind: kind as u8, n_paths: paths.len() as u8, n_buckets, ..Default::default() };
+        for (slot, (upper_bound, nh_id)) in g.paths.iter_mut().zip(paths) {
+            *slot = fp_group_path { upper_bound: *upper_bound, nh_id: *nh_id };
+        }
+        self.groups.retain(|(k, _)| *k != id);
+        self.groups.push((id, g));
+    }
+
     pub fn apply(&self, skel: &XdpFwdSkel<'_>) -> Result<()> {
         let m = &skel.maps;
         for (k, v) in &self.ifaces {
@@ -217,6 +235,12 @@ impl World {
                 NeighKey::V4(k) => m.fp_neigh4.update(raw(k), raw(v), MapFlags::ANY).context("fp_neigh4")?,
                 NeighKey::V6(k) => m.fp_neigh6.update(raw(k), raw(v), MapFlags::ANY).context("fp_neigh6")?,
             }
+        }
+        for (k, v) in &self.groups {
+            m.fp_groups.update(&k.to_ne_bytes(), raw(v), MapFlags::ANY).context("fp_groups")?;
+        }
+        for (k, v) in &self.buckets {
+            m.fp_res_buckets.update(&k.to_ne_bytes(), &v.to_ne_bytes(), MapFlags::ANY).context("fp_res_buckets")?;
         }
         for ifindex in &self.tx_ports {
             // Without an fp_ifaces entry the program never gets as far as the devmap.
