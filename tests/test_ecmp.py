@@ -44,12 +44,18 @@ def sport_of(frame: bytes) -> int:
 
 
 def flow_frames(lab: Lab, family: int, ports) -> list[bytes]:
+    """One frame per flow; flows differ in source port and, so that the L3
+    policy spreads them too, in addresses (and the IPv6 flow label)."""
     eth = Ether(src=lab.c0.mac, dst=lab.r0.mac)
-    if family == 4:
-        return [bytes(eth / IP(src=lab.C4, dst=lab.FAR4) / UDP(sport=p, dport=9) / Raw(b"ecmp"))
-                for p in ports]
-    return [bytes(eth / IPv6(src=lab.C6, dst=lab.FAR6) / UDP(sport=p, dport=9) / Raw(b"ecmp"))
-            for p in ports]
+    out = []
+    for p in ports:
+        i = p % 1000
+        if family == 4:
+            ip = IP(src=f"192.0.2.{10 + i % 200}", dst=f"203.0.113.{1 + i // 200}")
+        else:
+            ip = IPv6(src=f"2001:db8:1::{0x1000 + i:x}", dst=f"2001:db8:3::{1 + i % 7:x}", fl=(i * 7919) & 0xFFFFF)
+        out.append(bytes(eth / ip / UDP(sport=p, dport=9) / Raw(b"ecmp")))
+    return out
 
 
 def choices(lab: Lab, family: int, ports, repeat: int = 1) -> dict[int, int]:
