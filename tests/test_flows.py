@@ -1,0 +1,64 @@
+"""The flow cache seen from outside: `fastpath flows`, the cache counters
+and the flow-hash source in `fastpath status`."""
+
+from __future__ import annotations
+
+import json
+
+from lab import Daemon, Lab, send_and_expect
+from pkts import udp4, udp6
+
+
+def test_flows_lists_the_cached_flows(daemon: Daemon, lab: Lab):
+    lab.resolve_neighbours()
+    frames = []
+    for sport, n in ((41000, 6), (41001, 3)):
+        frames += [udp4(lab, sport=sport, seq=i) for i in range(n)]
+    frames += [udp6(lab, sport=41002, seq=i) for i in range(4)]
+    before = daemon.status()["flow_cache"]
+    send_and_expect(lab.c0, frames, lab.s0)
+    st = daemon.status()
+    fc = st["flow_cache"]
+    assert fc["enabled"] and fc["timeout_s"] == 30
+    # First packet of each flow misses, the rest hit.
+    assert fc["miss"] - before["miss"] >= 3
+    assert fc["hit"] - before["hit"] >= 13 - 3
+
+    flows = json.loads(daemon.cli("flows", "--json", "--limit", "0").stdout)
+    ours = {(f["family"], f["sport"]): f for f in flows["flows"] if f["dport"] == 9}
+    assert ours[("ipv4", 41000)]["packets"] == 6
+    assert ours[("ipv4", 41001)]["packets"] == 3
+    assert ours[("ipv6", 41002)]["packets"] == 4
+    f = ours[("ipv4", 41000)]
+    assert (f["src"], f["dst"], f["proto"]) == (lab.C4, lab.FAR4, 17)
+    assert (f["ingress"], f["egress"], f["dmac"]) == ("r0", "r1", lab.s0.mac)
+    assert f["current"] and f["idle_s"] <= 2
+    # Busiest first.
+    counts = [x["packets"] for x in flows["flows"]]
+    assert counts == sorted(counts, reverse=True)
+    text = daemon.cli("flows").stdout
+    assert f"{lab.C4}:41000" in text and "PACKETS" in text
+
+
+def test_status_names_the_flow_hash_source(daemon: Daemon, lab: Lab):
+    """On veth the device-bound program loads; packets a socket sent arrive
+    as skbs, for which veth computes an RX hash."""
+    lab.resolve_neighbours()
+    send_and_expect(lab.c0, [udp4(lab, seq=i) for i in range(5)], lab.s0)
+    r0 = next(i for i in daemon.status()["interfaces"] if i["name"] == "r0")
+    assert r0["hash"]["variant"] == "nic rx-hash", r0["hash"]
+    assert r0["hash"]["packets"]["nic"] >= 5, r0["hash"]
+    assert "nic rx-hash" in daemon.cli("status").stdout
+
+
+def test_cache_off(lab: Lab, fastpath_bin):
+    lab.resolve_neighbours()
+    with Daemon(lab, extra=["--flow-timeout", "0", "--rx-hash", "off"]) as d:
+        send_and_expect(lab.c0, [udp4(lab, seq=i) for i in range(5)], lab.s0)
+        st = d.status()
+        assert not st["flow_cache"]["enabled"]
+        assert st["flow_cache"]["hit"] == st["flow_cache"]["miss"] == 0
+        assert st["totals"]["forwarded"]["packets"] >= 5
+        r0 = next(i for i in st["interfaces"] if i["name"] == "r0")
+        assert r0["hash"]["variant"] == "meta hint / software"
+        assert "flow cache: off" in d.cli("status").stdout
