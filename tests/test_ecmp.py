@@ -15,8 +15,9 @@ users to.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import struct
-import time
 from collections import Counter
 
 import pytest
@@ -145,13 +146,25 @@ def test_random_seed_is_not_guessed(ecmp_lab: Lab):
     assert any("fib_multipath_hash_seed" in p for p in problems), problems
 
 
+@contextlib.contextmanager
+def one_cpu():
+    """The flow cache is per CPU, as RSS keeps a flow on one CPU; a packet
+    socket's frames are received on the sender's CPU, so pin the sender."""
+    old = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(old)})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, old)
+
+
 def test_cached_flows_keep_their_next_hop(ecmp_lab: Lab):
     """Hash-threshold group changes: a cached flow stays on its next hop
     while that is still a path; flows of a removed path move."""
     lab = ecmp_lab
     set_policy(lab, 1)
     ports = range(21000, 21300)
-    with Daemon(lab) as d:
+    with Daemon(lab) as d, one_cpu():
         first = choices(lab, 4, ports)
         multipath_routes(lab, n=3, weights=[3, 2, 1])  # re-weighted: the kernel would remap
         d.wait_converged()
@@ -178,7 +191,7 @@ def test_resilient_group_moves_only_removed_flows(ecmp_lab: Lab):
     lab.ip(lab.router, "route", "replace", lab.REMOTE4, "nhid", "10")
     ports = range(22000, 22400)
     kernel_before = choices(lab, 4, ports)
-    with Daemon(lab) as d:
+    with Daemon(lab) as d, one_cpu():
         fast_before = choices(lab, 4, ports, repeat=2)
         assert fast_before == kernel_before, "fastpath and the kernel disagree on resilient buckets"
         lab.ip(lab.router, "nexthop", "replace", "id", "10", "group", "1/2", "type", "resilient",
