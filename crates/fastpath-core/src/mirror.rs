@@ -12,6 +12,7 @@
 //! events make us re-dump routes, next-hop objects and neighbours.
 
 use std::cell::RefCell;
+use std::collections::hash_map::Entry;
 use std::collections::BTreeSet;
 use std::io;
 use std::net::IpAddr;
@@ -131,9 +132,8 @@ pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
         }
         Msg::NewRoute(fam, route) => insert_route(state, fam, route),
         Msg::AddRoute(fam, route) => {
-            let key = (fam, route.key.clone());
-            match state.routes.get(&key) {
-                Some(old) if *old != route => {
+            match state.routes.entry((fam, route.key.clone())) {
+                Entry::Occupied(mut old) if *old.get() != route => {
                     // A second, different route under a key we hold. IPv4: aliases
                     // (append/prepend), the kernel uses the first. IPv6: not only
                     // multipath siblings — the kernel keeps equal-metric device
@@ -142,16 +142,18 @@ pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
                     // one entry cannot say what the kernel does: punt the prefix and
                     // let a re-dump tell what really exists (a multipath set comes
                     // back from the dump as one RTA_MULTIPATH message).
-                    if !parse::is_opaque(old) {
-                        let alias = alias_marker(route.key.clone());
-                        state.routes.insert(key, alias);
+                    if !parse::is_opaque(old.get()) {
+                        old.insert(alias_marker(route.key.clone()));
                         f.fib = true;
                         return true;
                     }
                     false
                 }
-                Some(_) => false,
-                None => insert_route(state, fam, route),
+                Entry::Occupied(_) => false,
+                Entry::Vacant(v) => {
+                    v.insert(route);
+                    true
+                }
             }
         }
         Msg::DelRoute(fam, route) => {
@@ -221,14 +223,19 @@ fn alias_marker(key: RouteKey) -> Route {
     }
 }
 
+/// One hash lookup per route: at a million routes the second one shows.
 fn insert_route(state: &mut KernelState, fam: Family, route: Route) -> bool {
-    let key = (fam, route.key.clone());
-    if let Some(old) = state.routes.get(&key) {
-        if *old == route || (parse::is_opaque(old) && !parse::is_opaque(&route)) {
-            return false;
+    match state.routes.entry((fam, route.key.clone())) {
+        Entry::Occupied(mut old) => {
+            if *old.get() == route || (parse::is_opaque(old.get()) && !parse::is_opaque(&route)) {
+                return false;
+            }
+            old.insert(route);
+        }
+        Entry::Vacant(v) => {
+            v.insert(route);
         }
     }
-    state.routes.insert(key, route);
     true
 }
 
@@ -542,7 +549,10 @@ impl Mirror {
             apply(st, m, &mut f);
         }
         for family in [AF_INET, AF_INET6] {
-            for m in self.dump_msgs(parse::RTM_GETROUTE, family, 12)? {
+            let msgs = self.dump_msgs(parse::RTM_GETROUTE, family, 12)?;
+            // Grown once instead of rehashing its way up to a full table.
+            st.routes.reserve(msgs.len());
+            for m in msgs {
                 apply(st, m, &mut f);
             }
         }
