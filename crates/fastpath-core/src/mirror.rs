@@ -64,6 +64,8 @@ const RECV_BUF: usize = 256 * 1024;
 const DUMP_RETRIES: usize = 16;
 /// Datagrams applied per `poll`, so a storm cannot hold the caller forever.
 const DRAIN_LIMIT: usize = 8192;
+/// Datagrams discarded at most before a resync dump (see `resync`).
+const RESYNC_DRAIN_LIMIT: usize = 1 << 22;
 const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 const NEIGH_ACK_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -503,16 +505,31 @@ impl Mirror {
     }
 
     /// Drops what is queued (older than the dump we are about to take), then dumps.
+    ///
+    /// The drain must reach an empty queue: after an overrun the kernel
+    /// keeps the socket marked congested, and drops further events without
+    /// reporting ENOBUFS again, until a read finds the queue empty
+    /// (netlink_rcv_wake). Stopping early while a route storm keeps the
+    /// queue full loses events silently, and a full table load is such a
+    /// storm. Reading without decoding outpaces the kernel's notifications,
+    /// so this ends; the cap only guards against a kernel that never stops.
     fn resync(&mut self) -> Result<KernelState, MirrorError> {
-        for _ in 0..DRAIN_LIMIT {
+        let mut emptied = false;
+        for _ in 0..RESYNC_DRAIN_LIMIT {
             match recv(self.events.as_raw_fd(), &mut self.buf, libc::MSG_DONTWAIT) {
                 Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    emptied = true;
+                    break;
+                }
                 Err(e)
                     if e.kind() == io::ErrorKind::Interrupted
                         || e.raw_os_error() == Some(libc::ENOBUFS) => {}
                 Err(e) => return Err(e.into()),
             }
+        }
+        if !emptied {
+            log::warn!("netlink event queue never ran empty while resyncing; later overruns may go unreported");
         }
         self.dump()
     }
