@@ -11,5 +11,6 @@ pub mod mphash;
 pub mod model;
 pub mod parse;
 pub mod reconcile;
+mod route_fast;
 pub mod sysctl;
 pub mod tables;

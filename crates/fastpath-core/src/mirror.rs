@@ -20,6 +20,7 @@
 //! every FIB re-dump, and periodically (`refresh_buckets`).
 
 use std::cell::RefCell;
+use std::collections::hash_map::Entry;
 use std::collections::BTreeSet;
 use std::io;
 use std::net::IpAddr;
@@ -71,6 +72,8 @@ const RECV_BUF: usize = 256 * 1024;
 const DUMP_RETRIES: usize = 16;
 /// Datagrams applied per `poll`, so a storm cannot hold the caller forever.
 const DRAIN_LIMIT: usize = 8192;
+/// Datagrams discarded at most before a resync dump (see `resync`).
+const RESYNC_DRAIN_LIMIT: usize = 1 << 22;
 const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 const NEIGH_ACK_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -141,9 +144,8 @@ pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
         }
         Msg::NewRoute(fam, route) => insert_route(state, fam, route),
         Msg::AddRoute(fam, route) => {
-            let key = (fam, route.key.clone());
-            match state.routes.get(&key) {
-                Some(old) if *old != route => {
+            match state.routes.entry((fam, route.key.clone())) {
+                Entry::Occupied(mut old) if *old.get() != route => {
                     // A second, different route under a key we hold. IPv4: aliases
                     // (append/prepend), the kernel uses the first. IPv6: not only
                     // multipath siblings — the kernel keeps equal-metric device
@@ -152,16 +154,18 @@ pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
                     // one entry cannot say what the kernel does: punt the prefix and
                     // let a re-dump tell what really exists (a multipath set comes
                     // back from the dump as one RTA_MULTIPATH message).
-                    if !parse::is_opaque(old) {
-                        let alias = alias_marker(route.key.clone());
-                        state.routes.insert(key, alias);
+                    if !parse::is_opaque(old.get()) {
+                        old.insert(alias_marker(route.key.clone()));
                         f.fib = true;
                         return true;
                     }
                     false
                 }
-                Some(_) => false,
-                None => insert_route(state, fam, route),
+                Entry::Occupied(_) => false,
+                Entry::Vacant(v) => {
+                    v.insert(route);
+                    true
+                }
             }
         }
         Msg::DelRoute(fam, route) => {
@@ -241,14 +245,19 @@ fn alias_marker(key: RouteKey) -> Route {
     }
 }
 
+/// One hash lookup per route: at a million routes the second one shows.
 fn insert_route(state: &mut KernelState, fam: Family, route: Route) -> bool {
-    let key = (fam, route.key.clone());
-    if let Some(old) = state.routes.get(&key) {
-        if *old == route || (parse::is_opaque(old) && !parse::is_opaque(&route)) {
-            return false;
+    match state.routes.entry((fam, route.key.clone())) {
+        Entry::Occupied(mut old) => {
+            if *old.get() == route || (parse::is_opaque(old.get()) && !parse::is_opaque(&route)) {
+                return false;
+            }
+            old.insert(route);
+        }
+        Entry::Vacant(v) => {
+            v.insert(route);
         }
     }
-    state.routes.insert(key, route);
     true
 }
 
@@ -519,16 +528,31 @@ impl Mirror {
     }
 
     /// Drops what is queued (older than the dump we are about to take), then dumps.
+    ///
+    /// The drain must reach an empty queue: after an overrun the kernel
+    /// keeps the socket marked congested, and drops further events without
+    /// reporting ENOBUFS again, until a read finds the queue empty
+    /// (netlink_rcv_wake). Stopping early while a route storm keeps the
+    /// queue full loses events silently, and a full table load is such a
+    /// storm. Reading without decoding outpaces the kernel's notifications,
+    /// so this ends; the cap only guards against a kernel that never stops.
     fn resync(&mut self) -> Result<KernelState, MirrorError> {
-        for _ in 0..DRAIN_LIMIT {
+        let mut emptied = false;
+        for _ in 0..RESYNC_DRAIN_LIMIT {
             match recv(self.events.as_raw_fd(), &mut self.buf, libc::MSG_DONTWAIT) {
                 Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    emptied = true;
+                    break;
+                }
                 Err(e)
                     if e.kind() == io::ErrorKind::Interrupted
                         || e.raw_os_error() == Some(libc::ENOBUFS) => {}
                 Err(e) => return Err(e.into()),
             }
+        }
+        if !emptied {
+            log::warn!("netlink event queue never ran empty while resyncing; later overruns may go unreported");
         }
         self.dump()
     }
@@ -600,7 +624,10 @@ impl Mirror {
         }
         st.res_buckets = self.dump_buckets()?;
         for family in [AF_INET, AF_INET6] {
-            for m in self.dump_msgs(parse::RTM_GETROUTE, family, 12)? {
+            let msgs = self.dump_msgs(parse::RTM_GETROUTE, family, 12)?;
+            // Grown once instead of rehashing its way up to a full table.
+            st.routes.reserve(msgs.len());
+            for m in msgs {
                 apply(st, m, &mut f);
             }
         }

@@ -227,6 +227,11 @@ pub fn decode(msg_type: u16, payload: &[u8]) -> Result<Msg, ParseError> {
         | RTM_NEWNEIGH | RTM_DELNEIGH | RTM_NEWRULE | RTM_DELRULE => {}
         _ => return Ok(Msg::Ignored),
     }
+    if matches!(msg_type, RTM_NEWROUTE | RTM_DELROUTE) {
+        if let Some((f, r)) = crate::route_fast::plain_route(payload) {
+            return Ok(if msg_type == RTM_NEWROUTE { Msg::NewRoute(f, r) } else { Msg::DelRoute(f, r) });
+        }
+    }
     let parsed = match RouteNetlinkMessage::parse_with_param(payload, msg_type) {
         Ok(m) => m,
         Err(e) => return fallback(msg_type, payload, e.to_string()),

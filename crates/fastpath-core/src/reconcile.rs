@@ -256,15 +256,17 @@ impl Reconciler {
         w: &mut W,
     ) -> Result<usize, ReconcileError<W::Error>> {
         let ops = self.plan(desired);
-        for (n, op) in ops.iter().enumerate() {
-            if let Err(source) = w.apply(op) {
-                log::debug!("reconcile stopped after {n} of {} ops", ops.len());
-                return Err(ReconcileError {
-                    op: op.clone(),
-                    source,
-                });
-            }
+        let (n, res) = w.apply_many(&ops);
+        let n = n.min(ops.len());
+        for op in &ops[..n] {
             self.record(op);
+        }
+        if let Err(source) = res {
+            log::debug!("reconcile stopped after {n} of {} ops", ops.len());
+            // A writer that failed without a failing op broke the contract;
+            // report the last op rather than panic.
+            let op = ops.get(n).or(ops.last()).cloned().unwrap_or(Op::BumpGeneration);
+            return Err(ReconcileError { op, source });
         }
         Ok(ops.len())
     }

@@ -194,4 +194,18 @@ pub enum Op {
 pub trait TableWriter {
     type Error: std::error::Error + Send + Sync + 'static;
     fn apply(&mut self, op: &Op) -> Result<(), Self::Error>;
+
+    /// Applies `ops` in order, stopping at the first failure. Returns how
+    /// many ops reached the maps, and on failure the error of `ops[n]`
+    /// (nothing after it was tried). A writer may group consecutive ops on
+    /// one map into a batch call, but the count must be exact: the
+    /// reconciler's shadow records exactly the first `n` ops.
+    fn apply_many(&mut self, ops: &[Op]) -> (usize, Result<(), Self::Error>) {
+        for (n, op) in ops.iter().enumerate() {
+            if let Err(e) = self.apply(op) {
+                return (n, Err(e));
+            }
+        }
+        (ops.len(), Ok(()))
+    }
 }

@@ -2,6 +2,7 @@
 //! `routes`, `neighbours`), plus the benchmark (`fastpath bench`).
 
 mod api;
+mod batch;
 mod bench;
 mod daemon;
 mod flows;

@@ -406,13 +406,15 @@ pub struct MapWriter {
     deny: BTreeSet<Ipv4Addr>,
     bloom_refs: BTreeMap<u32, u32>,
     slots: BTreeMap<u32, u32>,
+    /// Cleared when the kernel refuses batch calls; single writes from then on.
+    batching: bool,
 }
 
 impl MapWriter {
     /// `slots`: ifindex -> fp_ifaces slot of every managed interface, fixed
     /// for the daemon's life (next hops carry their egress slot).
     pub fn new(maps: Maps, slots: BTreeMap<u32, u32>) -> MapWriter {
-        MapWriter { maps, rt: fp_runtime::default(), deny: BTreeSet::new(), bloom_refs: BTreeMap::new(), slots }
+        MapWriter { maps, rt: fp_runtime::default(), deny: BTreeSet::new(), bloom_refs: BTreeMap::new(), slots, batching: true }
     }
 
     /// Idle timeout of cached flows (0 = cache off), written with the next
@@ -552,6 +554,99 @@ impl TableWriter for MapWriter {
                 self.rt.generation += 1;
                 self.write_runtime()
             }
+        }
+    }
+
+    /// Runs of consecutive route upserts or deletes on one FIB go to the
+    /// kernel as one batch call each (in order, so reconcile's ordering
+    /// holds entry by entry); everything else, and the entry a batch
+    /// stopped at, goes through `apply`, which also gives the error its
+    /// usual form and forgives deleting a missing route.
+    fn apply_many(&mut self, ops: &[Op]) -> (usize, Result<(), MapError>) {
+        let mut done = 0;
+        while done < ops.len() {
+            let rest = &ops[done..];
+            let run = match RunKind::of(&rest[0]) {
+                Some(k) if self.batching => rest.iter().take(BATCH_MAX).take_while(|o| RunKind::of(o) == Some(k)).count(),
+                _ => 0,
+            };
+            if run >= BATCH_MIN {
+                let out = self.write_run(&rest[..run]);
+                done += out.landed;
+                match out.error {
+                    None => continue,
+                    Some(e) if out.unsupported() => {
+                        log::info!("batched map writes refused ({e}), writing entries one by one");
+                        self.batching = false;
+                    }
+                    Some(e) => log::debug!("batch stopped after {} of {run} entries: {e}", out.landed),
+                }
+            }
+            if let Err(e) = self.apply(&ops[done]) {
+                return (done, Err(e));
+            }
+            done += 1;
+        }
+        (done, Ok(()))
+    }
+}
+
+/// Fewer entries than this are not worth building the arrays for.
+const BATCH_MIN: usize = 4;
+/// Bounds the packed arrays (a few hundred KiB) of one call.
+const BATCH_MAX: usize = 16384;
+
+/// The ops `MapWriter` batches: one kind per map and direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunKind {
+    Upsert4,
+    Delete4,
+    Upsert6,
+    Delete6,
+}
+
+impl RunKind {
+    fn of(op: &Op) -> Option<RunKind> {
+        match op {
+            Op::UpsertRoute4(..) => Some(RunKind::Upsert4),
+            Op::DeleteRoute4(..) => Some(RunKind::Delete4),
+            Op::UpsertRoute6(..) => Some(RunKind::Upsert6),
+            Op::DeleteRoute6(..) => Some(RunKind::Delete6),
+            _ => None,
+        }
+    }
+}
+
+impl MapWriter {
+    /// One batch call for `ops`, all of one `RunKind`.
+    fn write_run(&self, ops: &[Op]) -> crate::batch::Outcome {
+        let mut keys = Vec::with_capacity(ops.len() * size_of::<fp_lpm6_key>());
+        let mut vals = Vec::with_capacity(ops.len() * size_of::<fp_route>());
+        let mut kind = None;
+        for op in ops {
+            match op {
+                Op::UpsertRoute4(a, l, e) => {
+                    keys.extend_from_slice(bytes(&lpm4(*a, *l)));
+                    vals.extend_from_slice(bytes(&route(e)));
+                }
+                Op::DeleteRoute4(a, l) => keys.extend_from_slice(bytes(&lpm4(*a, *l))),
+                Op::UpsertRoute6(a, l, e) => {
+                    keys.extend_from_slice(bytes(&lpm6(*a, *l)));
+                    vals.extend_from_slice(bytes(&route(e)));
+                }
+                Op::DeleteRoute6(a, l) => keys.extend_from_slice(bytes(&lpm6(*a, *l))),
+                _ => {}
+            }
+            kind = kind.or(RunKind::of(op));
+        }
+        let m = &self.maps;
+        let n = ops.len();
+        match kind {
+            Some(RunKind::Upsert4) => crate::batch::update(&m.fib4, &keys, &vals, n),
+            Some(RunKind::Delete4) => crate::batch::delete(&m.fib4, &keys, n),
+            Some(RunKind::Upsert6) => crate::batch::update(&m.fib6, &keys, &vals, n),
+            Some(RunKind::Delete6) => crate::batch::delete(&m.fib6, &keys, n),
+            None => crate::batch::Outcome { landed: 0, error: None },
         }
     }
 }
