@@ -26,6 +26,12 @@
  * real FP_HINT_MAGIC in the hint mode, 0 in every other mode so fastpath
  * ignores it. The generator thus does the same work in every mode; only the
  * router's share of the path changes between them.
+ *
+ * fp_bench_gen_dst (`fastpath bench fullrate`) is the same generator with a
+ * destination address per flow: flow i also takes its IPv4 destination and
+ * the matching header checksum from gen_dsts[i], which user space fills (so
+ * the program needs no checksum arithmetic). It is a separate entry point so
+ * the default generator's code and cost stay exactly what they were.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -36,6 +42,8 @@
 #define GEN_SPORT_WORD 17       /* UDP source port: byte 34 of the frame */
 #define GEN_DPORT_WORD 18       /* UDP destination port: byte 36 */
 #define GEN_SPORT_BITS 15       /* flows per destination port: 32768 */
+#define GEN_CSUM_WORD 12        /* IPv4 header checksum: byte 24 */
+#define GEN_DADDR_WORD 15       /* IPv4 destination: bytes 30..33 */
 
 /* Header template in wire order, built (and checksummed) by the bench. */
 const volatile __u16 gen_hdr[GEN_HDR_WORDS];
@@ -45,6 +53,21 @@ const volatile __u32 gen_flows = 1;
 /* fp_rx_hint.magic written into every frame's metadata (0 = no hint). */
 const volatile __u16 gen_hint_magic = 0;
 
+/* Per-flow destination for fp_bench_gen_dst, in wire order; user space sizes
+ * the map to the flow count (1 entry when unused). */
+struct gen_dst {
+	__u16 daddr[2];
+	__u16 csum;
+	__u16 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct gen_dst);
+} gen_dsts SEC(".maps");
+
 /* Next flow index of this CPU: live-frame runs are per CPU, no atomics needed. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -53,8 +76,7 @@ struct {
 	__type(value, __u32);
 } gen_flow SEC(".maps");
 
-SEC("xdp")
-int fp_bench_gen(struct xdp_md *ctx)
+static __always_inline int gen_frame(struct xdp_md *ctx, bool per_flow_dst)
 {
 	struct fp_rx_hint *hint;
 	__u32 zero = 0, *flow, f, h;
@@ -91,7 +113,32 @@ int fp_bench_gen(struct xdp_md *ctx)
 		data[i] = gen_hdr[i];
 	data[GEN_SPORT_WORD] = bpf_htons(gen_sport_base + (f & ((1U << GEN_SPORT_BITS) - 1)));
 	data[GEN_DPORT_WORD] = bpf_htons(bpf_ntohs(gen_hdr[GEN_DPORT_WORD]) + (f >> GEN_SPORT_BITS));
+	if (per_flow_dst) {
+		/* A copy: taking f's own address changes fp_bench_gen's code
+		 * too (checked with llvm-objdump), and it must stay as it was. */
+		__u32 key = f;
+		struct gen_dst *dst;
+
+		dst = bpf_map_lookup_elem(&gen_dsts, &key);
+		if (!dst)
+			return XDP_ABORTED;
+		data[GEN_CSUM_WORD] = dst->csum;
+		data[GEN_DADDR_WORD] = dst->daddr[0];
+		data[GEN_DADDR_WORD + 1] = dst->daddr[1];
+	}
 	return XDP_TX;
+}
+
+SEC("xdp")
+int fp_bench_gen(struct xdp_md *ctx)
+{
+	return gen_frame(ctx, false);
+}
+
+SEC("xdp")
+int fp_bench_gen_dst(struct xdp_md *ctx)
+{
+	return gen_frame(ctx, true);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

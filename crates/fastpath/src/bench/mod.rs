@@ -9,6 +9,7 @@
 //! when the hint mode's hints did not reach fastpath.
 
 pub mod fulltable;
+mod fullrate;
 mod hints;
 mod report;
 mod router;
@@ -79,6 +80,8 @@ pub struct BenchArgs {
 pub enum BenchCmd {
     /// Full routing table: mirror time, map memory per route, single-change latency.
     Fulltable(tablesync::FulltableArgs),
+    /// Forwarding rate with a full routing table vs one route, flows to random destinations in it.
+    Fullrate(fullrate::FullrateArgs),
     /// ns per packet of parse+hash (XDP1) vs hint (XDP_HINTS) vs no work (XDP3), by BPF_PROG_RUN.
     Hints(HintsArgs),
 }
@@ -175,6 +178,18 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let work = WorkDir::create()?;
         return tablesync::run(ft, &exe, work.path(), &stop);
     }
+    if let Some(BenchCmd::Fullrate(fr)) = &args.cmd {
+        let stop = Arc::new(AtomicBool::new(false));
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::flag::register(sig, Arc::clone(&stop)).context("installing signal handlers")?;
+        }
+        let exe = match &args.fastpath_bin {
+            Some(p) => p.clone(),
+            None => std::env::current_exe().context("locating the fastpath binary")?,
+        };
+        let work = WorkDir::create()?;
+        return fullrate::run(fr, &exe, work.path(), &stop);
+    }
     if let Some(BenchCmd::Hints(h)) = &args.cmd {
         let place = Placement::check(h.cpu, !h.no_rt)?;
         return hints::run(place, h.repeat, h.reps, &h.out);
@@ -210,6 +225,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         sink: &sink,
         stop: &stop,
         g0: topo.ifindex(&topo.gen, topo::G0)?,
+        dsts: None,
     };
 
     let mut cells = Vec::new();
@@ -337,6 +353,9 @@ struct Bench<'a> {
     sink: &'a Sink<'a>,
     stop: &'a AtomicBool,
     g0: u32,
+    /// Flow i goes to dsts[i] (`fastpath bench fullrate`); otherwise every
+    /// flow goes to the sink's address and `plan.flows` says how many.
+    dsts: Option<&'a [std::net::Ipv4Addr]>,
 }
 
 impl Bench<'_> {
@@ -374,9 +393,22 @@ impl Bench<'_> {
         Ok(())
     }
 
+    fn generator<'o>(
+        &self,
+        obj: &'o mut MaybeUninit<libbpf_rs::OpenObject>,
+        size: usize,
+        flows: u32,
+        mode: Mode,
+    ) -> Result<Generator<'o>> {
+        match self.dsts {
+            Some(d) => Generator::load_dsts(obj, self.topo, size, d, mode.hint()),
+            None => Generator::load(obj, self.topo, size, flows, mode.hint()),
+        }
+    }
+
     fn measure(&self, mode: Mode, size: usize, flows: u32) -> Result<Cell> {
         let mut obj = MaybeUninit::uninit();
-        let gen = Generator::load(&mut obj, self.topo, size, flows, mode.hint())?;
+        let gen = self.generator(&mut obj, size, flows, mode)?;
         let (gen_ns, cpu) = (self.topo.gen.as_str(), self.plan.place);
         // Warm caches, the page pool and (for fastpath) its flow state first.
         gen.run(gen_ns, self.g0, cpu, self.plan.warmup, self.stop)?;
@@ -415,7 +447,7 @@ impl Bench<'_> {
     fn wait_fast_path(&self, daemon: &Daemon, mode: Mode) -> Result<FpStats> {
         let start = Instant::now();
         let mut obj = MaybeUninit::uninit();
-        let gen = Generator::load(&mut obj, self.topo, self.plan.sizes[0], 1, mode.hint())?;
+        let gen = self.generator(&mut obj, self.plan.sizes[0], 1, mode)?;
         let mut last = String::from("no XDP program on r0 yet");
         while start.elapsed() < Duration::from_secs(15) {
             self.check_stop()?;

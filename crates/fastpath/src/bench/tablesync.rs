@@ -254,7 +254,7 @@ struct Results {
     change: Vec<(&'static str, f64, f64, f64, f64)>,
 }
 
-fn run_ip(args: &[&str]) -> Result<()> {
+pub(super) fn run_ip(args: &[&str]) -> Result<()> {
     let out = Command::new("ip").args(args).output().context("running ip (iproute2)")?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
@@ -264,19 +264,19 @@ fn run_ip(args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-fn path_str(p: &Path) -> Result<String> {
+pub(super) fn path_str(p: &Path) -> Result<String> {
     p.to_str().map(str::to_string).context("non-UTF-8 scratch path")
 }
 
 #[derive(Debug, Clone, Copy, Default)]
-struct Occ {
-    fib4: u64,
-    fib6: u64,
+pub(super) struct Occ {
+    pub(super) fib4: u64,
+    pub(super) fib6: u64,
     resyncs: u64,
     generation: u64,
 }
 
-fn occupancy(sock: &Path) -> Result<Occ> {
+pub(super) fn occupancy(sock: &Path) -> Result<Occ> {
     let v = api::request(sock, "status")?;
     let n = |p: &str| v.pointer(p).and_then(|x| x.as_u64()).with_context(|| format!("status has no {p}"));
     Ok(Occ {
@@ -288,7 +288,7 @@ fn occupancy(sock: &Path) -> Result<Occ> {
 }
 
 /// The lab's own table as the daemon holds it once it stops changing.
-fn wait_stable(sock: &Path, stop: &AtomicBool) -> Result<Occ> {
+pub(super) fn wait_stable(sock: &Path, stop: &AtomicBool) -> Result<Occ> {
     let mut last = occupancy(sock)?;
     let start = Instant::now();
     loop {
@@ -304,13 +304,13 @@ fn wait_stable(sock: &Path, stop: &AtomicBool) -> Result<Occ> {
     }
 }
 
-struct Mirrored {
-    since: Duration,
+pub(super) struct Mirrored {
+    pub(super) since: Duration,
     occ: Occ,
 }
 
 /// Polls `status` until both FIBs hold `want` entries.
-fn wait_mirrored(sock: &Path, want: (u64, u64), t0: Instant, timeout: Duration, stop: &AtomicBool, d: &Daemon) -> Result<Mirrored> {
+pub(super) fn wait_mirrored(sock: &Path, want: (u64, u64), t0: Instant, timeout: Duration, stop: &AtomicBool, d: &Daemon) -> Result<Mirrored> {
     let mut last = String::from("no answer yet");
     while t0.elapsed() < timeout {
         if stop.load(Ordering::Relaxed) {
