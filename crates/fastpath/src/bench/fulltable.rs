@@ -207,10 +207,14 @@ pub struct Spec {
 /// The gateways the bench lab can reach (topo.rs, plus the IPv6 subnets
 /// tablesync adds): two per router interface and family.
 pub fn lab_gateways() -> (Vec<Gateway>, Vec<Gateway>) {
-    let g = |a: &str, d: &str| Gateway { addr: a.parse().expect("literal address"), dev: d.to_string() };
+    let v4 = |a: [u8; 4], dev: &str| Gateway { addr: IpAddr::from(a), dev: dev.into() };
+    let v6 = |net: u16, host: u16, dev: &str| Gateway {
+        addr: IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, net, 0, 0, 0, host)),
+        dev: dev.into(),
+    };
     (
-        vec![g("192.0.2.10", "r0"), g("192.0.2.11", "r0"), g("198.51.100.10", "r1"), g("198.51.100.11", "r1")],
-        vec![g("2001:db8:0:1::10", "r0"), g("2001:db8:0:1::11", "r0"), g("2001:db8:0:2::10", "r1"), g("2001:db8:0:2::11", "r1")],
+        vec![v4([192, 0, 2, 10], "r0"), v4([192, 0, 2, 11], "r0"), v4([198, 51, 100, 10], "r1"), v4([198, 51, 100, 11], "r1")],
+        vec![v6(1, 0x10, "r0"), v6(1, 0x11, "r0"), v6(2, 0x10, "r1"), v6(2, 0x11, "r1")],
     )
 }
 
