@@ -35,8 +35,10 @@
  * Two entry points share all of this: fp_xdp_fwd takes the flow hash from
  * an fp_rx_hint in the metadata area or computes it, fp_xdp_fwd_hw first
  * asks the NIC (bpf_xdp_metadata_rx_hash, so it must be loaded bound to
- * its device; BPF_PROG_RUN cannot run it). One instance is loaded per
- * interface with its own fp_config; all instances share the maps.
+ * its device; BPF_PROG_RUN cannot run it), and also punts frames whose
+ * VLAN tag the NIC stripped (bpf_xdp_metadata_rx_vlan_tag), which the plain
+ * entry point cannot see. One instance is loaded per interface with its
+ * own fp_config; all instances share the maps.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -73,6 +75,7 @@ struct fp_pkt {
 	__u32 hash;              /* flow hash from a hint (hash_src != SOFTWARE) */
 	__u32 hash_src;          /* enum fp_hash_src */
 	__u32 hash_l4;           /* the hint is an L4 (RSS) hash */
+	__u32 vlan_stripped;     /* the NIC took an 802.1Q tag off into metadata */
 	__u32 clock;             /* fp_rt.neigh_clock */
 	__u32 timeout;           /* fp_rt.flow_timeout, 0 = no cache */
 };
@@ -476,7 +479,7 @@ static __always_inline __u32 fp_fwd(struct fp_pkt *p)
 	if ((void *)(eth + 1) > data_end)
 		return FP_R_MALFORMED;
 	proto = eth->h_proto;
-	if (proto == bpf_htons(FP_ETH_P_8021Q) || proto == bpf_htons(FP_ETH_P_8021AD))
+	if (proto == bpf_htons(FP_ETH_P_8021Q) || proto == bpf_htons(FP_ETH_P_8021AD) || p->vlan_stripped)
 		return FP_R_VLAN;
 	if (proto != bpf_htons(FP_ETH_P_IP) && proto != bpf_htons(FP_ETH_P_IPV6))
 		return FP_R_NOT_IP;
@@ -546,13 +549,22 @@ int fp_xdp_fwd(struct xdp_md *ctx)
 
 extern int bpf_xdp_metadata_rx_hash(const struct xdp_md *ctx, __u32 *hash,
 				    enum xdp_rss_hash_type *rss_type) __ksym __weak;
+extern int bpf_xdp_metadata_rx_vlan_tag(const struct xdp_md *ctx, __be16 *vlan_proto,
+					__u16 *vlan_tci) __ksym __weak;
 
 SEC("xdp")
 int fp_xdp_fwd_hw(struct xdp_md *ctx)
 {
 	struct fp_pkt p = { .ctx = ctx, .hash_src = FP_HS_SOFTWARE };
 	enum xdp_rss_hash_type type = 0;
+	__be16 vlan_proto = 0;
+	__u16 vlan_tci = 0;
 	__u32 hash = 0;
+
+	/* A tag the NIC stripped (rx-vlan offload) leaves the frame looking
+	 * untagged; the kernel hands it to the VLAN device: punt it. */
+	if (bpf_xdp_metadata_rx_vlan_tag(ctx, &vlan_proto, &vlan_tci) == 0)
+		p.vlan_stripped = 1;
 
 	/* -ENODATA (no hash for this frame: veth's redirected frames) or
 	 * -EOPNOTSUPP: fall back to a metadata hint or our own hash. */

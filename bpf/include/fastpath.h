@@ -353,7 +353,7 @@ struct fp_runtime {
 #define FP_DEFAULT_NEIGH_ENTRIES   16384
 #define FP_DEFAULT_GROUP_ENTRIES   1024
 #define FP_DEFAULT_RES_BUCKETS     65536    /* resilient buckets, all groups together */
-#define FP_DEFAULT_FLOW_ENTRIES    65536    /* per CPU; rounded up to FP_FLOW_WAYS * 2^n */
+#define FP_DEFAULT_FLOW_ENTRIES    32768    /* per CPU (2.6 MB); rounded up to FP_FLOW_WAYS * 2^n */
 #define FP_DEFAULT_FLOW_TIMEOUT    30
 #define FP_MAX_IFACES              256
 
