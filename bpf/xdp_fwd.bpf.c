@@ -276,9 +276,10 @@ static __always_inline __u32 fp_fwd_ip4(struct fp_pkt *p)
 	struct fp_flow_key k __attribute__((aligned(8))) = {};
 	struct fp_flow_pos pos;
 	const struct fp_route *rt;
-	const struct fp_flow_way *f;
+	const struct fp_flow_way *f = NULL;
+	const __u8 *dmac, *smac;
 	struct fp_tx tx;
-	__u32 tot_len, r, nh_id;
+	__u32 tot_len, r, nh_id, slot;
 	__u8 vihl;
 
 	if ((void *)(ip + 1) > data_end)
@@ -309,20 +310,13 @@ static __always_inline __u32 fp_fwd_ip4(struct fp_pkt *p)
 			return FP_R_TTL_EXCEEDED;
 		if (tot_len > f->mtu)
 			goto full;
-		r = fp_tx_commit(ctx, f->slot, &p->len, FP_ETH_HLEN + tot_len);
-		if (r != FP_R_FORWARDED)
-			return r;
-		fp_flow_touch(p, pos.set, pos.way, f, FP_AF_INET, *(__be32 *)k.daddr, NULL);
-		data = (void *)(long)ctx->data;
-		data_end = (void *)(long)ctx->data_end;
-		ip = data + FP_ETH_HLEN;
-		if ((void *)(ip + 1) > data_end)
-			return FP_R_REDIRECT_FAILED;
-		fp_tx_rewrite_eth(data, f->dmac, f->smac);
-		fp_ip4_dec_ttl(ip);
-		return FP_R_FORWARDED;
+		slot = f->slot;
+		dmac = f->dmac;
+		smac = f->smac;
+		goto send;
 	}
 full:
+	f = NULL;
 	r = fp_ip4_addr_reason(ip->saddr, ip->daddr);
 	if (r)
 		return r;
@@ -352,11 +346,19 @@ full:
 	r = fp_tx_resolve(&tx, rt, nh_id, fp_cfg.ingress_slot, FP_AF_INET, ip->daddr, NULL, tot_len);
 	if (r != FP_R_FORWARDED)
 		return r;
-	r = fp_tx_commit(ctx, tx.slot, &p->len, FP_ETH_HLEN + tot_len);
+	slot = tx.slot;
+	dmac = tx.dmac;
+	smac = tx.smac;
+send:
+	r = fp_tx_commit(ctx, slot, &p->len, FP_ETH_HLEN + tot_len);
 	if (r != FP_R_FORWARDED)
 		return r;
-	fp_neigh_touch(tx.neigh, p->clock);
-	fp_flow_store(p, &pos, &k, &tx);
+	if (f) {
+		fp_flow_touch(p, pos.set, pos.way, f, FP_AF_INET, *(__be32 *)k.daddr, NULL);
+	} else {
+		fp_neigh_touch(tx.neigh, p->clock);
+		fp_flow_store(p, &pos, &k, &tx);
+	}
 
 	/* The trim invalidated every packet pointer. */
 	data = (void *)(long)ctx->data;
@@ -364,7 +366,7 @@ full:
 	ip = data + FP_ETH_HLEN;
 	if ((void *)(ip + 1) > data_end)
 		return FP_R_REDIRECT_FAILED;
-	fp_tx_rewrite_eth(data, tx.dmac, tx.smac);
+	fp_tx_rewrite_eth(data, dmac, smac);
 	fp_ip4_dec_ttl(ip);
 	return FP_R_FORWARDED;
 }
@@ -379,9 +381,10 @@ static __always_inline __u32 fp_fwd_ip6(struct fp_pkt *p)
 	struct fp_lpm6_key key;
 	struct fp_flow_pos pos;
 	const struct fp_route *rt;
-	const struct fp_flow_way *f;
+	const struct fp_flow_way *f = NULL;
+	const __u8 *dmac, *smac;
 	struct fp_tx tx;
-	__u32 ip_len, r, nh_id;
+	__u32 ip_len, r, nh_id, slot;
 
 	if ((void *)(ip6 + 1) > data_end)
 		return FP_R_MALFORMED;
@@ -407,20 +410,13 @@ static __always_inline __u32 fp_fwd_ip6(struct fp_pkt *p)
 			return FP_R_TTL_EXCEEDED;
 		if (ip_len > f->mtu)
 			goto full;
-		r = fp_tx_commit(ctx, f->slot, &p->len, FP_ETH_HLEN + ip_len);
-		if (r != FP_R_FORWARDED)
-			return r;
-		fp_flow_touch(p, pos.set, pos.way, f, FP_AF_INET6, 0, k.daddr);
-		data = (void *)(long)ctx->data;
-		data_end = (void *)(long)ctx->data_end;
-		ip6 = data + FP_ETH_HLEN;
-		if ((void *)(ip6 + 1) > data_end)
-			return FP_R_REDIRECT_FAILED;
-		fp_tx_rewrite_eth(data, f->dmac, f->smac);
-		ip6->hop_limit--;
-		return FP_R_FORWARDED;
+		slot = f->slot;
+		dmac = f->dmac;
+		smac = f->smac;
+		goto send;
 	}
 full:
+	f = NULL;
 	r = fp_ip6_addr_reason(&ip6->saddr, &ip6->daddr);
 	if (r)
 		return r;
@@ -448,18 +444,26 @@ full:
 	r = fp_tx_resolve(&tx, rt, nh_id, fp_cfg.ingress_slot, FP_AF_INET6, 0, key.addr, ip_len);
 	if (r != FP_R_FORWARDED)
 		return r;
-	r = fp_tx_commit(ctx, tx.slot, &p->len, FP_ETH_HLEN + ip_len);
+	slot = tx.slot;
+	dmac = tx.dmac;
+	smac = tx.smac;
+send:
+	r = fp_tx_commit(ctx, slot, &p->len, FP_ETH_HLEN + ip_len);
 	if (r != FP_R_FORWARDED)
 		return r;
-	fp_neigh_touch(tx.neigh, p->clock);
-	fp_flow_store(p, &pos, &k, &tx);
+	if (f) {
+		fp_flow_touch(p, pos.set, pos.way, f, FP_AF_INET6, 0, k.daddr);
+	} else {
+		fp_neigh_touch(tx.neigh, p->clock);
+		fp_flow_store(p, &pos, &k, &tx);
+	}
 
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
 	ip6 = data + FP_ETH_HLEN;
 	if ((void *)(ip6 + 1) > data_end)
 		return FP_R_REDIRECT_FAILED;
-	fp_tx_rewrite_eth(data, tx.dmac, tx.smac);
+	fp_tx_rewrite_eth(data, dmac, smac);
 	ip6->hop_limit--;
 	return FP_R_FORWARDED;
 

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use crate::model::{Family, Route, RouteKey, RouteKind, RouteTarget, Rule, RT_TABLE_MAIN};
 
 pub fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
+    s.parse().expect("fixture address literal")
 }
 
 /// A unicast main-table route, metric 0, no TOS, no MTU.

@@ -572,6 +572,20 @@ impl Mirror {
         Ok(changed)
     }
 
+    /// A dump of something older kernels lack (next-hop objects, buckets):
+    /// their refusal means "none".
+    fn dump_optional(&mut self, msg_type: u16, what: &str) -> Result<Vec<Msg>, MirrorError> {
+        match self.dump_msgs(msg_type, AF_UNSPEC, 8) {
+            Err(MirrorError::Io(e))
+                if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL | libc::EAFNOSUPPORT)) =>
+            {
+                log::debug!("no {what} in this kernel: {e}");
+                Ok(Vec::new())
+            }
+            other => other,
+        }
+    }
+
     /// Re-dumps the buckets of every resilient group; true if they changed.
     /// Cheap when there is none: the dump is then empty.
     pub fn refresh_buckets(&mut self, state: &mut KernelState) -> Result<bool, MirrorError> {
@@ -583,19 +597,7 @@ impl Mirror {
 
     fn dump_buckets(&mut self) -> Result<std::collections::BTreeMap<u32, std::collections::BTreeMap<u16, u32>>, MirrorError> {
         let mut out: std::collections::BTreeMap<u32, std::collections::BTreeMap<u16, u32>> = Default::default();
-        let msgs = match self.dump_msgs(parse::RTM_GETNEXTHOPBUCKET, AF_UNSPEC, 8) {
-            Ok(msgs) => msgs,
-            Err(MirrorError::Io(e))
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EOPNOTSUPP | libc::EINVAL | libc::EAFNOSUPPORT)
-                ) =>
-            {
-                log::debug!("no next-hop buckets in this kernel: {e}");
-                Vec::new()
-            }
-            Err(e) => return Err(e),
-        };
+        let msgs = self.dump_optional(parse::RTM_GETNEXTHOPBUCKET, "next-hop buckets")?;
         for m in msgs {
             if let Msg::NewBucket { group, index, nh_id } = m {
                 out.entry(group).or_default().insert(index, nh_id);
@@ -606,19 +608,7 @@ impl Mirror {
 
     fn dump_fib_into(&mut self, st: &mut KernelState) -> Result<(), MirrorError> {
         let mut f = Followups::default();
-        let nexthops = match self.dump_msgs(parse::RTM_GETNEXTHOP, AF_UNSPEC, 8) {
-            Ok(msgs) => msgs,
-            Err(MirrorError::Io(e))
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EOPNOTSUPP | libc::EINVAL | libc::EAFNOSUPPORT)
-                ) =>
-            {
-                log::debug!("no next-hop objects in this kernel: {e}");
-                Vec::new()
-            }
-            Err(e) => return Err(e),
-        };
+        let nexthops = self.dump_optional(parse::RTM_GETNEXTHOP, "next-hop objects")?;
         for m in nexthops {
             apply(st, m, &mut f);
         }

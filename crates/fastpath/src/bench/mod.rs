@@ -157,6 +157,20 @@ impl Plan {
     }
 }
 
+/// What the full-table benches share: a stop flag set by SIGINT/SIGTERM,
+/// the fastpath binary to run, and a scratch directory.
+fn table_bench_setup(args: &BenchArgs) -> Result<(Arc<AtomicBool>, PathBuf, WorkDir)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop)).context("installing signal handlers")?;
+    }
+    let exe = match &args.fastpath_bin {
+        Some(p) => p.clone(),
+        None => std::env::current_exe().context("locating the fastpath binary")?,
+    };
+    Ok((stop, exe, WorkDir::create()?))
+}
+
 pub fn run(args: BenchArgs) -> Result<()> {
     if let Some(BenchCmd::Fulltable(ft)) = &args.cmd {
         if let Some(path) = &ft.emit {
@@ -167,27 +181,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
         bail!("fastpath bench needs root (network namespaces, XDP, BPF_PROG_RUN)");
     }
     if let Some(BenchCmd::Fulltable(ft)) = &args.cmd {
-        let stop = Arc::new(AtomicBool::new(false));
-        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-            signal_hook::flag::register(sig, Arc::clone(&stop)).context("installing signal handlers")?;
-        }
-        let exe = match &args.fastpath_bin {
-            Some(p) => p.clone(),
-            None => std::env::current_exe().context("locating the fastpath binary")?,
-        };
-        let work = WorkDir::create()?;
+        let (stop, exe, work) = table_bench_setup(&args)?;
         return tablesync::run(ft, &exe, work.path(), &stop);
     }
     if let Some(BenchCmd::Fullrate(fr)) = &args.cmd {
-        let stop = Arc::new(AtomicBool::new(false));
-        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-            signal_hook::flag::register(sig, Arc::clone(&stop)).context("installing signal handlers")?;
-        }
-        let exe = match &args.fastpath_bin {
-            Some(p) => p.clone(),
-            None => std::env::current_exe().context("locating the fastpath binary")?,
-        };
-        let work = WorkDir::create()?;
+        let (stop, exe, work) = table_bench_setup(&args)?;
         return fullrate::run(fr, &exe, work.path(), &stop);
     }
     if let Some(BenchCmd::Hints(h)) = &args.cmd {
