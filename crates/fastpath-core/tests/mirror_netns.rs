@@ -6,55 +6,18 @@ use std::net::IpAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+mod support;
+
+use support::{have_root, in_new_netns, sh};
+
 use fastpath_core::mirror::{neigh_use, Mirror, MirrorError, PollOutcome};
 use fastpath_core::model::{
     Family, KernelState, NextHop, RouteKey, RouteKind, RouteTarget, NUD_DELAY, NUD_REACHABLE,
     NUD_STALE, RT_TABLE_LOCAL, RT_TABLE_MAIN,
 };
 
-fn have_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("this test needs root (CI=true forbids skipping it)");
-    }
-    eprintln!("skipping: needs root");
-    false
-}
 
-/// Runs `f` on a fresh thread moved into a new, empty network namespace;
-/// the namespace (and every device in it) disappears with the thread.
-fn in_new_netns<F: FnOnce() + Send + 'static>(f: F) {
-    std::thread::spawn(move || {
-        // SAFETY: unshare only affects the calling thread here.
-        let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
-        assert_eq!(
-            rc,
-            0,
-            "unshare(CLONE_NEWNET): {}",
-            std::io::Error::last_os_error()
-        );
-        sh("ip link set lo up");
-        f();
-    })
-    .join()
-    .expect("test thread panicked");
-}
 
-fn sh(cmd: &str) {
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(cmd)
-        .output()
-        .expect("spawn sh");
-    assert!(
-        out.status.success(),
-        "`{cmd}` failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 fn ip(s: &str) -> IpAddr {
     s.parse().expect("address literal")

@@ -24,7 +24,11 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::Command;
 
-use fastpath_core::mphash::{hash4, hash6};
+mod support;
+
+use support::{have_root, in_new_netns, out, sh};
+
+use fastpath_core::mphash::{hash4, hash6, select, upper_bounds};
 
 const FLOWS: usize = 1200;
 const GW_MACS: [[u8; 6]; 3] = [[2, 0, 0, 0, 1, 1], [2, 0, 0, 0, 1, 2], [2, 0, 0, 0, 1, 3]];
@@ -32,57 +36,10 @@ const WEIGHTS: [u32; 3] = [1, 2, 3];
 const S0_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0x10];
 const R0_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0x20];
 
-fn have_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("this test needs root (CI=true forbids skipping it)");
-    }
-    eprintln!("skipping: needs root");
-    false
-}
 
-fn in_new_netns<F: FnOnce() + Send + 'static>(f: F) {
-    std::thread::spawn(move || {
-        // SAFETY: unshare only affects the calling thread here.
-        let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "unshare(CLONE_NEWNET): {}", std::io::Error::last_os_error());
-        sh("ip link set lo up");
-        f();
-    })
-    .join()
-    .expect("test thread panicked");
-}
 
-fn out(cmd: &str) -> String {
-    let o = Command::new("sh").arg("-c").arg(cmd).output().expect("spawn sh");
-    assert!(o.status.success(), "`{cmd}` failed: {}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
 
-fn sh(cmd: &str) {
-    out(cmd);
-}
 
-/// The kernel's hash-threshold choice (fib_select_multipath() for the
-/// input path, fib6_select_path(), nexthop_select_path_hthr()), all paths
-/// usable: path i owns hashes up to
-/// `DIV_ROUND_CLOSEST_ULL((u64)cumulative_weight_i << 31, total) - 1`,
-/// and the first path whose bound is >= the hash wins.
-fn select(weights: &[u32], hash: u32) -> usize {
-    let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();
-    let mut cum = 0u64;
-    for (i, &w) in weights.iter().enumerate() {
-        cum += u64::from(w);
-        let bound = ((cum << 31) + total / 2) / total - 1;
-        if u64::from(hash) <= bound {
-            return i;
-        }
-    }
-    panic!("hash {hash:#x} above every bound of {weights:?}");
-}
 
 /// splitmix64: reproducible inputs without a dependency.
 struct Rng(u64);
@@ -367,7 +324,10 @@ fn check(tx: &PacketSocket, rx: &PacketSocket, flows: &[Flow], paths: &[(usize, 
                 }
             }
         };
-        let want = paths[select(&weights, flow.hash(policy, seed))].0;
+        let bounds = upper_bounds(&weights);
+        let hash = flow.hash(policy, seed);
+        let path = select(&bounds, hash).unwrap_or_else(|| panic!("hash {hash:#x} above every bound of {weights:?}"));
+        let want = paths[path].0;
         assert_eq!(got, want, "flow {id} {flow:?}: kernel chose gateway {got}, reference {want} (policy {policy}, seed {seed:#x})");
         per_gw[got] += 1;
     }
