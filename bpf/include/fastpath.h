@@ -51,6 +51,13 @@ enum fp_reason {
 	FP_R_INGRESS_UNKNOWN,      /* program runs on an interface missing from fp_ifaces */
 	FP_R_REDIRECT_FAILED,      /* bpf_redirect_map() refused the egress */
 	FP_R_ICMP_ERROR_ECMP,      /* ICMP error over a multipath route: the kernel hashes its inner header */
+	/* Stateful mode (fp_config.stateful): conntrack decides. */
+	FP_R_CT_NEW,               /* no conntrack entry: a new connection, the kernel sets it up */
+	FP_R_CT_NOT_ESTABLISHED,   /* entry unconfirmed, dying, no reply seen, or TCP not ESTABLISHED */
+	FP_R_CT_UNMARKED,          /* entry lacks the fast-path ct mark bits the ruleset sets */
+	FP_R_CT_TCP_FLAGS,         /* TCP SYN, FIN or RST: conntrack must see set-up and teardown */
+	FP_R_CT_UNSUPPORTED,       /* protocol the conntrack kfuncs cannot look up, helper/expected flow, zone */
+	FP_R_CT_NAT,               /* NAT the fast path does not perform */
 	FP_R__COUNT
 };
 
@@ -133,6 +140,8 @@ struct fp_config {
 	 * ECMP uses it as fib_multipath_hash() does (skb->l4_hash short-cut).
 	 */
 	__u32 nic_hash_is_skb_hash;
+	/* 1 = stateful mode: forward only conntrack entries that are established and carry fp_runtime.ct_mark. */
+	__u32 stateful;
 };
 
 /* fp_fib4 key: LPM trie, prefixlen first as the trie requires. */
@@ -331,7 +340,31 @@ struct fp_runtime {
 	__u8  mp_policy6;        /* net.ipv6.fib_multipath_hash_policy (0 or 1) */
 	__u16 _pad;
 	__u32 mp_seed;           /* net.ipv4.fib_multipath_hash_seed (user seed, non-zero) */
+	/* Stateful mode (fp_config.stateful); ignored otherwise. */
+	__u32 ct_mark;           /* ct mark bits an entry must carry (all of them) to be fast-pathed */
+	__u32 ct_generation;     /* bumped by the daemon on conntrack/ruleset events that may revoke a verdict */
+	__u32 ct_revalidate_ms;  /* a cached verdict is re-checked against conntrack at least this often */
+	__u32 ct_timeout_tcp;    /* seconds: net.netfilter.nf_conntrack_tcp_timeout_established */
+	__u32 ct_timeout_udp;    /* seconds: nf_conntrack_udp_timeout (reply seen, not assured) */
+	__u32 ct_timeout_udp_stream; /* seconds: nf_conntrack_udp_timeout_stream (assured) */
 	__u32 _pad2;
+};
+
+/*
+ * What a NATed flow's packets become (stateful mode), read from the
+ * conntrack entry: for a packet in direction d, the tuple of the other
+ * direction reversed. Addresses and ports in network order; IPv4 in the
+ * first 4 bytes.
+ */
+#define FP_NAT_SRC (1U << 0)     /* source address/port change (SNAT, masquerade) */
+#define FP_NAT_DST (1U << 1)     /* destination address/port change (DNAT) */
+
+struct fp_nat {
+	__u8  saddr[16];
+	__u8  daddr[16];
+	__u16 sport;
+	__u16 dport;
+	__u32 flags;             /* FP_NAT_* */
 };
 
 /*
@@ -355,6 +388,8 @@ struct fp_runtime {
 #define FP_DEFAULT_RES_BUCKETS     65536    /* resilient buckets, all groups together */
 #define FP_DEFAULT_FLOW_ENTRIES    32768    /* per CPU (2.6 MB); rounded up to FP_FLOW_WAYS * 2^n */
 #define FP_DEFAULT_FLOW_TIMEOUT    30
+#define FP_DEFAULT_CT_MARK         0x1
+#define FP_DEFAULT_CT_REVALIDATE_MS 1000
 #define FP_MAX_IFACES              256
 
 #endif /* FASTPATH_H */

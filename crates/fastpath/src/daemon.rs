@@ -58,6 +58,9 @@ impl Drop for TxPorts<'_> {
 }
 
 pub fn run(args: RunArgs) -> Result<()> {
+    if args.mode == crate::FwdMode::Stateful {
+        anyhow::bail!("--mode stateful is not available yet (issue #4 in progress)");
+    }
     let checked = preflight::check(&args)?;
     let mut nf_watch = netfilter::Watcher::new(&checked.netfilter, args.allow_netfilter_bypass);
     let ifaces = checked.ifaces;

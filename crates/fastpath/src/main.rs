@@ -107,6 +107,38 @@ pub struct RunArgs {
     /// metadata hint left by an upstream program, else a software hash.
     #[arg(long, value_enum, default_value_t = RxHash::Auto)]
     pub rx_hash: RxHash,
+    /// `stateless` forwards by the routing tables alone; `stateful` forwards
+    /// only connections conntrack holds as established and the user's
+    /// ruleset marked with `--ct-mark`.
+    #[arg(long, value_enum, default_value_t = FwdMode::Stateless)]
+    pub mode: FwdMode,
+    /// Stateful mode: the ct mark bits (all of them) a connection must carry
+    /// to be fast-pathed, set by the user's nftables ruleset.
+    #[arg(long, value_name = "MASK", default_value_t = intf::FP_DEFAULT_CT_MARK, value_parser = parse_u32_mask)]
+    pub ct_mark: u32,
+    /// Stateful mode: how often a cached verdict is re-checked against
+    /// conntrack, in milliseconds (conntrack events revoke it at once).
+    #[arg(long, value_name = "MS", default_value_t = intf::FP_DEFAULT_CT_REVALIDATE_MS)]
+    pub ct_revalidate_ms: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FwdMode {
+    Stateless,
+    Stateful,
+}
+
+/// A non-zero u32, decimal or 0x-hex.
+fn parse_u32_mask(s: &str) -> Result<u32, String> {
+    let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16),
+        None => s.parse::<u32>(),
+    }
+    .map_err(|e| format!("{s:?} is not a 32-bit mask: {e}"))?;
+    if v == 0 {
+        return Err("the mark mask must have at least one bit set".into());
+    }
+    Ok(v)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
