@@ -84,6 +84,8 @@ pub struct Snapshot {
     /// Flow cache: idle timeout (0 = off) and capacity per CPU.
     pub flow_timeout: u32,
     pub flow_entries: u32,
+    /// Lag, resync and reload bookkeeping for the metrics endpoint.
+    pub ops: crate::metrics::OpsStats,
 }
 
 #[derive(Debug, Clone)]

@@ -16,6 +16,9 @@ use fastpath_core::tables::{Capacities, Desired};
 use log::{debug, error, info, warn};
 
 use crate::api::{self, IfaceInfo, Shared, Snapshot};
+use crate::config::Loaded;
+use crate::metrics::{self, OpsStats};
+use crate::reload::{self, Reloader};
 use crate::loader::{self, Attachment};
 use crate::maps::{MapWriter, Maps};
 use crate::preflight::{self, Iface};
@@ -57,7 +60,8 @@ impl Drop for TxPorts<'_> {
     }
 }
 
-pub fn run(args: RunArgs) -> Result<()> {
+pub fn run(loaded: Loaded) -> Result<()> {
+    let args: RunArgs = loaded.args.clone();
     if args.mode == crate::FwdMode::Stateful {
         anyhow::bail!("--mode stateful is not available yet (issue #4 in progress)");
     }
@@ -69,6 +73,10 @@ pub fn run(args: RunArgs) -> Result<()> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&term)).context("installing signal handlers")?;
     }
+    let hup = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup)).context("installing signal handlers")?;
+    let mut reloader = Reloader::new(&loaded);
+    let metrics_listener = metrics::bind(args.metrics)?;
 
     loader::bridge_libbpf_log();
     let caps = Capacities {
@@ -116,6 +124,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         gone: BTreeSet::new(),
         flow_timeout: if opts.flow_sets == 0 { 0 } else { args.flow_timeout },
         flow_entries: opts.flow_sets * intf::FP_FLOW_WAYS,
+        ops: OpsStats { last_full_sync: Some(t), ..Default::default() },
     };
     // Tables complete before the first packet can see them.
     lp.reconcile(&state).context("writing the initial tables")?;
@@ -132,6 +141,10 @@ pub fn run(args: RunArgs) -> Result<()> {
         Arc::clone(&shared),
         maps.try_clone().context("opening map handles")?,
     )?;
+    let metrics_server = match metrics_listener {
+        Some(l) => Some(metrics::serve(l, Arc::clone(&shared), maps.try_clone().context("opening map handles")?)?),
+        None => None,
+    };
     info!(
         "fastpath running on {} (generation {})",
         ifaces.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(", "),
@@ -143,12 +156,24 @@ pub fn run(args: RunArgs) -> Result<()> {
     let mut last_periodic = Instant::now();
     let mut last_buckets = Instant::now();
     let mut last_poll_err: Option<String> = None;
+    // When the oldest netlink change not yet in the maps arrived.
+    let mut pending_since: Option<Instant> = None;
     while !term.load(Ordering::Relaxed) {
+        if hup.swap(false, Ordering::Relaxed) {
+            match reloader.reload(&mut lp) {
+                reload::Outcome::Rejected => lp.ops.reloads_failed += 1,
+                reload::Outcome::Done { .. } => lp.ops.reloads_ok += 1,
+                reload::Outcome::NoFile => {}
+            }
+            lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
+        }
         match mirror.poll(&mut state, IDLE_POLL) {
             Ok(PollOutcome::Idle) => last_poll_err = None,
             Ok(outcome) => {
                 last_poll_err = None;
+                pending_since.get_or_insert_with(Instant::now);
                 if outcome == PollOutcome::Resynced {
+                    lp.ops.last_full_sync = Some(Instant::now());
                     warn!("netlink overrun: resynced from a full dump ({} so far)", mirror.resyncs());
                 }
                 dirty = true;
@@ -189,8 +214,12 @@ pub fn run(args: RunArgs) -> Result<()> {
                 Ok(()) => {
                     dirty = false;
                     retry_at = None;
+                    if let Some(t) = pending_since.take() {
+                        lp.ops.record_lag(t.elapsed());
+                    }
                 }
                 Err(e) => {
+                    lp.ops.reconcile_failures += 1;
                     error!("{e:#}; retrying");
                     retry_at = Some(Instant::now() + RETRY);
                 }
@@ -207,6 +236,7 @@ pub fn run(args: RunArgs) -> Result<()> {
 
     info!("signal received: detaching and exiting");
     drop(server);
+    drop(metrics_server);
     let names: Vec<String> = attachments.iter().map(|a| a.name.clone()).collect();
     drop(attachments);
     drop(tx);
@@ -275,6 +305,23 @@ struct Loop {
     /// Flow cache settings, for status.
     flow_timeout: u32,
     flow_entries: u32,
+    ops: OpsStats,
+}
+
+impl reload::Live for Loop {
+    fn set_flow_timeout(&mut self, secs: u32) -> Result<(), String> {
+        // The cache is sized and switched on at load.
+        if self.flow_entries == 0 && secs != 0 {
+            return Err("the flow cache was not loaded (started with flow-timeout 0)".into());
+        }
+        self.writer.set_flow_timeout(secs);
+        if let Err(e) = self.writer.flush_runtime() {
+            self.writer.set_flow_timeout(self.flow_timeout);
+            return Err(format!("writing fp_runtime: {e}"));
+        }
+        self.flow_timeout = secs;
+        Ok(())
+    }
 }
 
 impl Loop {
@@ -354,6 +401,7 @@ impl Loop {
             dev_names: state.links.iter().map(|(k, l)| (*k, l.name.clone())).collect(),
             flow_timeout: self.flow_timeout,
             flow_entries: self.flow_entries,
+            ops: self.ops.clone(),
         };
         match shared.lock() {
             Ok(mut g) => *g = Arc::new(snap),

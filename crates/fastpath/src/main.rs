@@ -4,14 +4,17 @@
 mod api;
 mod batch;
 mod bench;
+mod config;
 mod daemon;
 mod flows;
 mod keepalive;
 mod links;
 mod loader;
 mod maps;
+mod metrics;
 mod netfilter;
 mod preflight;
+mod reload;
 mod render;
 
 use std::path::PathBuf;
@@ -45,6 +48,8 @@ enum Cmd {
     Flows(flows::FlowsArgs),
     /// Traffic generator benchmark (not a test).
     Bench(bench::BenchArgs),
+    /// Validate a config file (types, values, interfaces) without starting.
+    CheckConfig(config::CheckArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -59,6 +64,13 @@ pub enum XdpMode {
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
+    /// TOML file whose keys are these options' long names; options given
+    /// on the command line override it. Re-read on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Prometheus endpoint ADDR:PORT, or `off`.
+    #[arg(long, value_name = "ADDR:PORT", default_value = metrics::DEFAULT_ENDPOINT, value_parser = metrics::parse_endpoint)]
+    pub metrics: metrics::Endpoint,
     /// Interface to run on (repeat for each interface).
     #[arg(short = 'i', long = "interface", value_name = "IFACE")]
     pub interfaces: Vec<String>,
@@ -170,12 +182,13 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
     let res = match cli.cmd {
-        Cmd::Run(args) => daemon::run(args),
+        Cmd::Run(args) => config::for_run(args).and_then(daemon::run),
         Cmd::Status(args) => api::client_status(&args),
         Cmd::Routes(args) => api::client_routes(&args),
         Cmd::Neighbours(args) => api::client_neighbours(&args),
         Cmd::Flows(args) => flows::client(&args),
         Cmd::Bench(args) => bench::run(args),
+        Cmd::CheckConfig(args) => config::check(&args),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

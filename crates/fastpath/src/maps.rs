@@ -423,6 +423,11 @@ impl MapWriter {
         self.rt.flow_timeout = secs;
     }
 
+    /// Writes runtime settings changed since the last write (a reload).
+    pub fn flush_runtime(&self) -> MapResult<()> {
+        self.write_runtime()
+    }
+
     fn slot(&self, ifindex: u32) -> u32 {
         self.slots.get(&ifindex).copied().unwrap_or(0)
     }

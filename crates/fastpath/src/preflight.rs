@@ -45,41 +45,7 @@ pub fn check(args: &RunArgs) -> Result<Checked> {
     if !Path::new("/sys/kernel/btf/vmlinux").exists() {
         bail!("kernel has no BTF (/sys/kernel/btf/vmlinux missing); fastpath needs CONFIG_DEBUG_INFO_BTF=y");
     }
-    if args.interfaces.is_empty() {
-        bail!("no interface given (use -i IFACE, once per interface)");
-    }
-    let max = intf::FP_MAX_IFACES as usize - 1;
-    if args.interfaces.len() > max {
-        bail!("too many interfaces: {} given, at most {max} supported", args.interfaces.len());
-    }
-    let mut seen = HashSet::new();
-    for name in &args.interfaces {
-        if !seen.insert(name.as_str()) {
-            bail!("interface {name} given more than once");
-        }
-    }
-
-    let all = links::dump().context("reading interfaces")?;
-    let mut ifaces = Vec::new();
-    for (i, name) in args.interfaces.iter().enumerate() {
-        let Some(l) = all.iter().find(|l| &l.name == name) else {
-            bail!("unknown interface {name}");
-        };
-        if l.arphrd != ARPHRD_ETHER {
-            bail!("interface {name} does not support XDP forwarding (not an Ethernet device, link type {})", l.arphrd);
-        }
-        if let Some(m) = l.master {
-            let master = all.iter().find(|x| x.ifindex == m).map(|x| x.name.as_str()).unwrap_or("?");
-            bail!("interface {name} is a port of {master} (bridge/bond/VRF member); run fastpath on {master} or detach the port");
-        }
-        if l.xdp != XdpAttach::None || l.xdp_prog_id.is_some() {
-            match l.xdp_prog_id {
-                Some(id) => bail!("interface {name} already has an XDP program attached (prog id {id}); detach it first"),
-                None => bail!("interface {name} already has an XDP program attached; detach it first"),
-            }
-        }
-        ifaces.push(Iface { name: name.clone(), ifindex: l.ifindex, slot: i as u32 + 1 });
-    }
+    let ifaces = check_interfaces(&args.interfaces, false)?;
 
     let nf = netfilter::probe();
     if !nf.bypassed.is_empty() {
@@ -109,6 +75,49 @@ pub fn check(args: &RunArgs) -> Result<Checked> {
 
     let socket = socket_state(&args.socket)?;
     Ok(Checked { ifaces, socket, netfilter: nf })
+}
+
+/// The interfaces to run on, in order (slots 1..): given once each, known,
+/// Ethernet, not a port, and free of XDP unless `xdp_ours` (a running
+/// daemon holds them: `check-config` of the file it will reload).
+pub fn check_interfaces(names: &[String], xdp_ours: bool) -> Result<Vec<Iface>> {
+    if names.is_empty() {
+        bail!("no interface given (use -i IFACE, once per interface)");
+    }
+    let max = intf::FP_MAX_IFACES as usize - 1;
+    if names.len() > max {
+        bail!("too many interfaces: {} given, at most {max} supported", names.len());
+    }
+    let mut seen = HashSet::new();
+    for name in names {
+        if !seen.insert(name.as_str()) {
+            bail!("interface {name} given more than once");
+        }
+    }
+
+    let all = links::dump().context("reading interfaces")?;
+    let mut ifaces = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let Some(l) = all.iter().find(|l| &l.name == name) else {
+            bail!("unknown interface {name}");
+        };
+        if l.arphrd != ARPHRD_ETHER {
+            bail!("interface {name} does not support XDP forwarding (not an Ethernet device, link type {})", l.arphrd);
+        }
+        if let Some(m) = l.master {
+            let master = all.iter().find(|x| x.ifindex == m).map(|x| x.name.as_str()).unwrap_or("?");
+            bail!("interface {name} is a port of {master} (bridge/bond/VRF member); run fastpath on {master} or detach the port");
+        }
+        if !xdp_ours && (l.xdp != XdpAttach::None || l.xdp_prog_id.is_some()) {
+            match l.xdp_prog_id {
+                Some(id) => bail!("interface {name} already has an XDP program attached (prog id {id}); detach it first"),
+                None => bail!("interface {name} already has an XDP program attached; detach it first"),
+            }
+        }
+        ifaces.push(Iface { name: name.clone(), ifindex: l.ifindex, slot: i as u32 + 1 });
+    }
+
+    Ok(ifaces)
 }
 
 /// A live daemon answers connect(); a stale file refuses it.

@@ -1,0 +1,346 @@
+//! Prometheus endpoint: a thread serving `GET /metrics` in the OpenMetrics
+//! text format (which Prometheus scrapes natively). Each scrape builds the
+//! same `api::Status` that `fastpath status` shows from the daemon's last
+//! snapshot plus live counter reads, so both always agree and the maps are
+//! read once per scrape.
+//!
+//! Series (counters get `_total` appended by the format):
+//! - `fastpath_packets`, `fastpath_bytes` {interface, verdict=forwarded|punted, reason}
+//! - `fastpath_flow_cache_events` {interface, event=hit|miss|stale|expired|evict}
+//! - `fastpath_table_entries`, `fastpath_table_capacity` {table}
+//! - `fastpath_family_fast_path` {family} (0: the whole family is punted)
+//! - `fastpath_mirror_lag_last_seconds`, `fastpath_mirror_lag_max_seconds`:
+//!   from the daemon receiving a netlink change to the maps holding it
+//! - `fastpath_full_sync_age_seconds`: since the last full dump (start or resync)
+//! - `fastpath_netlink_resyncs`, `fastpath_reconcile_failures`,
+//!   `fastpath_config_reloads` {result=ok|failed}, `fastpath_neigh_keepalives`
+//! - `fastpath_generation`: table generation
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context, Result};
+use log::{debug, info, warn};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+
+use crate::api::{self, Shared, Status};
+use crate::maps::Maps;
+
+pub const DEFAULT_ENDPOINT: &str = "127.0.0.1:9469";
+
+/// Where metrics are served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Off,
+    At(SocketAddr),
+}
+
+/// `ADDR:PORT` (IPv6 as `[ADDR]:PORT`) or `off`.
+pub fn parse_endpoint(s: &str) -> Result<Endpoint, String> {
+    if s == "off" {
+        return Ok(Endpoint::Off);
+    }
+    s.parse::<SocketAddr>()
+        .map(Endpoint::At)
+        .map_err(|_| format!("{s:?} is not ADDR:PORT (e.g. {DEFAULT_ENDPOINT}, [::1]:9469) or off"))
+}
+
+/// Daemon bookkeeping that only the metrics show; the loop updates it, the
+/// snapshot carries it.
+#[derive(Debug, Clone, Default)]
+pub struct OpsStats {
+    pub lag_last: Option<Duration>,
+    pub lag_max: Duration,
+    pub last_full_sync: Option<Instant>,
+    pub reconcile_failures: u64,
+    pub reloads_ok: u64,
+    pub reloads_failed: u64,
+}
+
+impl OpsStats {
+    pub fn record_lag(&mut self, d: Duration) {
+        self.lag_last = Some(d);
+        self.lag_max = self.lag_max.max(d);
+    }
+}
+
+/// Binds now, before anything is attached, so a taken port fails the
+/// start cleanly; serving starts once the maps exist.
+pub fn bind(ep: Endpoint) -> Result<Option<tiny_http::Server>> {
+    let Endpoint::At(addr) = ep else {
+        info!("metrics endpoint off");
+        return Ok(None);
+    };
+    if !addr.ip().is_loopback() {
+        warn!("metrics served on {addr}, beyond loopback, as configured: anyone who can reach it sees the counters");
+    }
+    let server = tiny_http::Server::http(addr).map_err(|e| anyhow!("metrics endpoint {addr}: {e}"))?;
+    Ok(Some(server))
+}
+
+/// The serving thread; dropping it stops the thread.
+pub struct MetricsServer {
+    server: Arc<tiny_http::Server>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+pub fn serve(server: tiny_http::Server, shared: Shared, maps: Maps) -> Result<MetricsServer> {
+    let server = Arc::new(server);
+    let srv = Arc::clone(&server);
+    if let Some(a) = server.server_addr().to_ip() {
+        info!("metrics on http://{a}/metrics");
+    }
+    let thread = std::thread::Builder::new()
+        .name("fastpath-metrics".into())
+        .spawn(move || {
+            // recv() fails once unblock() is called: that is the way out.
+            while let Ok(req) = srv.recv() {
+                let resp = respond(req.url(), &shared, &maps);
+                if let Err(e) = req.respond(resp) {
+                    debug!("metrics: answering a scrape: {e}");
+                }
+            }
+        })
+        .context("starting the metrics thread")?;
+    Ok(MetricsServer { server, thread: Some(thread) })
+}
+
+const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+fn respond(url: &str, shared: &Shared, maps: &Maps) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
+    let text = |code: u16, body: String, ctype: &str| {
+        let mut r = tiny_http::Response::from_string(body).with_status_code(code);
+        if let Ok(h) = tiny_http::Header::from_bytes(&b"Content-Type"[..], ctype.as_bytes()) {
+            r.add_header(h);
+        }
+        r
+    };
+    let path = url.split('?').next().unwrap_or("");
+    if path != "/metrics" {
+        return text(404, "fastpath: metrics are at /metrics\n".into(), "text/plain; charset=utf-8");
+    }
+    let snap = match shared.lock() {
+        Ok(g) => Arc::clone(&g),
+        Err(p) => Arc::clone(&p.into_inner()),
+    };
+    match api::status(&snap, maps).map_err(|e| format!("{e:#}")).and_then(|st| {
+        render(st, snap.ops.clone(), Instant::now()).map_err(|e| format!("encoding: {e}"))
+    }) {
+        Ok(body) => text(200, body, CONTENT_TYPE),
+        Err(e) => text(500, format!("fastpath: {e}\n"), "text/plain; charset=utf-8"),
+    }
+}
+
+/// The exposition for one scrape.
+pub fn render(status: Status, ops: OpsStats, now: Instant) -> Result<String, std::fmt::Error> {
+    let mut reg = Registry::default();
+    reg.register_collector(Box::new(Scrape { status, ops, now }));
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &reg)?;
+    Ok(out)
+}
+
+#[derive(Debug)]
+struct Scrape {
+    status: Status,
+    ops: OpsStats,
+    now: Instant,
+}
+
+fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
+    let c = ConstCounter::new(v);
+    c.encode(e.encode_descriptor(name, help, None, c.metric_type())?)
+}
+
+fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> std::fmt::Result {
+    let g = ConstGauge::new(v);
+    g.encode(e.encode_descriptor(name, help, None, g.metric_type())?)
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
+        let s = &self.status;
+
+        for (name, help, bytes) in [
+            ("fastpath_packets", "Packets seen by the XDP program, by ingress interface, verdict and reason.", false),
+            ("fastpath_bytes", "Bytes seen by the XDP program, by ingress interface, verdict and reason.", true),
+        ] {
+            let mut m = e.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Counter)?;
+            for i in &s.interfaces {
+                for (reason, pb) in &i.counters {
+                    let verdict = if reason == "forwarded" { "forwarded" } else { "punted" };
+                    let labels =
+                        [("interface", i.name.as_str()), ("verdict", verdict), ("reason", reason.as_str())];
+                    let v = if bytes { pb.bytes } else { pb.packets };
+                    ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
+                }
+            }
+        }
+
+        let mut m = e.encode_descriptor(
+            "fastpath_flow_cache_events",
+            "Flow cache lookups (hit or miss) and what a miss found (stale, expired) or did (evict).",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for i in &s.interfaces {
+            for (event, n) in &i.flow_cache {
+                ConstCounter::new(*n).encode(m.encode_family(&[("interface", i.name.as_str()), ("event", event.as_str())])?)?;
+            }
+        }
+
+        let t = &s.tables;
+        let tables = [
+            ("fib4", t.fib4),
+            ("fib6", t.fib6),
+            ("nexthops", t.nexthops),
+            ("groups", t.groups),
+            ("buckets", t.buckets),
+            ("neighbours", t.neighbours),
+            ("interfaces", t.interfaces),
+        ];
+        for (name, help, cap) in [
+            ("fastpath_table_entries", "Entries fastpath holds in each table.", false),
+            ("fastpath_table_capacity", "Capacity of each table.", true),
+        ] {
+            let mut m = e.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Gauge)?;
+            for (table, o) in &tables {
+                let v = if cap { o.capacity } else { o.used };
+                ConstGauge::new(v as i64).encode(m.encode_family(&[("table", *table)])?)?;
+            }
+        }
+
+        let mut m = e.encode_descriptor(
+            "fastpath_family_fast_path",
+            "1 while the family is fast-pathed, 0 while all of it is punted (table full, policy, netfilter).",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for (fam, f) in [("ipv4", &s.families.ipv4), ("ipv6", &s.families.ipv6)] {
+            ConstGauge::new(i64::from(f.fast_path)).encode(m.encode_family(&[("family", fam)])?)?;
+        }
+
+        let o = &self.ops;
+        gauge(
+            &mut e,
+            "fastpath_mirror_lag_last_seconds",
+            "Time from receiving the last netlink change to the maps holding it.",
+            o.lag_last.unwrap_or_default().as_secs_f64(),
+        )?;
+        gauge(&mut e, "fastpath_mirror_lag_max_seconds", "Largest mirror lag since start.", o.lag_max.as_secs_f64())?;
+        if let Some(t) = o.last_full_sync {
+            gauge(
+                &mut e,
+                "fastpath_full_sync_age_seconds",
+                "Time since the last full dump of kernel state (start or resync).",
+                self.now.saturating_duration_since(t).as_secs_f64(),
+            )?;
+        }
+        counter(&mut e, "fastpath_netlink_resyncs", "Netlink overruns recovered by a full resync.", s.netlink_resyncs)?;
+        counter(&mut e, "fastpath_reconcile_failures", "Reconciles that failed to write the maps (retried).", o.reconcile_failures)?;
+        let mut m = e.encode_descriptor(
+            "fastpath_config_reloads",
+            "SIGHUP reloads of the config file, applied or rejected whole.",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for (result, n) in [("ok", o.reloads_ok), ("failed", o.reloads_failed)] {
+            ConstCounter::new(n).encode(m.encode_family(&[("result", result)])?)?;
+        }
+        counter(&mut e, "fastpath_neigh_keepalives", "Neighbours refreshed in the kernel because fast-pathed traffic used them.", s.neigh_keepalives)?;
+        gauge(&mut e, "fastpath_generation", "Table generation (bumped by every route or neighbour change).", s.generation as f64)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{Families, FamilyStatus, FlowCacheStatus, HashStatus, IfaceStatus, Occupancy, PacketsBytes, Tables};
+    use std::collections::BTreeMap;
+
+    fn status() -> Status {
+        let mut counters = BTreeMap::new();
+        counters.insert("forwarded".to_string(), PacketsBytes { packets: 10, bytes: 1000 });
+        counters.insert("no_neigh".to_string(), PacketsBytes { packets: 2, bytes: 120 });
+        let mut flow = BTreeMap::new();
+        flow.insert("hit".to_string(), 9);
+        Status {
+            generation: 4,
+            netlink_resyncs: 1,
+            neigh_keepalives: 0,
+            interfaces: vec![IfaceStatus {
+                name: "r0".into(),
+                ifindex: 2,
+                xdp_mode: "native".into(),
+                mac: String::new(),
+                mtu: 1500,
+                up: true,
+                fwd4: true,
+                fwd6: true,
+                rp_filter: 0,
+                counters,
+                flow_cache: flow,
+                hash: HashStatus::default(),
+            }],
+            tables: Tables { fib4: Occupancy { used: 3, capacity: 1024 }, ..Default::default() },
+            families: Families { ipv4: FamilyStatus { fast_path: true, problems: vec![] }, ipv6: FamilyStatus::default() },
+            totals: BTreeMap::new(),
+            flow_cache: FlowCacheStatus::default(),
+        }
+    }
+
+    #[test]
+    fn exposition_has_labelled_counters_gauges_and_eof() {
+        let t0 = Instant::now();
+        let mut ops = OpsStats { last_full_sync: Some(t0), reconcile_failures: 2, reloads_ok: 1, ..Default::default() };
+        ops.record_lag(Duration::from_millis(30));
+        ops.record_lag(Duration::from_millis(10));
+        let out = render(status(), ops, t0 + Duration::from_secs(5)).expect("encodes");
+        for line in [
+            "# TYPE fastpath_packets counter",
+            "fastpath_packets_total{interface=\"r0\",verdict=\"forwarded\",reason=\"forwarded\"} 10",
+            "fastpath_packets_total{interface=\"r0\",verdict=\"punted\",reason=\"no_neigh\"} 2",
+            "fastpath_bytes_total{interface=\"r0\",verdict=\"forwarded\",reason=\"forwarded\"} 1000",
+            "fastpath_flow_cache_events_total{interface=\"r0\",event=\"hit\"} 9",
+            "fastpath_table_entries{table=\"fib4\"} 3",
+            "fastpath_table_capacity{table=\"fib4\"} 1024",
+            "fastpath_family_fast_path{family=\"ipv4\"} 1",
+            "fastpath_family_fast_path{family=\"ipv6\"} 0",
+            "fastpath_mirror_lag_last_seconds 0.01",
+            "fastpath_mirror_lag_max_seconds 0.03",
+            "fastpath_full_sync_age_seconds 5.0",
+            "fastpath_netlink_resyncs_total 1",
+            "fastpath_reconcile_failures_total 2",
+            "fastpath_config_reloads_total{result=\"ok\"} 1",
+            "fastpath_generation 4.0",
+        ] {
+            assert!(out.lines().any(|l| l == line), "missing {line:?} in\n{out}");
+        }
+        assert!(out.ends_with("# EOF\n"), "{out}");
+    }
+
+    #[test]
+    fn endpoint_parsing() {
+        assert_eq!(parse_endpoint("off"), Ok(Endpoint::Off));
+        assert_eq!(parse_endpoint("127.0.0.1:9469"), Ok(Endpoint::At("127.0.0.1:9469".parse().unwrap())));
+        assert_eq!(parse_endpoint("[::1]:1"), Ok(Endpoint::At("[::1]:1".parse().unwrap())));
+        assert!(parse_endpoint("localhost").is_err());
+        assert!(parse_endpoint("1.2.3.4").is_err());
+    }
+}

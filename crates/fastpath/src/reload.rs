@@ -1,0 +1,166 @@
+//! SIGHUP: re-read the config file and apply what can change without
+//! disturbing traffic. The new file is parsed and validated whole first: a
+//! bad one is rejected and the running configuration stays as it is. Then
+//! each option that differs is either applied live (the `LIVE` table) or
+//! reported as needing a restart and left at its running value; nothing is
+//! half-applied. Options are compared by clap's effective raw values, so
+//! an option someone adds to `RunArgs` is covered (as "needs a restart")
+//! without code here.
+
+use std::path::PathBuf;
+
+use log::{error, info, warn};
+
+use crate::config::{self, Loaded, Raw};
+use crate::RunArgs;
+
+/// What the daemon exposes to a reload. Each setter applies one runtime
+/// setting to the data path, or says why that needs a restart.
+pub trait Live {
+    fn set_flow_timeout(&mut self, secs: u32) -> Result<(), String>;
+}
+
+type Apply = fn(&RunArgs, &mut dyn Live) -> Result<(), String>;
+
+/// Options a reload applies live, by long name: adding one is one line here
+/// (plus its setter on `Live`). The ct settings join once the data path
+/// reads them (issue #4).
+const LIVE: &[(&str, Apply)] = &[("flow-timeout", |a, l| l.set_flow_timeout(a.flow_timeout))];
+
+/// Options that say where the configuration comes from, not what it is.
+const IGNORED: &[&str] = &["config", "help"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Started without --config: nothing to re-read.
+    NoFile,
+    /// The file did not parse or validate; nothing changed.
+    Rejected,
+    /// Valid: `applied` options changed live, `restart` options differ but
+    /// keep their running value.
+    Done { applied: usize, restart: usize },
+}
+
+pub struct Reloader {
+    path: Option<PathBuf>,
+    /// What is running, option by option.
+    running: Raw,
+}
+
+fn show(v: Option<&Vec<String>>) -> String {
+    match v {
+        None => "(unset)".into(),
+        Some(v) if v.is_empty() => "(unset)".into(),
+        Some(v) => v.join(","),
+    }
+}
+
+impl Reloader {
+    pub fn new(loaded: &Loaded) -> Reloader {
+        Reloader { path: loaded.args.config.clone(), running: loaded.raw.clone() }
+    }
+
+    pub fn reload(&mut self, live: &mut dyn Live) -> Outcome {
+        let Some(path) = self.path.clone() else {
+            warn!("SIGHUP: started without --config, nothing to re-read");
+            return Outcome::NoFile;
+        };
+        info!("SIGHUP: re-reading {}", path.display());
+        // The command line still overrides the file, as it did at start.
+        let new = config::load(&path, &config::cli_run_args())
+            .and_then(|n| config::validate(&n.args, true).map(|()| n));
+        match new {
+            Ok(new) => self.apply(&new, live),
+            Err(e) => {
+                error!("reload rejected, running configuration unchanged: {e:#}");
+                Outcome::Rejected
+            }
+        }
+    }
+
+    fn apply(&mut self, new: &Loaded, live: &mut dyn Live) -> Outcome {
+        let (mut applied, mut restart) = (0, 0);
+        for (key, value) in &new.raw {
+            let old = self.running.get(key);
+            if old == Some(value) || IGNORED.contains(&key.as_str()) {
+                continue;
+            }
+            let (was, now) = (show(old), show(Some(value)));
+            match LIVE.iter().find(|(k, _)| k == key) {
+                Some((_, set)) => match set(&new.args, live) {
+                    Ok(()) => {
+                        info!("reload: {key} {was} -> {now}: applied");
+                        self.running.insert(key.clone(), value.clone());
+                        applied += 1;
+                    }
+                    Err(why) => {
+                        warn!("reload: {key} {was} -> {now}: needs a restart ({why}); keeping {was}");
+                        restart += 1;
+                    }
+                },
+                None => {
+                    warn!("reload: {key} {was} -> {now}: fixed at start, needs a restart; keeping {was}");
+                    restart += 1;
+                }
+            }
+        }
+        if applied + restart == 0 {
+            info!("reload: no change");
+        }
+        Outcome::Done { applied, restart }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Fake {
+        flow_timeout: Option<u32>,
+        refuse: bool,
+    }
+
+    impl Live for Fake {
+        fn set_flow_timeout(&mut self, secs: u32) -> Result<(), String> {
+            if self.refuse {
+                return Err("cache not loaded".into());
+            }
+            self.flow_timeout = Some(secs);
+            Ok(())
+        }
+    }
+
+    fn loaded(text: &str) -> Loaded {
+        config::merge(&config::file_args(text, "t.toml").expect("valid"), &[]).expect("valid")
+    }
+
+    #[test]
+    fn live_options_apply_others_wait_for_a_restart() {
+        let mut r = Reloader::new(&loaded("flow-timeout = 30\n"));
+        let mut f = Fake::default();
+        let out = r.apply(&loaded("flow-timeout = 5\nfib4-entries = 99\n"), &mut f);
+        assert_eq!(out, Outcome::Done { applied: 1, restart: 1 });
+        assert_eq!(f.flow_timeout, Some(5));
+        assert_eq!(r.running["flow-timeout"], vec!["5"]);
+        // The restart-only option keeps its running value, so it is
+        // reported again on the next reload rather than forgotten.
+        assert_ne!(r.running["fib4-entries"], vec!["99"]);
+    }
+
+    #[test]
+    fn a_refused_live_change_keeps_the_running_value() {
+        let mut r = Reloader::new(&loaded("flow-timeout = 0\n"));
+        let mut f = Fake { refuse: true, ..Default::default() };
+        assert_eq!(r.apply(&loaded("flow-timeout = 5\n"), &mut f), Outcome::Done { applied: 0, restart: 1 });
+        assert_eq!(r.running["flow-timeout"], vec!["0"]);
+    }
+
+    #[test]
+    fn same_file_is_no_change() {
+        let mut r = Reloader::new(&loaded("flow-timeout = 30\n"));
+        let mut f = Fake::default();
+        assert_eq!(r.apply(&loaded("flow-timeout = 30\n"), &mut f), Outcome::Done { applied: 0, restart: 0 });
+        assert_eq!(f.flow_timeout, None);
+    }
+}
