@@ -1,0 +1,189 @@
+"""The config file, `fastpath check-config`, SIGHUP reload and the metrics
+endpoint, against a daemon running in the lab's router namespace."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from lab import FASTPATH, Daemon, Lab, in_netns, send_and_expect
+from pkts import udp4
+
+METRICS = "127.0.0.1:9469"
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def check_config(lab: Lab, path: Path) -> subprocess.CompletedProcess:
+    return lab.run(lab.router, str(FASTPATH), "check-config", str(path), check=False)
+
+
+def config_daemon(lab: Lab, path: Path, extra: tuple[str, ...] = ()) -> Daemon:
+    """A daemon whose interfaces come from the file (the command line names none)."""
+    d = Daemon(lab, extra=["--config", str(path), *extra])
+    d.ifaces = []
+    return d
+
+
+def good_config(lab: Lab, **extra: str) -> str:
+    lines = ['interface = ["r0", "r1"]', f'socket = "{lab.tmp / "fp.sock"}"']
+    lines += [f"{k} = {v}" for k, v in extra.items()]
+    return "\n".join(lines) + "\n"
+
+
+def scrape(lab: Lab, addr: str = METRICS) -> str:
+    with in_netns(lab.router):
+        with urllib.request.urlopen(f"http://{addr}/metrics", timeout=5) as r:
+            assert r.status == 200
+            assert r.headers["Content-Type"].startswith("application/openmetrics-text")
+            return r.read().decode()
+
+
+def sample(text: str, series: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{series} not in the exposition:\n{text}")
+
+
+def wait_for(pred, what: str, timeout: float = 5.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_check_config_good_and_bad_files(lab: Lab, fastpath_bin):
+    t = lab.tmp
+    good = write(t / "good.toml", good_config(lab, **{"flow-timeout": "10", "allow-netfilter-bypass": "true"}))
+    p = check_config(lab, good)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+
+    bad = {
+        'interface = ["r0"]\nno-such-option = 1\n': r"bad\.toml:2: key `no-such-option`: unknown option",
+        'interface = ["r0"]\nflow-timeout = "soon"\n': r"bad\.toml:2: key `flow-timeout`: invalid value 'soon'",
+        'flow-timeout = true\n': r"bad\.toml:1: key `flow-timeout`: expected a string or a number",
+        'xdp-mode = "turbo"\n': r"bad\.toml:1: key `xdp-mode`: invalid value 'turbo'",
+        'interface = ["r0", "nosuch0"]\n': r"bad\.toml: unknown interface nosuch0",
+        'interface = ["r0"\n': r"bad\.toml:1: ",
+    }
+    for text, want in bad.items():
+        path = write(t / "bad.toml", text)
+        p = check_config(lab, path)
+        err = p.stderr.strip()
+        assert p.returncode != 0, text
+        assert p.stdout.strip() == "", text
+        assert len(err.splitlines()) == 1, err
+        assert re.search(want, err), f"{text!r}: {err}"
+
+    # A bad file never starts anything.
+    p = lab.run(lab.router, str(FASTPATH), "run", "--config", str(t / "bad.toml"), check=False)
+    assert p.returncode != 0 and "bad.toml" in p.stderr
+    assert not lab.xdp_attached()
+
+
+def test_daemon_from_config_file_and_check_while_running(lab: Lab, fastpath_bin):
+    path = write(lab.tmp / "fastpath.toml", good_config(lab, **{"flow-timeout": "17"}))
+    lab.resolve_neighbours()
+    with config_daemon(lab, path) as d:
+        st = d.status()
+        assert [i["name"] for i in st["interfaces"]] == ["r0", "r1"]
+        assert st["flow_cache"]["timeout_s"] == 17
+        send_and_expect(lab.c0, [udp4(lab, seq=i) for i in range(5)], lab.s0)
+        # The running daemon's own programs do not make its file invalid.
+        p = check_config(lab, path)
+        assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+    # The command line overrides the file.
+    with config_daemon(lab, path, extra=("--flow-timeout", "9")) as d:
+        assert d.status()["flow_cache"]["timeout_s"] == 9
+
+
+def test_sighup_applies_flow_timeout_without_loss_and_rejects_bad_files(lab: Lab, fastpath_bin):
+    path = write(lab.tmp / "fastpath.toml", good_config(lab, **{"flow-timeout": "30"}))
+    lab.resolve_neighbours()
+    with config_daemon(lab, path) as d:
+        assert d.status()["flow_cache"]["timeout_s"] == 30
+        attached = lab.xdp_attached()
+        ping = subprocess.Popen(
+            ["ip", "netns", "exec", lab.client, "ping", "-q", "-i", "0.01", "-c", "400", "-W", "1", lab.FAR4],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            time.sleep(0.5)
+            write(path, good_config(lab, **{"flow-timeout": "5", "fib4-entries": "4096"}))
+            os.kill(d.proc.pid, signal.SIGHUP)
+            wait_for(lambda: d.status()["flow_cache"]["timeout_s"] == 5, "flow-timeout 5 after SIGHUP")
+
+            # A bad file is rejected whole: the good key in it is not applied.
+            write(path, good_config(lab, **{"flow-timeout": "7", "no-such-option": "1"}))
+            os.kill(d.proc.pid, signal.SIGHUP)
+            wait_for(lambda: "reload rejected" in d.log_text(), "the rejection in the log")
+            assert d.status()["flow_cache"]["timeout_s"] == 5
+            out, _ = ping.communicate(timeout=30)
+        finally:
+            if ping.poll() is None:
+                ping.kill()
+                ping.wait()
+        assert ping.returncode == 0, out
+        assert re.search(r"400 packets transmitted, 400 received, 0% packet loss", out), out
+        # Interfaces untouched: same programs attached.
+        assert lab.xdp_attached() == attached
+        log = d.log_text()
+        assert re.search(r"reload: flow-timeout 30 -> 5: applied", log), log
+        assert re.search(r"reload: fib4-entries \d+ -> 4096: fixed at start, needs a restart", log), log
+        assert "no-such-option" in log
+        m = scrape(lab)
+        assert sample(m, 'fastpath_config_reloads_total{result="ok"}') == 1
+        assert sample(m, 'fastpath_config_reloads_total{result="failed"}') == 1
+
+
+def test_metrics_move_with_traffic_and_listen_on_loopback_only(lab: Lab, fastpath_bin):
+    # Before the daemon: a loaded machine already makes ping -W1 marginal.
+    lab.resolve_neighbours()
+    with Daemon(lab):
+        metrics_and_listeners(lab)
+
+
+def metrics_and_listeners(lab: Lab) -> None:
+    fwd = 'fastpath_packets_total{interface="r0",verdict="forwarded",reason="forwarded"}'
+    before = scrape(lab)
+    send_and_expect(lab.c0, [udp4(lab, seq=i) for i in range(20)], lab.s0)
+    after = scrape(lab)
+    assert sample(after, fwd) - sample(before, fwd) >= 20
+    assert sample(after, 'fastpath_table_capacity{table="fib4"}') > 0
+    assert sample(after, 'fastpath_table_entries{table="fib4"}') >= 1
+    assert sample(after, "fastpath_full_sync_age_seconds") >= 0
+    assert "fastpath_mirror_lag_max_seconds" in after
+    assert "fastpath_netlink_resyncs_total" in after
+    assert after.endswith("# EOF\n")
+
+    # A route change shows up as mirror lag.
+    lab.ip(lab.router, "route", "add", "203.0.113.128/25", "via", lab.S4)
+    wait_for(lambda: sample(scrape(lab), "fastpath_mirror_lag_max_seconds") > 0, "a mirror lag sample")
+
+    listening = lab.run(lab.router, "ss", "-Hltn").stdout
+    ports = [l.split()[3] for l in listening.splitlines() if l.split()[3].endswith(":9469")]
+    assert ports == [METRICS], listening
+    # Not reachable from the client through the router's address.
+    with in_netns(lab.client):
+        try:
+            urllib.request.urlopen(f"http://{lab.R0_4}:9469/metrics", timeout=2)
+            raise AssertionError("metrics reachable from the network")
+        except urllib.error.URLError:
+            pass
+
+
+def test_metrics_off(lab: Lab, fastpath_bin):
+    with Daemon(lab, extra=["--metrics", "off"]):
+        listening = lab.run(lab.router, "ss", "-Hltn").stdout
+        assert ":9469" not in listening, listening
