@@ -296,6 +296,14 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_example_parses() {
+        let text = include_str!("../../../deploy/examples/two-port-router.toml");
+        let l = load_str(text, &[]).expect("the example is valid");
+        assert_eq!(l.args.interfaces, vec!["eth0", "eth1"]);
+        assert_eq!(l.args.xdp_mode, crate::XdpMode::Native);
+    }
+
+    #[test]
     fn syntax_errors_have_a_line() {
         let e = err("flow-timeout = 3\ninterface = [\"a\"\n");
         assert!(e.starts_with("t.toml:"), "{e}");

@@ -336,6 +336,24 @@ mod tests {
     }
 
     #[test]
+    fn the_dashboard_only_uses_series_we_export() {
+        let out = render(status(), OpsStats { last_full_sync: Some(Instant::now()), ..Default::default() }, Instant::now())
+            .expect("encodes");
+        let dash = include_str!("../../../deploy/grafana/fastpath.json");
+        let v: serde_json::Value = serde_json::from_str(dash).expect("valid JSON");
+        let panels = v["panels"].as_array().expect("panels");
+        assert!(panels.len() >= 5);
+        for p in panels {
+            for t in p["targets"].as_array().expect("targets") {
+                let expr = t["expr"].as_str().expect("expr");
+                for name in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| w.starts_with("fastpath_")) {
+                    assert!(out.contains(&format!("\n{name}")), "{name} used by the dashboard is not exported");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn endpoint_parsing() {
         assert_eq!(parse_endpoint("off"), Ok(Endpoint::Off));
         assert_eq!(parse_endpoint("127.0.0.1:9469"), Ok(Endpoint::At("127.0.0.1:9469".parse().unwrap())));
