@@ -178,6 +178,15 @@ def fuzz(oracle_only: bool = False) -> None:
           f"frames out: { {p: sum(c.values()) for p, c in kernel.items()} }; r0 counters {counters}")
     what = ("kernel", "kernel again") if oracle_only else ("kernel", "fastpath")
     problems = compare(kernel, other, what)
+    dump = os.environ.get("FASTPATH_FUZZ_DUMP")
+    if dump:  # for a closer look: the sent frames and both runs' outputs, hex, one per line
+        os.makedirs(dump, exist_ok=True)
+        with open(os.path.join(dump, "sent.hex"), "w") as f:
+            f.writelines(x.hex() + "\n" for x in cache[0])
+        for name, run in zip(what, (kernel, other)):
+            for point, c in run.items():
+                with open(os.path.join(dump, f"{name.replace(' ', '-')}.{point}.hex"), "w") as f:
+                    f.writelines(x.hex() + "\n" for x in sorted(c.elements()))
     assert not problems, f"seed {s}, {n} frames: kernel and {what[1]} disagree\n" + "\n".join(problems)
     # Nothing left the box at all would also "agree"; so would punting everything.
     assert sum(kernel["s0"].values()) > n // 4, kernel["s0"]
