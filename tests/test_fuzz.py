@@ -21,8 +21,9 @@ masked as in oracle.py.
 
 `make test` runs 20,000 frames with a fresh seed each time (printed, and named
 in any failure; FASTPATH_FUZZ_SEED=N replays one). `make soak` runs 100,000
-frames, and a kernel-vs-kernel run that checks the harness itself.
-FASTPATH_FUZZ_COUNT overrides the count.
+frames as five 20,000-frame slices with their own seeds and labs (see
+slices() for why), and the same kernel-vs-kernel to check the harness
+itself. FASTPATH_FUZZ_COUNT / FASTPATH_FUZZ_SLICES override.
 """
 
 from __future__ import annotations
@@ -45,7 +46,19 @@ BURST_GAP = 0.0004  # seconds between bursts, so no queue on the path overflows
 
 
 def count() -> int:
-    return int(os.environ.get("FASTPATH_FUZZ_COUNT", 100_000 if SOAK else 20_000))
+    return int(os.environ.get("FASTPATH_FUZZ_COUNT", 20_000))
+
+
+def slices() -> int:
+    """Runs of count() frames, each in fresh labs: 5 (100k frames) under make soak.
+
+    Why not one run of 100k: beyond ~30k frames in one lab, the kernel alone
+    is no longer reproducible: two kernel-only runs of the same 100k frames
+    disagree on which ICMPv6 errors the router and the server send (thousands
+    of frames at the client), with every ICMP rate limit and ratemask off. The
+    cause is not found yet; 20k-frame slices are reproducible.
+    """
+    return int(os.environ.get("FASTPATH_FUZZ_SLICES", 5 if SOAK else 1))
 
 
 def seed() -> int:
@@ -73,7 +86,10 @@ def fuzz_lab() -> Lab:
         lab.ip(r, "link", "set", "r1", "mtu", "1400")  # some frames exceed the egress MTU
         for ns in (r, s):
             for key, value in (("net.ipv4.ipfrag_time", "600"), ("net.ipv6.ip6frag_time", "600"),
-                               ("net.ipv6.auto_flowlabels", "0")):
+                               ("net.ipv6.auto_flowlabels", "0"),
+                               # No ICMP type rate limited at all (on top of lab.py's limits
+                               # off): under 100k frames the v6 limiter still drops errors.
+                               ("net.ipv6.icmp.ratemask", ""), ("net.ipv4.icmp_ratemask", "0")):
                 lab.sysctl(ns, key, value)
         for dev in ("all", "default", "r0", "r1"):
             lab.sysctl(r, f"net.ipv4.conf.{dev}.send_redirects", "0")
@@ -199,10 +215,12 @@ def fuzz(oracle_only: bool = False) -> None:
 
 
 def test_fuzz_kernel_vs_fastpath(fastpath_bin):
-    fuzz()
+    for _ in range(slices()):
+        fuzz()
 
 
 if SOAK:  # only defined there: in CI a skip would count as a failure
     def test_fuzz_harness_is_deterministic():
         """Kernel vs kernel: whatever differs here would make the real test flaky."""
-        fuzz(oracle_only=True)
+        for _ in range(slices()):
+            fuzz(oracle_only=True)
