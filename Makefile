@@ -17,7 +17,7 @@ endif
 # rustup installs into ~/.cargo/bin, which non-login root shells often lack.
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: setup build test test-rust test-e2e demo bench clean
+.PHONY: setup build test test-rust test-e2e soak demo bench clean
 # `test` runs its layers in order (setup, build, Rust, end to end), also under make -j.
 .NOTPARALLEL:
 
@@ -41,6 +41,11 @@ test-rust:
 
 test-e2e:
 	$(PYTHON) -m pytest tests $(PYTEST_ARGS)
+
+# Long hardening runs (about 10 minutes): 100k fuzzed frames kernel vs fastpath
+# and kernel vs kernel, 100k route/neighbour changes. Not part of `make test`.
+soak: setup build
+	FASTPATH_SOAK=1 $(PYTHON) -m pytest tests/test_fuzz.py tests/test_churn.py $(PYTEST_ARGS)
 
 demo: setup build
 	$(PYTHON) tests/demo.py

@@ -1,0 +1,163 @@
+//! Every BPF program builds and loads on this kernel with the oldest and the
+//! newest clang we support (clang-14 from Debian 12, clang-19 that the build
+//! uses), not only with whatever build.rs happened to run.
+//!
+//! Each `bpf/**/*.bpf.c` is compiled with the flags of build.rs (plus what
+//! libbpf-cargo adds: `-g -O2 -target bpf -fno-stack-protector` and its
+//! vendored libbpf headers) and loaded through libbpf as one object: the
+//! `*_hw` programs (the NIC-metadata variants) bound to a veth as the daemon
+//! binds them, everything else as is. The verifier runs on every program.
+//!
+//! Needs root. `FASTPATH_COMPAT_CLANGS` overrides the compilers (space
+//! separated); a missing one skips, or fails under CI=true.
+//!
+//!   CARGO_TARGET_DIR=/work/tgt-hard cargo test --release -p fastpath-bpf --test clang_compat
+
+#[allow(dead_code)]
+mod support;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::libbpf_sys;
+use libbpf_rs::ObjectBuilder;
+
+use support::netns::{require_root, Lab};
+
+/// A scratch directory that is removed again, also when the test panics.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Result<Self> {
+        let p = std::env::temp_dir().join(format!("fastpath-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&p);
+        fs::create_dir_all(&p).with_context(|| format!("creating {}", p.display()))?;
+        Ok(TempDir(p))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn sources() -> Result<Vec<PathBuf>> {
+    let bpf = repo().join("bpf");
+    let mut v = Vec::new();
+    for dir in [bpf.clone(), bpf.join("bench"), bpf.join("test")] {
+        for e in fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+            let p = e?.path();
+            if p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".bpf.c")) {
+                v.push(p);
+            }
+        }
+    }
+    v.sort();
+    Ok(v)
+}
+
+/// libbpf's bpf_helpers.h & co., the same copy libbpf-cargo hands to clang.
+fn write_libbpf_headers(dir: &Path) -> Result<PathBuf> {
+    let inc = dir.join("include");
+    fs::create_dir_all(inc.join("bpf"))?;
+    for (name, text) in libbpf_sys::API_HEADERS.iter() {
+        fs::write(inc.join("bpf").join(name), text).with_context(|| format!("writing {name}"))?;
+    }
+    Ok(inc)
+}
+
+fn compile(clang: &str, src: &Path, out: &Path, libbpf_inc: &Path) -> Result<()> {
+    let bpf = repo().join("bpf");
+    let o = Command::new(clang)
+        // keep in step with crates/fastpath-bpf/build.rs
+        .args(["-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-D__TARGET_ARCH_x86"])
+        .arg(format!("-I{}", bpf.join("include").display()))
+        .arg(format!("-I{}", bpf.join("lib").display()))
+        .arg("-I")
+        .arg(libbpf_inc)
+        .args(["-fno-stack-protector", "-target", "bpf", "-c"])
+        .arg(src)
+        .arg("-o")
+        .arg(out)
+        .output()
+        .with_context(|| format!("running {clang}"))?;
+    if !o.status.success() {
+        bail!("{clang} {}:\n{}", src.display(), String::from_utf8_lossy(&o.stderr));
+    }
+    Ok(())
+}
+
+/// Loads every program of the object; returns their names.
+fn load(obj: &Path, bind_to: u32) -> Result<Vec<String>> {
+    let mut open = ObjectBuilder::default().open_file(obj).context("open")?;
+    let mut names = Vec::new();
+    for mut p in open.progs_mut() {
+        let name = p.name().to_string_lossy().into_owned();
+        if name.ends_with("_hw") {
+            p.set_ifindex(bind_to);
+            p.set_flags(libbpf_sys::BPF_F_XDP_DEV_BOUND_ONLY);
+        }
+        names.push(name);
+    }
+    let loaded = open.load().context("load (verifier)")?;
+    let fds = loaded.progs().count();
+    if fds != names.len() {
+        bail!("{} of {} programs loaded", fds, names.len());
+    }
+    Ok(names)
+}
+
+fn clangs() -> Vec<String> {
+    std::env::var("FASTPATH_COMPAT_CLANGS")
+        .unwrap_or_else(|_| "clang-14 clang-19".into())
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn have(clang: &str) -> bool {
+    Command::new(clang).arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn programs_build_and_load_with_every_supported_clang() {
+    if !require_root("programs_build_and_load_with_every_supported_clang") {
+        return;
+    }
+    let lab = Lab::new().expect("private netns with a veth pair");
+    let tmp = TempDir::new("clang-compat").expect("scratch dir");
+    let inc = write_libbpf_headers(&tmp.0).expect("libbpf headers");
+    let srcs = sources().expect("bpf sources");
+    assert!(srcs.len() >= 2, "no bpf/**/*.bpf.c found");
+
+    let mut failed = Vec::new();
+    let mut skipped = Vec::new();
+    for clang in clangs() {
+        if !have(&clang) {
+            skipped.push(clang);
+            continue;
+        }
+        for src in &srcs {
+            let stem = src.file_name().and_then(|n| n.to_str()).unwrap_or("x").trim_end_matches(".bpf.c");
+            let out = tmp.0.join(format!("{stem}.{clang}.o"));
+            let r = compile(&clang, src, &out, &inc).and_then(|()| load(&out, lab.a));
+            match r {
+                Ok(progs) => eprintln!("{clang}: {stem}: loaded {}", progs.join(", ")),
+                Err(e) => failed.push(format!("{clang}: {}: {e:#}", src.display())),
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{} failures:\n{}", failed.len(), failed.join("\n"));
+    if !skipped.is_empty() {
+        let msg = format!("compilers not installed (scripts/setup.sh installs them): {}", skipped.join(", "));
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{msg}; CI=true makes a skip a failure");
+        eprintln!("skipped: {msg}");
+    }
+}
