@@ -72,7 +72,9 @@ pub fn check(args: &RunArgs) -> Result<Checked> {
             let master = all.iter().find(|x| x.ifindex == m).map(|x| x.name.as_str()).unwrap_or("?");
             bail!("interface {name} is a port of {master} (bridge/bond/VRF member); run fastpath on {master} or detach the port");
         }
-        if l.xdp != XdpAttach::None || l.xdp_prog_id.is_some() {
+        // Our own pinned link (`run --pin` before): taken over, not refused.
+        let ours = crate::pin::owns_xdp(args, l.ifindex, l.xdp_prog_id);
+        if !ours && (l.xdp != XdpAttach::None || l.xdp_prog_id.is_some()) {
             match l.xdp_prog_id {
                 Some(id) => bail!("interface {name} already has an XDP program attached (prog id {id}); detach it first"),
                 None => bail!("interface {name} already has an XDP program attached; detach it first"),
