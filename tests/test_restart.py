@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import FASTPATH, Daemon, Lab, Sender, counter_delta, in_netns, sh
+from lab import FASTPATH, Capture, Daemon, Lab, Sender, counter_delta, in_netns, sh
 from pkts import udp4
 
 
@@ -227,7 +227,6 @@ def test_route_changed_while_dead_is_corrected(lab2, fastpath_bin):
     assert extra not in routes, f"stale route from the dead daemon's time kept: {routes[extra]}"
     assert lab.REMOTE4 in routes
     # and the fast path now sends it the way the kernel does: out r2 to s1
-    from lab import Capture
     c0 = d2.counters("r0")
     with Capture([lab.s0, lab.s1]) as cap:
         tx = Sender(lab.c0)
@@ -236,7 +235,9 @@ def test_route_changed_while_dead_is_corrected(lab2, fastpath_bin):
         tx.close()
         got = cap.collect()
     assert len(got["s1"]) == 50 and not got["s0"], {k: len(v) for k, v in got.items()}
-    assert counter_delta(c0, d2.counters("r0")).get("forwarded", 0) == 50
+    # s1 was never spoken to: the first packets wait for the kernel's ARP
+    delta = counter_delta(c0, d2.counters("r0"))
+    assert delta.get("forwarded", 0) >= 40 and delta.get("forwarded", 0) + delta.get("no_neigh", 0) == 50, delta
     assert d2.stop() == 0
 
 
@@ -280,7 +281,8 @@ def test_sigterm_keeps_forwarding_and_detach_removes_everything(lab, fastpath_bi
     assert len(counter.seqs) == 50
     assert (pin_dir / "v1" / "links").is_dir()
 
-    out = sh(str(FASTPATH), "detach", "--pin-dir", str(pin_dir)).stdout
+    # in the router's namespace, where the link's ifindex names r0 and r1
+    out = lab.run(lab.router, str(FASTPATH), "detach", "--pin-dir", str(pin_dir)).stdout
     assert "detached XDP from" in out and "r0" in out and "r1" in out, out
     assert not lab.xdp_attached(), lab.xdp_attached()
     assert not pin_dir.exists()
@@ -293,7 +295,7 @@ def test_sigterm_keeps_forwarding_and_detach_removes_everything(lab, fastpath_bi
     counter.close()
     assert len(counter.seqs) == 50
 
-    again = sh(str(FASTPATH), "detach", "--pin-dir", str(pin_dir))
+    again = lab.run(lab.router, str(FASTPATH), "detach", "--pin-dir", str(pin_dir))
     assert "nothing pinned" in again.stdout
 
 
@@ -327,7 +329,9 @@ def test_incompatible_pins_are_refused_unless_replace(lab, fastpath_bin):
     stream(lab, 50, 1000, {})
     counter.close()
     assert len(counter.seqs) == 50
-    assert counter_delta(c0, d2.counters("r0")).get("forwarded", 0) == 50
+    # fresh tables: a neighbour gone stale meanwhile is re-learnt by the kernel first
+    delta = counter_delta(c0, d2.counters("r0"))
+    assert delta.get("forwarded", 0) >= 40 and delta.get("forwarded", 0) + delta.get("no_neigh", 0) == 50, delta
     assert d2.stop() == 0
 
 

@@ -209,7 +209,7 @@ fn open_one(iface: &Iface, caps: &Capacities, opts: &LoadOpts, variant: HashVari
                 m.reuse_fd(src.as_fd()).with_context(|| format!("sharing map {name}"))?;
             }
             Share::Pinned(maps) => {
-                let fd = maps.get(&name).with_context(|| format!("map {name} is not pinned"))?;
+                let fd = maps.get(&crate::pin::pin_name(&name)).with_context(|| format!("map {name} is not pinned"))?;
                 m.reuse_fd(fd.as_fd()).with_context(|| format!("reusing pinned map {name}"))?;
             }
         }

@@ -67,6 +67,12 @@ pub struct Pins {
     retired: BTreeMap<u32, u32>,
 }
 
+/// bpffs refuses names with a dot (libbpf's internal maps are
+/// `<object>.bss`): the pin name of a map, also the key of `Pins::maps`.
+pub fn pin_name(map: &str) -> String {
+    map.replace('.', "_")
+}
+
 fn cpath(p: &Path) -> Result<CString> {
     CString::new(p.as_os_str().as_bytes()).with_context(|| format!("path {} contains a NUL byte", p.display()))
 }
@@ -282,6 +288,8 @@ fn clear_devmap(p: &Path) {
     }
 }
 
+/// The name of `ifindex` in this network namespace (links do not say
+/// which namespace their device is in: run detach where the daemon ran).
 fn ifname(ifindex: u32) -> String {
     let mut buf = [0 as libc::c_char; libc::IF_NAMESIZE];
     // SAFETY: if_indextoname writes at most IF_NAMESIZE bytes into buf.
@@ -502,7 +510,7 @@ impl Pins {
             if name.ends_with(".rodata") {
                 continue;
             }
-            repin(m.as_fd(), &self.dir.join("maps").join(&name))?;
+            repin(m.as_fd(), &self.dir.join("maps").join(pin_name(&name)))?;
         }
         let mut pinned_ifaces = BTreeSet::new();
         for (i, a) in instances.iter().zip(att) {
@@ -545,12 +553,15 @@ fn ifaces_slot_taken(slot: u32, old: &BTreeMap<u32, u32>) -> bool {
     old.values().any(|s| *s == slot)
 }
 
+/// Map flags the kernel adds on its own (BPF_F_RDONLY_PROG on devmaps).
+const KERNEL_SET_FLAGS: u32 = libbpf_sys::BPF_F_RDONLY_PROG;
+
 /// Every difference between the maps this binary would create and the
 /// pinned ones, named.
 fn mismatches(want: &[MapDef], found: &BTreeMap<String, OwnedFd>) -> Vec<String> {
     let mut out = Vec::new();
     for w in want {
-        let Some(fd) = found.get(&w.name) else {
+        let Some(fd) = found.get(&pin_name(&w.name)) else {
             out.push(format!("map {} is not pinned", w.name));
             continue;
         };
@@ -566,16 +577,17 @@ fn mismatches(want: &[MapDef], found: &BTreeMap<String, OwnedFd>) -> Vec<String>
             ("key size", w.key_size, info.key_size),
             ("value size", w.value_size, info.value_size),
             ("max_entries", w.max_entries, info.max_entries),
-            ("flags", w.flags, info.map_flags),
+            // The kernel makes every devmap read-only for programs itself.
+            ("flags", w.flags & !KERNEL_SET_FLAGS, info.map_flags & !KERNEL_SET_FLAGS),
         ] {
             if mine != theirs {
                 out.push(format!("{} {what} is {theirs}, this run needs {mine}", w.name));
             }
         }
     }
-    let names: BTreeSet<&str> = want.iter().map(|w| w.name.as_str()).collect();
+    let names: BTreeSet<String> = want.iter().map(|w| pin_name(&w.name)).collect();
     for n in found.keys() {
-        if !names.contains(n.as_str()) {
+        if !names.contains(n) {
             out.push(format!("map {n} is pinned but unknown to this fastpath"));
         }
     }
