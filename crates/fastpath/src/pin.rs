@@ -438,7 +438,7 @@ impl Pins {
             i.slot = match old.get(&i.ifindex) {
                 Some(s) => *s,
                 None => {
-                    while used.contains(&next) || ifaces_slot_taken(next, &old) {
+                    while used.contains(&next) {
                         next += 1;
                     }
                     next += 1;
@@ -547,10 +547,6 @@ impl Pins {
 
 fn intf_max_ifaces() -> u32 {
     fastpath_bpf::intf::FP_MAX_IFACES
-}
-
-fn ifaces_slot_taken(slot: u32, old: &BTreeMap<u32, u32>) -> bool {
-    old.values().any(|s| *s == slot)
 }
 
 /// Map flags the kernel adds on its own (BPF_F_RDONLY_PROG on devmaps).
