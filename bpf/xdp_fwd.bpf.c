@@ -53,6 +53,7 @@
 #include "mphash.h"
 #include "flow.h"
 #include "stats.h"
+#include "watchdog.h"
 
 /* Per instance, set before load. */
 const volatile struct fp_config fp_cfg = {};
@@ -535,7 +536,11 @@ static __always_inline int fp_run(struct fp_pkt *p)
 		p->st = fp_stats_of(&slot);
 		if (!p->st)
 			return XDP_PASS;
-		reason = fp_fwd(p);
+		/* Tables nobody keeps current: the kernel decides everything. */
+		if (fp_orphaned(p->clock, fp_rt.orphan_grace))
+			reason = FP_R_ORPHANED;
+		else
+			reason = fp_fwd(p);
 	}
 	if (p->st)
 		fp_count(p->st, reason, p->len);

@@ -58,6 +58,7 @@ enum fp_reason {
 	FP_R_CT_TCP_FLAGS,         /* TCP SYN, FIN or RST: conntrack must see set-up and teardown */
 	FP_R_CT_UNSUPPORTED,       /* protocol the conntrack kfuncs cannot look up, helper/expected flow, zone */
 	FP_R_CT_NAT,               /* NAT the fast path does not perform */
+	FP_R_ORPHANED,             /* no daemon heartbeat for fp_runtime.orphan_grace seconds: tables may be stale */
 	FP_R__COUNT
 };
 
@@ -347,7 +348,14 @@ struct fp_runtime {
 	__u32 ct_timeout_tcp;    /* seconds: net.netfilter.nf_conntrack_tcp_timeout_established */
 	__u32 ct_timeout_udp;    /* seconds: nf_conntrack_udp_timeout (reply seen, not assured) */
 	__u32 ct_timeout_udp_stream; /* seconds: nf_conntrack_udp_timeout_stream (assured) */
-	__u32 _pad2;
+	/*
+	 * Watchdog: once neigh_clock (the daemon's heartbeat) is more than
+	 * this many seconds behind CLOCK_MONOTONIC_COARSE, every packet is
+	 * punted (FP_R_ORPHANED): a dead daemon must degrade to plain kernel
+	 * forwarding, never to forwarding by tables nobody keeps current.
+	 * 0 = watchdog off.
+	 */
+	__u32 orphan_grace;
 };
 
 /*
@@ -391,5 +399,6 @@ struct fp_nat {
 #define FP_DEFAULT_CT_MARK         0x1
 #define FP_DEFAULT_CT_REVALIDATE_MS 1000
 #define FP_MAX_IFACES              256
+#define FP_DEFAULT_ORPHAN_GRACE    30       /* seconds without a daemon heartbeat before everything is punted */
 
 #endif /* FASTPATH_H */

@@ -25,6 +25,15 @@ use support::packet::*;
 use support::runner::*;
 use support::world::*;
 
+/// fp_runtime.neigh_clock as the daemon would write it now:
+/// CLOCK_MONOTONIC_COARSE seconds + 1, the clock the watchdog compares with.
+fn heartbeat_now() -> u32 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    assert_eq!(unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) }, 0);
+    ts.tv_sec as u32 + 1
+}
+
 fn c4() -> Ip4 {
     Ip4::new(v4("192.0.2.10"), v4("203.0.113.20"))
 }
@@ -114,6 +123,15 @@ fn forward_ipv4() {
             out4(&via6, MAC_GW6LL),
         ),
         Case::forward("ttl 2 leaves with 1", same, f4(&ttl2), out4(&ttl2, MAC_GW4)),
+        Case::forward(
+            "orphan grace on, fresh heartbeat",
+            |w| {
+                w.rt.orphan_grace = 30;
+                w.rt.neigh_clock = heartbeat_now();
+            },
+            f4(&p),
+            out4(&p, MAC_GW4),
+        ),
         Case::forward("DF clear", same, f4(&no_df), out4(&no_df, MAC_GW4)),
         Case::forward("tos/ecn kept", same, f4(&tos), out4(&tos, MAC_GW4)),
         Case::forward("datagram == egress mtu", same, f4(&big), out4(&big, MAC_GW4)),
@@ -419,6 +437,25 @@ fn punt_cases(world: &World) -> Vec<Case> {
         Case::punt("v6 policy routing", |w| w.rt.policy_punt = FP_FAM_V6, f6(&p6), FP_R_POLICY_ROUTING),
         Case::punt("v4 table full", |w| w.rt.table_full = FP_FAM_V4, f4(&p4), FP_R_TABLE_FULL),
         Case::punt("v6 table full", |w| w.rt.table_full = FP_FAM_V6 | FP_FAM_V4, f6(&p6), FP_R_TABLE_FULL),
+        // watchdog: a heartbeat (neigh_clock) older than the grace punts everything
+        Case::punt(
+            "daemon silent past the orphan grace",
+            |w| {
+                w.rt.orphan_grace = 5;
+                w.rt.neigh_clock = heartbeat_now().saturating_sub(60).max(1);
+            },
+            f4(&p4),
+            FP_R_ORPHANED,
+        ),
+        Case::punt(
+            "orphan grace on, heartbeat never started",
+            |w| {
+                w.rt.orphan_grace = 5;
+                w.rt.neigh_clock = 0;
+            },
+            f6(&p6),
+            FP_R_ORPHANED,
+        ),
         // FIB
         Case::punt("v4 local", same, ip4("192.0.2.10", "192.0.2.1"), FP_R_LOCAL),
         Case::punt(

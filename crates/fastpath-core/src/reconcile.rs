@@ -69,6 +69,19 @@ impl Reconciler {
         }
     }
 
+    /// Takes over maps another reconciler wrote (a daemon restarting on
+    /// pinned maps): `applied` is what they hold, read back from them, and
+    /// `generation` the count it had reached. The next plan is then the
+    /// minimal diff to the new desired state in the usual safe order
+    /// (entries left from the dead daemon's time are deleted like any other
+    /// stale entry), and it ends with a generation bump even when empty, so
+    /// the flow cache never trusts a result from before the take-over.
+    pub fn adopt(&mut self, applied: Desired, generation: u64) {
+        self.applied = applied;
+        self.generation = generation;
+        self.dirty = true;
+    }
+
     /// The ops that take the maps from `applied()` to `desired`, safely ordered.
     pub fn plan(&self, desired: &Desired) -> Vec<Op> {
         let old = &self.applied;
@@ -1673,5 +1686,50 @@ mod tests {
             }
         }
         assert!(saw_groups > 100 && saw_buckets > 20, "{saw_groups} {saw_buckets}");
+    }
+
+    /// A daemon restarting on pinned maps: the new reconciler and id
+    /// allocators start from what the maps hold (as read back: resilient
+    /// groups lose their kernel origin, which is not in the map). From the
+    /// first plan on, no next hop or group is re-pointed while in the maps,
+    /// every intermediate state is safe, and entries only the dead daemon
+    /// wanted are deleted.
+    #[test]
+    fn adopting_maps_of_a_dead_daemon_keeps_every_invariant() {
+        let managed: BTreeMap<u32, u32> = [(2, 1), (3, 2), (4, 3)].into_iter().collect();
+        let caps = Capacities { fib4: 64, fib6: 64, nexthops: 32, neigh: 64, ifaces: 8, groups: 16, buckets: 1024 };
+        for seed in 1..=20u64 {
+            let mut rng = Rng(0x51ED_2701_u64 ^ seed.wrapping_mul(0x9E37_79B9));
+            let mut m = Mem { caps: Some(caps), ..Mem::default() };
+            let mut ids = Ids::new(caps.nexthops, caps.groups);
+            let mut r = Reconciler::with_capacities(caps);
+            for _ in 0..5 {
+                let want = compute(&random_state(&mut rng), &managed, &caps, &mut ids);
+                step(&mut r, &mut m, &want);
+                ids.release_unused(r.applied());
+            }
+            // The daemon dies; the maps keep what they hold, minus what
+            // only the daemon knew.
+            for g in m.t.groups.values_mut() {
+                g.origin = 0;
+            }
+            let mut r = Reconciler::with_capacities(caps);
+            r.adopt(m.t.clone(), m.gen);
+            let mut ids = Ids::new(caps.nexthops, caps.groups);
+            ids.release_unused(r.applied());
+            for round in 0..5 {
+                let want = compute(&random_state(&mut rng), &managed, &caps, &mut ids);
+                let gen = m.gen;
+                let ops = step(&mut r, &mut m, &want);
+                if round == 0 {
+                    assert_eq!(ops.last(), Some(&Op::BumpGeneration), "seed {seed}: no bump after adopt");
+                    assert!(m.gen > gen);
+                }
+                if want.switches.table_full == 0 {
+                    assert!(tables_eq(&m.t, &want), "seed {seed} round {round}: stale entries left");
+                }
+                ids.release_unused(r.applied());
+            }
+        }
     }
 }

@@ -191,7 +191,9 @@ pub fn for_run(args: RunArgs) -> Result<Loaded> {
 /// values, the metrics address): the interfaces. `xdp_ours`: a running
 /// daemon holds them.
 pub fn validate(args: &RunArgs, xdp_ours: bool) -> Result<()> {
-    crate::preflight::check_interfaces(&args.interfaces, xdp_ours)?;
+    crate::preflight::check_interfaces(&args.interfaces, &|ifindex, prog| {
+        xdp_ours || crate::pin::owns_xdp(args, ifindex, prog)
+    })?;
     Ok(())
 }
 

@@ -22,7 +22,7 @@ use crate::reload::{self, Reloader};
 use crate::loader::{self, Attachment};
 use crate::maps::{MapWriter, Maps};
 use crate::preflight::{self, Iface};
-use crate::{keepalive, netfilter, RunArgs};
+use crate::{keepalive, netfilter, pin, RunArgs};
 
 /// How long the main loop sleeps in poll when nothing happens; bounds the
 /// reaction time to signals.
@@ -67,7 +67,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
     }
     let checked = preflight::check(&args)?;
     let mut nf_watch = netfilter::Watcher::new(&checked.netfilter, args.allow_netfilter_bypass);
-    let ifaces = checked.ifaces;
+    let mut ifaces = checked.ifaces;
 
     let term = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -92,14 +92,19 @@ pub fn run(loaded: Loaded) -> Result<()> {
         flow_sets: if args.flow_timeout == 0 { 0 } else { loader::flow_sets(args.flow_entries) },
         nic_hash: args.rx_hash == crate::RxHash::Auto && args.xdp_mode != crate::XdpMode::Generic,
     };
-    let instances = loader::load_all(&ifaces, &caps, &opts)?;
+    // --pin: what a previous daemon left (maps to adopt, links to take over).
+    let mut pins = if args.pin { Some(pin::Pins::open(&args, &mut ifaces, &caps, &opts)?) } else { None };
+    let instances = loader::load_all(&ifaces, &caps, &opts, pins.as_ref().and_then(|p| p.maps()))?;
     let first = instances.first().context("no interface to run on")?;
     let maps = Maps::from_skel(&first.skel).context("opening map handles")?;
 
     let mut tx = TxPorts { maps: &maps, slots: Vec::new() };
     for i in &ifaces {
         maps.add_tx_port(i.slot, i.ifindex).with_context(|| format!("adding {} to the devmap", i.name))?;
-        tx.slots.push(i.slot);
+        // Pinned devmap entries outlive the daemon (programs may still use them).
+        if !args.pin {
+            tx.slots.push(i.slot);
+        }
     }
 
     let mut mirror = Mirror::open(args.netlink_rcvbuf).context("opening the netlink mirror")?;
@@ -114,6 +119,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
         writer: {
             let mut w = MapWriter::new(maps.try_clone().context("opening map handles")?, managed.clone());
             w.set_flow_timeout(if opts.flow_sets == 0 { 0 } else { args.flow_timeout });
+            w.set_orphan_grace(args.orphan_grace);
             w
         },
         caps,
@@ -126,13 +132,20 @@ pub fn run(loaded: Loaded) -> Result<()> {
         flow_entries: opts.flow_sets * intf::FP_FLOW_WAYS,
         ops: OpsStats { last_full_sync: Some(t), ..Default::default() },
     };
+    if let Some(p) = &pins {
+        p.adopt_tables(&maps, &mut lp.reconciler, &mut lp.writer, &mut lp.ids)?;
+    }
     // Tables complete before the first packet can see them.
     lp.reconcile(&state).context("writing the initial tables")?;
 
     // Packets stamp the keep-alive clock on neighbours and cached flows:
     // start it now rather than at the first tick.
     maps.set_neigh_clock(keepalive::neigh_clock_now()).context("starting the keep-alive clock")?;
-    let attachments = loader::attach_all(&instances, args.xdp_mode)?;
+    let takeover = pins.as_mut().map(|p| p.take_links(&ifaces)).unwrap_or_default();
+    let attachments = loader::attach_all(&instances, args.xdp_mode, takeover)?;
+    if let Some(p) = &mut pins {
+        p.commit(first, &instances, &attachments, &maps).context("pinning")?;
+    }
     let shared: Shared = Arc::new(Mutex::new(Arc::new(Snapshot::default())));
     lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
     let server = api::serve(
@@ -234,13 +247,19 @@ pub fn run(loaded: Loaded) -> Result<()> {
         }
     }
 
-    info!("signal received: detaching and exiting");
-    drop(server);
     drop(metrics_server);
     let names: Vec<String> = attachments.iter().map(|a| a.name.clone()).collect();
+    if args.pin {
+        info!("signal received: leaving the pinned programs forwarding on {} (`fastpath detach` removes them); exiting", names.join(", "));
+    } else {
+        info!("signal received: detaching and exiting");
+    }
+    drop(server);
     drop(attachments);
     drop(tx);
-    info!("detached from {}; exiting", names.join(", "));
+    if !args.pin {
+        info!("detached from {}; exiting", names.join(", "));
+    }
     Ok(())
 }
 

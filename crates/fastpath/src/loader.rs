@@ -1,11 +1,12 @@
 //! Loads one instance of the forwarding program per interface (its own
 //! .rodata config, every table shared with the first instance) with the
 //! capacities asked for, and attaches them through bpf_links. Dropping an
-//! `Attachment` closes its link, which detaches the program: nothing is
-//! pinned, so nothing outlives the daemon.
+//! `Attachment` closes its link, which detaches the program unless `pin`
+//! pinned it (`fastpath run --pin`).
 
+use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 use anyhow::{bail, Context, Result};
 use fastpath_bpf::intf;
@@ -82,6 +83,11 @@ pub struct Instance {
 }
 
 impl Instance {
+    /// The program attached as variant `v`.
+    pub fn attached_prog(&self, v: HashVariant) -> &libbpf_rs::Program<'_> {
+        self.prog(v)
+    }
+
     /// The entry point of a variant (the plain one is always loaded).
     fn prog(&self, v: HashVariant) -> &libbpf_rs::Program<'_> {
         match v {
@@ -97,20 +103,48 @@ fn hash_is_skb_hash(name: &str) -> bool {
     std::path::Path::new("/sys/class/net").join(name).join("device").exists()
 }
 
-/// Opens one instance: tables sized from `caps`, config for `iface`, and,
-/// when `share` is given, every map but .rodata reused from it.
-fn open_one(
-    iface: &Iface,
-    caps: &Capacities,
-    opts: &LoadOpts,
-    variant: HashVariant,
-    share: Option<&XdpFwdSkel<'_>>,
-) -> Result<Instance> {
+/// A map as this binary would create it, to compare with a pinned one.
+#[derive(Debug, Clone)]
+pub struct MapDef {
+    pub name: String,
+    pub map_type: u32,
+    pub key_size: u32,
+    pub value_size: u32,
+    pub max_entries: u32,
+    pub flags: u32,
+}
+
+/// Every shared map (all but .rodata) as `load_all` would create it.
+pub fn map_defs(caps: &Capacities, opts: &LoadOpts) -> Result<Vec<MapDef>> {
     let mut obj: Box<MaybeUninit<OpenObject>> = Box::new(MaybeUninit::uninit());
-    // SAFETY: the skeleton borrows the boxed object; the box never moves its
-    // contents and `Instance` drops the skeleton before the box (field order).
-    let obj_ref: &'static mut MaybeUninit<OpenObject> = unsafe { &mut *(obj.as_mut() as *mut _) };
-    let mut open = XdpFwdSkelBuilder::default().open(obj_ref).context("opening the XDP program")?;
+    let mut open = XdpFwdSkelBuilder::default().open(&mut obj).context("opening the XDP program")?;
+    size_maps(&mut open, caps, opts)?;
+    Ok(open
+        .open_object_mut()
+        .maps()
+        .filter(|m| !m.name().to_string_lossy().ends_with(".rodata"))
+        .map(|m| MapDef {
+            name: m.name().to_string_lossy().into_owned(),
+            map_type: m.map_type() as u32,
+            key_size: m.key_size(),
+            value_size: m.value_size(),
+            max_entries: m.max_entries(),
+            flags: m.map_flags(),
+        })
+        .collect())
+}
+
+/// Where an instance's shared maps come from.
+enum Share<'a> {
+    /// Created by this load (the first instance of a fresh start).
+    None,
+    /// The first instance's.
+    Skel(&'a XdpFwdSkel<'a>),
+    /// Pinned by a previous daemon (checked compatible by `pin`).
+    Pinned(&'a BTreeMap<String, OwnedFd>),
+}
+
+fn size_maps(open: &mut fastpath_bpf::skel::xdp_fwd::OpenXdpFwdSkel<'_>, caps: &Capacities, opts: &LoadOpts) -> Result<()> {
     let sizes = [
         (&mut open.maps.fp_fib4, caps.fib4, "fp_fib4"),
         // Its entries are a subset of fib4's /32s plus our own addresses;
@@ -133,6 +167,18 @@ fn open_one(
         }
         map.set_max_entries(n).with_context(|| format!("sizing {name} to {n} entries"))?;
     }
+    Ok(())
+}
+
+/// Opens one instance: tables sized from `caps`, config for `iface`, and
+/// every map but .rodata reused from `share` unless it is `Share::None`.
+fn open_one(iface: &Iface, caps: &Capacities, opts: &LoadOpts, variant: HashVariant, share: Share<'_>) -> Result<Instance> {
+    let mut obj: Box<MaybeUninit<OpenObject>> = Box::new(MaybeUninit::uninit());
+    // SAFETY: the skeleton borrows the boxed object; the box never moves its
+    // contents and `Instance` drops the skeleton before the box (field order).
+    let obj_ref: &'static mut MaybeUninit<OpenObject> = unsafe { &mut *(obj.as_mut() as *mut _) };
+    let mut open = XdpFwdSkelBuilder::default().open(obj_ref).context("opening the XDP program")?;
+    size_maps(&mut open, caps, opts)?;
     let cfg = &mut open.maps.rodata_data.as_deref_mut().context("the program has no .rodata")?.fp_cfg;
     cfg.ingress_ifindex = iface.ifindex;
     cfg.ingress_slot = iface.slot;
@@ -147,18 +193,25 @@ fn open_one(
         }
         HashVariant::MetaOrSoftware => open.progs.fp_xdp_fwd_hw.set_autoload(false),
     }
-    if let Some(first) = share {
-        for mut m in open.open_object_mut().maps_mut() {
-            let name = m.name().to_string_lossy().into_owned();
-            if name.ends_with(".rodata") {
-                continue;
+    for mut m in open.open_object_mut().maps_mut() {
+        let name = m.name().to_string_lossy().into_owned();
+        if name.ends_with(".rodata") {
+            continue;
+        }
+        match &share {
+            Share::None => {}
+            Share::Skel(first) => {
+                let src = first
+                    .object()
+                    .maps()
+                    .find(|f| f.name() == m.name())
+                    .with_context(|| format!("map {name} missing from the first instance"))?;
+                m.reuse_fd(src.as_fd()).with_context(|| format!("sharing map {name}"))?;
             }
-            let src = first
-                .object()
-                .maps()
-                .find(|f| f.name() == m.name())
-                .with_context(|| format!("map {name} missing from the first instance"))?;
-            m.reuse_fd(src.as_fd()).with_context(|| format!("sharing map {name}"))?;
+            Share::Pinned(maps) => {
+                let fd = maps.get(&crate::pin::pin_name(&name)).with_context(|| format!("map {name} is not pinned"))?;
+                m.reuse_fd(fd.as_fd()).with_context(|| format!("reusing pinned map {name}"))?;
+            }
         }
     }
     let skel = open.load().with_context(|| format!("loading the XDP program for {}", iface.name))?;
@@ -169,20 +222,31 @@ fn open_one(
 /// With `opts.nic_hash`, each interface first tries the device-bound
 /// variant and falls back to the plain one when the kernel refuses it
 /// (no metadata support, generic mode).
-pub fn load_all(ifaces: &[Iface], caps: &Capacities, opts: &LoadOpts) -> Result<Vec<Instance>> {
+/// `pinned`: maps a previous daemon pinned, checked compatible, shared by
+/// every instance instead of creating new ones.
+pub fn load_all(
+    ifaces: &[Iface],
+    caps: &Capacities,
+    opts: &LoadOpts,
+    pinned: Option<&BTreeMap<String, OwnedFd>>,
+) -> Result<Vec<Instance>> {
     let mut out: Vec<Instance> = Vec::new();
     for iface in ifaces {
-        let share = out.first().map(|i| &i.skel);
+        let share = || match (out.first(), pinned) {
+            (Some(i), _) => Share::Skel(&i.skel),
+            (None, Some(p)) => Share::Pinned(p),
+            (None, None) => Share::None,
+        };
         let inst = if opts.nic_hash {
-            match open_one(iface, caps, opts, HashVariant::NicRxHash, share) {
+            match open_one(iface, caps, opts, HashVariant::NicRxHash, share()) {
                 Ok(i) => i,
                 Err(e) => {
                     log::info!("{}: no device-bound RX-hash program ({e:#}); using the plain one", iface.name);
-                    open_one(iface, caps, opts, HashVariant::MetaOrSoftware, share)?
+                    open_one(iface, caps, opts, HashVariant::MetaOrSoftware, share())?
                 }
             }
         } else {
-            open_one(iface, caps, opts, HashVariant::MetaOrSoftware, share)?
+            open_one(iface, caps, opts, HashVariant::MetaOrSoftware, share())?
         };
         out.push(inst);
     }
@@ -199,6 +263,12 @@ pub struct Attachment {
     link: OwnedFd,
 }
 
+impl Attachment {
+    pub fn link_fd(&self) -> BorrowedFd<'_> {
+        self.link.as_fd()
+    }
+}
+
 impl Drop for Attachment {
     fn drop(&mut self) {
         // Debug only: a refused start must print nothing but its one error line.
@@ -208,7 +278,10 @@ impl Drop for Attachment {
 
 /// Attaches each instance to its interface, or none: on any failure the
 /// links made so far are dropped (detached) before the error is returned.
-pub fn attach_all(instances: &[Instance], mode: XdpMode) -> Result<Vec<Attachment>> {
+/// An interface in `takeover` (a pinned link of a previous daemon) gets
+/// its program swapped atomically in that link instead: no moment without
+/// a program, and the link keeps its mode.
+pub fn attach_all(instances: &[Instance], mode: XdpMode, mut takeover: BTreeMap<u32, OwnedFd>) -> Result<Vec<Attachment>> {
     let flags = match mode {
         XdpMode::Auto => 0,
         XdpMode::Native => libbpf_sys::XDP_FLAGS_DRV_MODE,
@@ -217,11 +290,19 @@ pub fn attach_all(instances: &[Instance], mode: XdpMode) -> Result<Vec<Attachmen
     let mut done: Vec<Attachment> = Vec::new();
     for i in instances {
         let mut hash = i.hash;
-        let mut res = link_xdp(i.prog(hash).as_fd().as_raw_fd(), i.ifindex, flags);
+        let old = takeover.remove(&i.ifindex);
+        let attach = |prog: &libbpf_rs::Program<'_>| match &old {
+            Some(link) => update_link(link, prog.as_fd().as_raw_fd()).and_then(|()| link.try_clone()),
+            None => link_xdp(prog.as_fd().as_raw_fd(), i.ifindex, flags),
+        };
+        let mut res = attach(i.prog(hash));
         if let (Err(e), HashVariant::NicRxHash) = (&res, hash) {
             log::info!("{}: device-bound RX-hash program not attachable ({e}); using the plain one", i.name);
             hash = HashVariant::MetaOrSoftware;
-            res = link_xdp(i.prog(hash).as_fd().as_raw_fd(), i.ifindex, flags);
+            res = attach(i.prog(hash));
+        }
+        if old.is_some() && res.is_ok() {
+            log::info!("{}: took over the pinned XDP link (program swapped in place)", i.name);
         }
         let link = res.map_err(|e| {
             let why = match (e.raw_os_error(), mode) {
@@ -248,6 +329,17 @@ pub fn attach_all(instances: &[Instance], mode: XdpMode) -> Result<Vec<Attachmen
         }
     }
     Ok(done)
+}
+
+/// Swaps the program of an XDP link (bpf_link_update: one pointer
+/// exchange in the kernel, the device never runs without a program).
+fn update_link(link: &OwnedFd, prog_fd: i32) -> std::io::Result<()> {
+    // SAFETY: plain syscall wrapper; null opts = unconditional update.
+    let rc = unsafe { libbpf_sys::bpf_link_update(link.as_raw_fd(), prog_fd, std::ptr::null()) };
+    if rc < 0 {
+        return Err(std::io::Error::from_raw_os_error(-rc));
+    }
+    Ok(())
 }
 
 /// bpf_link_create(BPF_XDP) with explicit mode flags, which

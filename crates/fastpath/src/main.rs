@@ -13,6 +13,7 @@ mod loader;
 mod maps;
 mod metrics;
 mod netfilter;
+mod pin;
 mod preflight;
 mod reload;
 mod render;
@@ -50,6 +51,9 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Validate a config file (types, values, interfaces) without starting.
     CheckConfig(config::CheckArgs),
+    /// Remove what `fastpath run --pin` left in the kernel: XDP links,
+    /// programs, maps and devmap entries (stop the daemon first).
+    Detach(pin::DetachArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -132,6 +136,24 @@ pub struct RunArgs {
     /// conntrack, in milliseconds (conntrack events revoke it at once).
     #[arg(long, value_name = "MS", default_value_t = intf::FP_DEFAULT_CT_REVALIDATE_MS)]
     pub ct_revalidate_ms: u32,
+    /// Pin maps, programs and XDP links in bpffs (under --pin-dir): forwarding
+    /// outlives the daemon (SIGTERM, SIGINT, crash), and the next `run --pin`
+    /// adopts the pinned tables and swaps the programs without a gap.
+    /// `fastpath detach` removes everything.
+    #[arg(long)]
+    pub pin: bool,
+    /// Where --pin keeps its objects (on a bpffs, mounted at /sys/fs/bpf if missing).
+    #[arg(long, value_name = "DIR", default_value = pin::DEFAULT_PIN_DIR)]
+    pub pin_dir: PathBuf,
+    /// With --pin: pinned objects of another layout or with other table
+    /// sizes are replaced by fresh ones instead of refusing to start.
+    #[arg(long)]
+    pub replace: bool,
+    /// Seconds the data path keeps forwarding without a heartbeat from the
+    /// daemon (it stopped or hangs) before it punts every packet to the
+    /// kernel; 0 = forward on stale tables indefinitely.
+    #[arg(long, value_name = "SECS", default_value_t = intf::FP_DEFAULT_ORPHAN_GRACE)]
+    pub orphan_grace: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -189,6 +211,7 @@ fn main() -> ExitCode {
         Cmd::Flows(args) => flows::client(&args),
         Cmd::Bench(args) => bench::run(args),
         Cmd::CheckConfig(args) => config::check(&args),
+        Cmd::Detach(args) => pin::detach(&args),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

@@ -15,6 +15,9 @@ use fastpath_bpf::skel::xdp_fwd::XdpFwdSkel;
 use fastpath_core::tables::{GroupEntry, GroupKind, IfaceEntry, NeighEntry, NeighKey, NexthopEntry, Op, RouteAction, RouteEntry, Switches, TableWriter};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
+mod readback;
+pub use readback::ReadBack;
+
 pub const NREASONS: usize = intf::fp_reason::FP_R__COUNT as usize;
 
 #[derive(Debug, thiserror::Error)]
@@ -40,7 +43,7 @@ fn bytes<T: Copy>(v: &T) -> &[u8] {
 }
 
 /// The reverse of `bytes`, for values read back from a map.
-fn from_bytes<T: Copy + Default>(b: &[u8]) -> T {
+pub(crate) fn from_bytes<T: Copy + Default>(b: &[u8]) -> T {
     if b.len() < size_of::<T>() {
         return T::default();
     }
@@ -406,6 +409,9 @@ pub struct MapWriter {
     deny: BTreeSet<Ipv4Addr>,
     bloom_refs: BTreeMap<u32, u32>,
     slots: BTreeMap<u32, u32>,
+    /// Slots of interfaces a previous daemon managed and this one does not
+    /// (adopted pinned maps): only their fp_ifaces entries are cleared.
+    retired: BTreeMap<u32, u32>,
     /// Cleared when the kernel refuses batch calls; single writes from then on.
     batching: bool,
 }
@@ -414,7 +420,51 @@ impl MapWriter {
     /// `slots`: ifindex -> fp_ifaces slot of every managed interface, fixed
     /// for the daemon's life (next hops carry their egress slot).
     pub fn new(maps: Maps, slots: BTreeMap<u32, u32>) -> MapWriter {
-        MapWriter { maps, rt: fp_runtime::default(), deny: BTreeSet::new(), bloom_refs: BTreeMap::new(), slots, batching: true }
+        MapWriter {
+            maps,
+            rt: fp_runtime::default(),
+            deny: BTreeSet::new(),
+            bloom_refs: BTreeMap::new(),
+            slots,
+            retired: BTreeMap::new(),
+            batching: true,
+        }
+    }
+
+    /// Seconds without a heartbeat before the data path punts everything
+    /// (0 = never), written with the next runtime update.
+    pub fn set_orphan_grace(&mut self, secs: u32) {
+        self.rt.orphan_grace = secs;
+    }
+
+    /// Continues from what a dead daemon wrote (pinned maps): its
+    /// generation (so no cached flow of an older table can match a new
+    /// one), its switches until the reconciler changes them, and the
+    /// bitmap references of its deny entries. `retired`: ifindex -> slot of
+    /// interfaces it managed that this daemon does not.
+    pub fn adopt(&mut self, old: &ReadBack, retired: BTreeMap<u32, u32>) {
+        let (flow_timeout, orphan_grace) = (self.rt.flow_timeout, self.rt.orphan_grace);
+        self.rt = old.rt;
+        self.rt.flow_timeout = flow_timeout;
+        self.rt.orphan_grace = orphan_grace;
+        self.deny.clear();
+        self.bloom_refs.clear();
+        for a in old.tables.src_deny4.keys() {
+            self.deny.insert(*a);
+            *self.bloom_refs.entry(src_bloom_bit(*a)).or_insert(0) += 1;
+        }
+        self.retired = retired;
+    }
+
+    /// Rewrites next hop `id` in place when it was written with another
+    /// egress slot than this daemon's: the interface left the managed set
+    /// (slot 0: its packets punt) or joined it.
+    pub fn fix_nexthop_slot(&mut self, id: u32, e: &NexthopEntry, written: u16) -> MapResult<bool> {
+        if u32::from(written) == self.slot(e.ifindex) {
+            return Ok(false);
+        }
+        self.apply(&Op::UpsertNexthop(id, e.clone()))?;
+        Ok(true)
     }
 
     /// Idle timeout of cached flows (0 = cache off), written with the next
@@ -519,7 +569,7 @@ impl TableWriter for MapWriter {
                 ctx("fp_ifaces", m.ifaces.update(&e.slot.to_ne_bytes(), bytes(&iface(*ifindex, e)), any))
             }
             // An array cannot delete: an all-zero entry lacks FP_IF_PRESENT.
-            Op::DeleteIface(ifindex) => match self.slots.get(ifindex) {
+            Op::DeleteIface(ifindex) => match self.slots.get(ifindex).or(self.retired.get(ifindex)) {
                 Some(slot) => ctx("fp_ifaces", m.ifaces.update(&slot.to_ne_bytes(), bytes(&fp_iface::default()), any)),
                 None => Ok(()),
             },

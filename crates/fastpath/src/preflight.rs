@@ -45,7 +45,7 @@ pub fn check(args: &RunArgs) -> Result<Checked> {
     if !Path::new("/sys/kernel/btf/vmlinux").exists() {
         bail!("kernel has no BTF (/sys/kernel/btf/vmlinux missing); fastpath needs CONFIG_DEBUG_INFO_BTF=y");
     }
-    let ifaces = check_interfaces(&args.interfaces, false)?;
+    let ifaces = check_interfaces(&args.interfaces, &|ifindex, prog| crate::pin::owns_xdp(args, ifindex, prog))?;
 
     let nf = netfilter::probe();
     if !nf.bypassed.is_empty() {
@@ -80,7 +80,10 @@ pub fn check(args: &RunArgs) -> Result<Checked> {
 /// The interfaces to run on, in order (slots 1..): given once each, known,
 /// Ethernet, not a port, and free of XDP unless `xdp_ours` (a running
 /// daemon holds them: `check-config` of the file it will reload).
-pub fn check_interfaces(names: &[String], xdp_ours: bool) -> Result<Vec<Iface>> {
+/// `ours(ifindex, prog_id)`: an XDP program already on the interface is
+/// fastpath's own (a running daemon's, or pinned by `run --pin`) and will be
+/// taken over rather than refused.
+pub fn check_interfaces(names: &[String], ours: &dyn Fn(u32, Option<u32>) -> bool) -> Result<Vec<Iface>> {
     if names.is_empty() {
         bail!("no interface given (use -i IFACE, once per interface)");
     }
@@ -108,7 +111,7 @@ pub fn check_interfaces(names: &[String], xdp_ours: bool) -> Result<Vec<Iface>> 
             let master = all.iter().find(|x| x.ifindex == m).map(|x| x.name.as_str()).unwrap_or("?");
             bail!("interface {name} is a port of {master} (bridge/bond/VRF member); run fastpath on {master} or detach the port");
         }
-        if !xdp_ours && (l.xdp != XdpAttach::None || l.xdp_prog_id.is_some()) {
+        if !ours(l.ifindex, l.xdp_prog_id) && (l.xdp != XdpAttach::None || l.xdp_prog_id.is_some()) {
             match l.xdp_prog_id {
                 Some(id) => bail!("interface {name} already has an XDP program attached (prog id {id}); detach it first"),
                 None => bail!("interface {name} already has an XDP program attached; detach it first"),
