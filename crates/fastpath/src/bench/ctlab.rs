@@ -59,10 +59,19 @@ pub fn load_ruleset(t: &Topology, mark: u32, work: &Path) -> Result<()> {
     let file = work.join("stateful.nft");
     std::fs::write(&file, ruleset(mark)).context("writing the ruleset")?;
     run(&t.router, &["nft", "-f", &file.to_string_lossy()])?;
-    for key in ["nf_conntrack_udp_timeout", "nf_conntrack_udp_timeout_stream"] {
+    // Liberal TCP window tracking: conntrack never sees the data an XDP
+    // forwarder passes by, so a strict check would call the next packet it
+    // does see (the peer acknowledging that data, a FIN) INVALID and the
+    // ruleset would drop it. The kernel's own flowtable fast path sets the
+    // same per connection; here it is the namespace's setting in every mode.
+    for (key, value) in [
+        ("nf_conntrack_udp_timeout", "3600"),
+        ("nf_conntrack_udp_timeout_stream", "3600"),
+        ("nf_conntrack_tcp_be_liberal", "1"),
+    ] {
         topo::in_netns(&t.router, || {
-            std::fs::write(format!("/proc/sys/net/netfilter/{key}"), "3600")
-                .with_context(|| format!("sysctl net.netfilter.{key}=3600 in the router namespace"))
+            std::fs::write(format!("/proc/sys/net/netfilter/{key}"), value)
+                .with_context(|| format!("sysctl net.netfilter.{key}={value} in the router namespace"))
         })??;
     }
     Ok(())
@@ -167,6 +176,9 @@ pub fn prepare_tcp_hosts(t: &Topology) -> Result<()> {
     for (ns, dev) in [(&t.gen, topo::G0), (&t.sink, topo::S0)] {
         run(ns, &["ethtool", "-K", dev, "gro", "on", "tx", "off"])?;
     }
+    // The packet generator needs no routes; sockets do.
+    run(&t.gen, &["ip", "route", "add", "198.51.100.0/24", "via", "192.0.2.1", "dev", topo::G0])?;
+    run(&t.sink, &["ip", "route", "add", "192.0.2.0/24", "via", "198.51.100.1", "dev", topo::S0])?;
     // Replies enter the router at r1; GRO lets r1 take frames fastpath redirects there too.
     run(&t.router, &["ethtool", "-K", topo::R1, "gro", "on"])?;
     Ok(())
