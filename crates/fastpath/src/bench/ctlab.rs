@@ -20,15 +20,18 @@ const UDP_DPORT: u16 = 9;
 const GEN: &str = "192.0.2.2";
 const SINK: &str = "198.51.100.2";
 
-/// The forward ruleset, with the fast-path bit(s) `mark`.
+/// The forward ruleset, with the fast-path bit(s) `mark`: the forward chain
+/// of examples/nftables/stateful.nft with LAN = r0 and WAN = r1, less its
+/// kernel-only set and port forward (no bench traffic would touch them).
 pub fn ruleset(mark: u32) -> String {
     format!(
         "table inet fpbench_stateful {{\n\
          \tchain forward {{\n\
          \t\ttype filter hook forward priority filter; policy drop;\n\
+         \t\tct state invalid drop\n\
          \t\tct state established ct mark set ct mark or {mark:#x} accept\n\
          \t\tct state related accept\n\
-         \t\tiifname \"{r0}\" oifname \"{r1}\" ct state new accept\n\
+         \t\tiifname \"{r0}\" oifname \"{r1}\" accept\n\
          \t}}\n\
          }}\n",
         r0 = topo::R0,
@@ -55,7 +58,7 @@ fn run(ns: &str, args: &[&str]) -> Result<std::process::Output> {
 /// there) and stretches this namespace's UDP timeouts: the reference
 /// forwarder cannot refresh an entry (the kfuncs have no such call), so
 /// between the kernel's refreshes entries must outlive a whole mode.
-pub fn load_ruleset(t: &Topology, mark: u32, work: &Path) -> Result<()> {
+pub fn load_ruleset(t: &Topology, mark: u32, strict_tcp: bool, work: &Path) -> Result<()> {
     let file = work.join("stateful.nft");
     std::fs::write(&file, ruleset(mark)).context("writing the ruleset")?;
     run(&t.router, &["nft", "-f", &file.to_string_lossy()])?;
@@ -63,11 +66,12 @@ pub fn load_ruleset(t: &Topology, mark: u32, work: &Path) -> Result<()> {
     // forwarder passes by, so a strict check would call the next packet it
     // does see (the peer acknowledging that data, a FIN) INVALID and the
     // ruleset would drop it. The kernel's own flowtable fast path sets the
-    // same per connection; here it is the namespace's setting in every mode.
+    // same per connection; here it is the namespace's setting in every mode
+    // (`--strict-tcp` leaves the default to see who copes without it).
     for (key, value) in [
         ("nf_conntrack_udp_timeout", "3600"),
         ("nf_conntrack_udp_timeout_stream", "3600"),
-        ("nf_conntrack_tcp_be_liberal", "1"),
+        ("nf_conntrack_tcp_be_liberal", if strict_tcp { "0" } else { "1" }),
     ] {
         topo::in_netns(&t.router, || {
             std::fs::write(format!("/proc/sys/net/netfilter/{key}"), value)
@@ -193,7 +197,8 @@ mod tests {
         let r = ruleset(0x10);
         assert!(r.contains("policy drop;"));
         assert!(r.contains("ct state established ct mark set ct mark or 0x10 accept"));
-        assert!(r.contains("iifname \"r0\" oifname \"r1\" ct state new accept"));
+        assert!(r.contains("ct state invalid drop"));
+        assert!(r.contains("iifname \"r0\" oifname \"r1\" accept"));
     }
 
     #[test]

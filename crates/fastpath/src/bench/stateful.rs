@@ -74,6 +74,9 @@ pub struct StatefulArgs {
     #[arg(long, value_name = "MASK", default_value_t = fastpath_bpf::intf::FP_DEFAULT_CT_MARK,
           value_parser = crate::parse_u32_mask)]
     pub ct_mark: u32,
+    /// Keep conntrack's strict TCP window tracking in the router (default: nf_conntrack_tcp_be_liberal=1, see bench/README.md).
+    #[arg(long)]
+    pub strict_tcp: bool,
     /// Skip the TCP connections-per-second part.
     #[arg(long)]
     pub no_crr: bool,
@@ -134,6 +137,8 @@ struct StatefulReport<'a> {
     duration_s: f64,
     ct_mark: u32,
     ruleset: String,
+    /// net.netfilter.nf_conntrack_tcp_be_liberal in the router namespace.
+    tcp_be_liberal: bool,
     conntrack: &'a CtSetup,
     results: &'a [Cell],
     tcp_crr: &'a [CrrRow],
@@ -215,7 +220,7 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
     );
 
     let topo = Topology::create()?;
-    ctlab::load_ruleset(&topo, a.ct_mark, work)?;
+    ctlab::load_ruleset(&topo, a.ct_mark, a.strict_tcp, work)?;
     ctlab::prepare_tcp_hosts(&topo)?;
     let t0 = Instant::now();
     let (created, took) = ctlab::ensure_entries(&topo, max_flows, a.ct_mark, work)?;
@@ -386,6 +391,7 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         duration_s: plan.duration.as_secs_f64(),
         ct_mark: a.ct_mark,
         ruleset: ctlab::ruleset(a.ct_mark),
+        tcp_be_liberal: !a.strict_tcp,
         conntrack: &setup,
         results: &cells,
         tcp_crr: &crr_rows,
