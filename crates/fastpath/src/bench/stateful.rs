@@ -198,8 +198,11 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
     }
     let crr_duration = Duration::try_from_secs_f64(a.crr_duration).context("--crr-duration")?;
     let crr = !a.no_crr && a.crr_reps > 0 && a.crr_clients > 0 && !crr_duration.is_zero();
-    // Blocking clients and server: normal scheduling, the same CPU.
-    let crr_place = Placement { cpu: a.cpu, fifo: false };
+    // Clients and server as the generator: the bench CPU, SCHED_FIFO unless
+    // --no-rt, so other work on a shared box waits instead of taking a
+    // different share of each mode's time. They block on every round trip,
+    // so softirq work deferred to ksoftirqd still gets its turn.
+    let crr_place = plan.place;
 
     println!(
         "fastpath bench stateful: modes {}, sizes {:?} B, established flows {:?}, {} x {:.1} s each, all on CPU {}{}; \
