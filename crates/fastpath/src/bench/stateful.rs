@@ -356,6 +356,16 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
             );
             if let Some(v) = &row.fastpath_verdicts {
                 println!("   TCP connections: fastpath {}", v.summary());
+                // SYN and FIN must reach conntrack: none punted for them
+                // means no conntrack gate, and the figures would be stateless fastpath's.
+                let flags = v.punted_by_reason.iter().find(|(r, _)| r == "ct_tcp_flags").map_or(0, |r| r.1);
+                if row.reps.iter().any(|r| r.completed > 0) && flags == 0 {
+                    problems.push(format!(
+                        "{}: no TCP SYN/FIN/RST punted to conntrack over {} connections: the conntrack gate is not in the data path",
+                        mode.name(),
+                        row.reps.iter().map(|r| r.completed).sum::<u64>()
+                    ));
+                }
             }
             if let Some(v) = &row.ct_ref_verdicts {
                 println!("   TCP connections: ct-ref {}", v.summary());
