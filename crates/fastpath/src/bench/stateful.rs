@@ -504,7 +504,7 @@ fn print_table(cells: &[Cell], crr: &[CrrRow], not_measured: &BTreeMap<&'static 
         println!("(connect, one request, response, close; median of the repetitions)");
     }
     for (m, why) in not_measured {
-        println!("{m}: not measured: {}", why.lines().next().unwrap_or(""));
+        println!("{m}: not measured: {}", why.lines().collect::<Vec<_>>().join(" | "));
     }
     for c in cells.iter().filter(|c| c.mode == Mode::FastpathStateful && c.size == 64) {
         println!(
