@@ -17,7 +17,7 @@ endif
 # rustup installs into ~/.cargo/bin, which non-login root shells often lack.
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: setup build test test-rust test-e2e soak demo bench clean
+.PHONY: setup build test test-rust test-e2e soak demo bench bench-stateful clean
 # `test` runs its layers in order (setup, build, Rust, end to end), also under make -j.
 .NOTPARALLEL:
 
@@ -52,6 +52,10 @@ demo: setup build
 
 bench: setup build
 	$(BIN) bench
+
+# Stateful firewall bench (issue #4), ~2 minutes: separate from `bench` to keep that one short.
+bench-stateful: setup build
+	$(BIN) bench stateful
 
 clean:
 	$(CARGO) clean

@@ -18,13 +18,17 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-MODE_ORDER = ["kernel", "fib-fwd", "fastpath-nocache", "fastpath", "fastpath-hint", "raw"]
+MODE_ORDER = ["kernel", "fib-fwd", "fastpath-nocache", "fastpath", "fastpath-hint",
+              "kernel-ct", "ct-ref", "fastpath-stateful", "raw"]
 COLORS = {
     "kernel": "#7f7f7f",
     "fib-fwd": "#ff7f0e",
     "fastpath-nocache": "#aec7e8",
     "fastpath": "#1f77b4",
     "fastpath-hint": "#9467bd",
+    "kernel-ct": "#7f7f7f",
+    "ct-ref": "#ff7f0e",
+    "fastpath-stateful": "#1f77b4",
     "raw": "#2ca02c",
 }
 
@@ -53,6 +57,24 @@ def hints_panel(ax, hints):
     ax.set_title(f"ns per packet (BPF_PROG_RUN x {hints['repeat']}): hint / parse = "
                  f"{hints['hint_to_parse']:.2f}x{above}", fontsize=10)
     ax.set_ylabel("ns / packet")
+    ax.set_ylim(top=ax.get_ylim()[1] * 1.15)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def crr_panel(ax, rows):
+    """`fastpath bench stateful`: TCP connections per second by mode."""
+    names = [r["mode"] for r in rows]
+    ys = [r["median_conns_per_s"] for r in rows]
+    lo = [r["median_conns_per_s"] - r["min_conns_per_s"] for r in rows]
+    hi = [r["max_conns_per_s"] - r["median_conns_per_s"] for r in rows]
+    bars = ax.bar(names, ys, yerr=[lo, hi], capsize=3, color=[COLORS.get(n) for n in names])
+    for b, r in zip(bars, rows):
+        x = r.get("ratio_to_kernel_ct")
+        ax.annotate(f"{r['median_conns_per_s']:.0f}" + (f" ({x:.2f}x)" if x is not None else ""),
+                    (b.get_x() + b.get_width() / 2, r["max_conns_per_s"]),
+                    xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=8)
+    ax.set_title("Short TCP connections per second (connect, request, response, close)", fontsize=10)
+    ax.set_ylabel("connections / s")
     ax.set_ylim(top=ax.get_ylim()[1] * 1.15)
     ax.grid(axis="y", alpha=0.3)
 
@@ -100,19 +122,29 @@ def main():
     modes = [m for m in MODE_ORDER if m in present] + sorted(present - set(MODE_ORDER))
 
     hints = data.get("hints")
-    if hints:
+    crr = data.get("tcp_crr")
+    base = "kernel-ct" if data.get("bench") == "stateful" else "kernel"
+    if crr:
+        hints = None
+        fig = plt.figure(figsize=(15, 9))
+        grid = fig.add_gridspec(2, 2, height_ratios=[3, 2])
+        axes = [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[1, 0])]
+    elif hints:
         fig = plt.figure(figsize=(15, 9))
         grid = fig.add_gridspec(2, 2, height_ratios=[3, 2])
         axes = [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[1, 0])]
     else:
         fig, axes = plt.subplots(1, 2, figsize=(15, 4.5))
     panel(axes[0], results, groups, modes, "median_mpps", "ratio_to_kernel", True,
-          "Forwarded Mpps (wall clock; median, min-max; label: x kernel)")
+          f"Forwarded Mpps (wall clock; median, min-max; label: x {base})")
     panel(axes[1], results, groups, modes, "median_mpps_per_cpu_s", "ratio_to_kernel_per_cpu_s", False,
           "Forwarded Mpps per CPU-second of the shared core")
     if hints:
         hints_panel(axes[2], hints)
-    fig.suptitle(f"fastpath bench: generator - router - sink on one CPU "
+    if crr:
+        crr_panel(axes[2], crr)
+    name = "fastpath bench stateful (nft ruleset + conntrack)" if base == "kernel-ct" else "fastpath bench"
+    fig.suptitle(f"{name}: generator - router - sink on one CPU "
                  f"(kernel {data.get('kernel_release', '?')}, {data.get('reps')} x {data.get('duration_s')} s)",
                  fontsize=11)
     fig.tight_layout()

@@ -395,6 +395,9 @@ fn measure_table(
                 problems.extend(fastpath_problems(mode.name(), &v).into_iter().map(|p| format!("{}: {p}", table.name())));
                 mode_verdicts = Some(v);
             }
+            Mode::KernelCt | Mode::CtRef | Mode::FastpathStateful => {
+                bail!("{}: only in `fastpath bench stateful`", mode.name())
+            }
         }
         for cell in cells {
             let shares: Vec<f64> = cell.reps.iter().map(|r| r.mpps / r.offered_mpps.max(1e-12)).collect();

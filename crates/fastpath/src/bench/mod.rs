@@ -8,11 +8,15 @@
 //! forward the traffic, because then its figure would be the kernel's, and
 //! when the hint mode's hints did not reach fastpath.
 
+mod crr;
+mod ct_ref;
+mod ctlab;
 pub mod fulltable;
 mod fullrate;
 mod hints;
 mod report;
 mod router;
+mod stateful;
 mod tablesync;
 mod topo;
 mod traffic;
@@ -84,6 +88,8 @@ pub enum BenchCmd {
     Fullrate(fullrate::FullrateArgs),
     /// ns per packet of parse+hash (XDP1) vs hint (XDP_HINTS) vs no work (XDP3), by BPF_PROG_RUN.
     Hints(HintsArgs),
+    /// Stateful firewall: kernel + conntrack ruleset vs conntrack-lookup XDP vs fastpath --mode stateful vs raw; TCP connections/s.
+    Stateful(stateful::StatefulArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -188,6 +194,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let (stop, exe, work) = table_bench_setup(&args)?;
         return fullrate::run(fr, &exe, work.path(), &stop);
     }
+    if let Some(BenchCmd::Stateful(st)) = &args.cmd {
+        let (stop, exe, work) = table_bench_setup(&args)?;
+        return stateful::run(st, &exe, work.path(), &stop);
+    }
     if let Some(BenchCmd::Hints(h)) = &args.cmd {
         let place = Placement::check(h.cpu, !h.no_rt)?;
         return hints::run(place, h.repeat, h.reps, &h.out);
@@ -255,6 +265,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 let v = router::verdicts(&before, &stats.read()?);
                 daemon.stop()?;
                 fp_verdicts.insert(mode.name(), v);
+            }
+            Mode::KernelCt | Mode::CtRef | Mode::FastpathStateful => {
+                bail!("{}: only in `fastpath bench stateful`", mode.name())
             }
         }
     }

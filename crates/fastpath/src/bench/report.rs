@@ -109,11 +109,15 @@ fn ratio_of(x: f64, base: f64) -> Option<f64> {
 /// Fills in each cell's ratios to the kernel, raw and reference cells of
 /// the same size and flows (when those modes were measured).
 pub fn add_ratios(cells: &mut [Cell]) {
+    add_ratios_against(cells, [Mode::Kernel, Mode::Raw, Mode::FibFwd]);
+}
+
+/// As `add_ratios`, with other modes as the [kernel, raw, reference] bases
+/// (`fastpath bench stateful`: kernel-ct, raw, ct-ref).
+pub fn add_ratios_against(cells: &mut [Cell], bases: [Mode; 3]) {
     let bases: Vec<[Option<(f64, f64)>; 3]> = cells
         .iter()
-        .map(|c| {
-            [Mode::Kernel, Mode::Raw, Mode::FibFwd].map(|m| medians_of(cells, m, c.size, c.flows))
-        })
+        .map(|c| bases.map(|m| medians_of(cells, m, c.size, c.flows)))
         .collect();
     for (c, [kernel, raw, reference]) in cells.iter_mut().zip(bases) {
         let (m, mc) = (c.median_mpps, c.median_mpps_per_cpu_s);

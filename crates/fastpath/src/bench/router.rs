@@ -39,6 +39,15 @@ pub enum Mode {
     Fastpath,
     /// As `fastpath`, with the generator supplying the flow hash in the XDP metadata.
     FastpathHint,
+    /// `fastpath bench stateful` only: Linux forwarding through conntrack and an nft forward ruleset.
+    #[value(skip)]
+    KernelCt,
+    /// `fastpath bench stateful` only: ct_fwd.bpf.c, bpf_xdp_ct_lookup() on every packet.
+    #[value(skip)]
+    CtRef,
+    /// `fastpath bench stateful` only: `fastpath run --mode stateful` behind the same ruleset.
+    #[value(skip)]
+    FastpathStateful,
     /// MAC rewrite + devmap redirect, no lookups: the ceiling for any XDP router here.
     Raw,
 }
@@ -51,6 +60,9 @@ impl Mode {
             Mode::FastpathNocache => "fastpath-nocache",
             Mode::Fastpath => "fastpath",
             Mode::FastpathHint => "fastpath-hint",
+            Mode::KernelCt => "kernel-ct",
+            Mode::CtRef => "ct-ref",
+            Mode::FastpathStateful => "fastpath-stateful",
             Mode::Raw => "raw",
         }
     }

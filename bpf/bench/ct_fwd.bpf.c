@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * ct_fwd.bpf.c — the stateful benchmark's reference XDP firewall-router:
+ * the linux-fastpath paper's design done with today's kfuncs, with no state
+ * of its own. Every packet pays for a conntrack lookup.
+ *
+ * Per packet: parse Ethernet + IPv4 + TCP/UDP; leave TTL <= 1, IP options,
+ * fragments and TCP SYN/FIN/RST to the kernel (conntrack must see set-up and
+ * teardown); bpf_xdp_ct_lookup() in the current namespace; forward only an
+ * entry that is confirmed, not dying, has seen a reply, is not NATed (this
+ * forwarder does not rewrite addresses), is TCP ESTABLISHED for TCP, and
+ * carries all bits of ct_fwd_mark (set by the nftables ruleset). Then
+ * bpf_fib_lookup() and a devmap redirect exactly as fib_fwd.bpf.c does.
+ * Anything else is XDP_PASSed untouched. IPv4 only: the bench's traffic is.
+ *
+ * Per-CPU counters by verdict let the bench prove the figure it prints is
+ * this program forwarding, not the kernel behind it. Bench only.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "csum.h"
+
+#define ETH_P_IP     0x0800
+#define AF_INET      2
+#define IPPROTO_TCP_ 6
+#define IPPROTO_UDP_ 17
+/* The ct opts layout this kernel takes (with the zone fields, 6.x). */
+#define CT_OPTS_SZ   16
+#define IP_MF_OFFSET 0x3FFF
+
+/* Must match CtVerdict in crates/fastpath/src/bench/ct_ref.rs. */
+enum ct_fwd_verdict {
+	CT_FWD_FORWARDED,
+	CT_FWD_NOT_PARSED,    /* not IPv4 TCP/UDP, options, fragment, TTL <= 1 */
+	CT_FWD_TCP_FLAGS,     /* SYN, FIN or RST */
+	CT_FWD_CT_MISS,       /* no conntrack entry */
+	CT_FWD_NOT_ESTABLISHED,
+	CT_FWD_UNMARKED,
+	CT_FWD_NO_ROUTE,      /* FIB lookup failed or egress not in the devmap */
+	CT_FWD__COUNT,
+};
+
+extern struct nf_conn *bpf_xdp_ct_lookup(struct xdp_md *xdp_ctx, struct bpf_sock_tuple *bpf_tuple,
+					 u32 tuple__sz, struct bpf_ct_opts *opts, u32 opts__sz) __ksym;
+extern void bpf_ct_release(struct nf_conn *ct) __ksym;
+
+/* The ct mark bits an entry must carry, all of them. */
+const volatile __u32 ct_fwd_mark = 1;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u32);
+} ct_tx SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, CT_FWD__COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} ct_fwd_stats SEC(".maps");
+
+static __always_inline int verdict(__u32 v, int action)
+{
+	__u64 *c = bpf_map_lookup_elem(&ct_fwd_stats, &v);
+
+	if (c)
+		*c += 1;
+	return action;
+}
+
+/* The conntrack verdict for the packet's tuple, the entry released again. */
+static __always_inline __u32 ct_check(struct xdp_md *ctx, struct bpf_sock_tuple *t, __u8 proto)
+{
+	struct bpf_ct_opts opts = { .netns_id = -1, .l4proto = proto };
+	struct nf_conn *ct;
+	unsigned long status;
+	__u32 v = CT_FWD_FORWARDED;
+
+	ct = bpf_xdp_ct_lookup(ctx, t, sizeof(t->ipv4), &opts, CT_OPTS_SZ);
+	if (!ct)
+		return CT_FWD_CT_MISS;
+	status = ct->status;
+	if (!(status & IPS_CONFIRMED) || (status & IPS_DYING) || !(status & IPS_SEEN_REPLY) ||
+	    (status & IPS_NAT_MASK))
+		v = CT_FWD_NOT_ESTABLISHED;
+	else if (proto == IPPROTO_TCP_ && ct->proto.tcp.state != TCP_CONNTRACK_ESTABLISHED)
+		v = CT_FWD_NOT_ESTABLISHED;
+	else if ((ct->mark & ct_fwd_mark) != ct_fwd_mark)
+		v = CT_FWD_UNMARKED;
+	bpf_ct_release(ct);
+	return v;
+}
+
+SEC("xdp")
+int fp_bench_ct_fwd(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct bpf_fib_lookup fib = {};
+	struct bpf_sock_tuple t = {};
+	struct iphdr *ip;
+	__u32 egress, v;
+	__u16 *ports;
+
+	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
+		return verdict(CT_FWD_NOT_PARSED, XDP_PASS);
+	ip = (void *)(eth + 1);
+	if ((void *)(ip + 1) > data_end || ip->ihl != 5 || ip->ttl <= 1 ||
+	    (ip->frag_off & bpf_htons(IP_MF_OFFSET)))
+		return verdict(CT_FWD_NOT_PARSED, XDP_PASS);
+	if (ip->protocol == IPPROTO_TCP_) {
+		struct tcphdr *th = (void *)(ip + 1);
+
+		if ((void *)(th + 1) > data_end)
+			return verdict(CT_FWD_NOT_PARSED, XDP_PASS);
+		if (th->syn || th->fin || th->rst)
+			return verdict(CT_FWD_TCP_FLAGS, XDP_PASS);
+	} else if (ip->protocol != IPPROTO_UDP_) {
+		return verdict(CT_FWD_NOT_PARSED, XDP_PASS);
+	}
+	ports = (void *)(ip + 1);
+	if ((void *)(ports + 2) > data_end)
+		return verdict(CT_FWD_NOT_PARSED, XDP_PASS);
+	t.ipv4.saddr = ip->saddr;
+	t.ipv4.daddr = ip->daddr;
+	t.ipv4.sport = ports[0];
+	t.ipv4.dport = ports[1];
+
+	v = ct_check(ctx, &t, ip->protocol);
+	if (v != CT_FWD_FORWARDED)
+		return verdict(v, XDP_PASS);
+
+	fib.family = AF_INET;
+	fib.tos = ip->tos;
+	fib.l4_protocol = ip->protocol;
+	fib.tot_len = bpf_ntohs(ip->tot_len);
+	fib.ipv4_src = ip->saddr;
+	fib.ipv4_dst = ip->daddr;
+	fib.ifindex = ctx->ingress_ifindex;
+	if (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0) != BPF_FIB_LKUP_RET_SUCCESS)
+		return verdict(CT_FWD_NO_ROUTE, XDP_PASS);
+	egress = fib.ifindex;
+	/* Test before the rewrite: a failed redirect must leave the packet as it came. */
+	if (!bpf_map_lookup_elem(&ct_tx, &egress))
+		return verdict(CT_FWD_NO_ROUTE, XDP_PASS);
+
+	fp_ip4_dec_ttl(ip);
+	__builtin_memcpy(eth->h_dest, fib.dmac, 6);
+	__builtin_memcpy(eth->h_source, fib.smac, 6);
+	return verdict(CT_FWD_FORWARDED, bpf_redirect_map(&ct_tx, egress, 0));
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

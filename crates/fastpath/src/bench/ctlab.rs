@@ -1,0 +1,209 @@
+//! What turns the bench lab's router into a stateful firewall: an nftables
+//! forward ruleset as a real one reads (policy drop, new connections only
+//! from the inside, established ones accepted and marked with the fast-path
+//! bit), conntrack entries for the generator's flows that are established
+//! and marked before anything is measured, and the hosts' settings for real
+//! TCP connections through the lab.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use super::topo::{self, Topology};
+use super::traffic::SPORT_BASE;
+
+/// The generator's UDP destination port (traffic.rs' template).
+const UDP_DPORT: u16 = 9;
+const GEN: &str = "192.0.2.2";
+const SINK: &str = "198.51.100.2";
+
+/// The forward ruleset, with the fast-path bit(s) `mark`: the forward chain
+/// of examples/nftables/stateful.nft with LAN = r0 and WAN = r1, less its
+/// kernel-only set and port forward (no bench traffic would touch them).
+pub fn ruleset(mark: u32) -> String {
+    format!(
+        "table inet fpbench_stateful {{\n\
+         \tchain forward {{\n\
+         \t\ttype filter hook forward priority filter; policy drop;\n\
+         \t\tct state invalid drop\n\
+         \t\tct state established ct mark set ct mark or {mark:#x} accept\n\
+         \t\tct state related accept\n\
+         \t\tiifname \"{r0}\" oifname \"{r1}\" accept\n\
+         \t}}\n\
+         }}\n",
+        r0 = topo::R0,
+        r1 = topo::R1
+    )
+}
+
+fn run(ns: &str, args: &[&str]) -> Result<std::process::Output> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(args)
+        .output().with_context(|| format!("running {}", args.join(" ")))?;
+    if !out.status.success() {
+        bail!(
+            "{} in {ns}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(out)
+}
+
+/// Loads the ruleset in the router namespace (which also starts conntrack
+/// there) and stretches this namespace's UDP timeouts: the reference
+/// forwarder cannot refresh an entry (the kfuncs have no such call), so
+/// between the kernel's refreshes entries must outlive a whole mode.
+pub fn load_ruleset(t: &Topology, mark: u32, strict_tcp: bool, work: &Path) -> Result<()> {
+    let file = work.join("stateful.nft");
+    std::fs::write(&file, ruleset(mark)).context("writing the ruleset")?;
+    run(&t.router, &["nft", "-f", &file.to_string_lossy()])?;
+    // Liberal TCP window tracking: conntrack never sees the data an XDP
+    // forwarder passes by, so a strict check would call the next packet it
+    // does see (the peer acknowledging that data, a FIN) INVALID and the
+    // ruleset would drop it. The kernel's own flowtable fast path sets the
+    // same per connection; here it is the namespace's setting in every mode
+    // (`--strict-tcp` leaves the default to see who copes without it).
+    for (key, value) in [
+        ("nf_conntrack_udp_timeout", "3600"),
+        ("nf_conntrack_udp_timeout_stream", "3600"),
+        ("nf_conntrack_tcp_be_liberal", if strict_tcp { "0" } else { "1" }),
+    ] {
+        topo::in_netns(&t.router, || {
+            std::fs::write(format!("/proc/sys/net/netfilter/{key}"), value)
+                .with_context(|| format!("sysctl net.netfilter.{key}={value} in the router namespace"))
+        })??;
+    }
+    Ok(())
+}
+
+/// Source ports of the generator's flows that conntrack in the router
+/// holds: (established and carrying all bits of `mark`, any state).
+pub fn flow_entries(t: &Topology, mark: u32) -> Result<(BTreeSet<u16>, BTreeSet<u16>)> {
+    let out = run(
+        &t.router,
+        &["conntrack", "-L", "-p", "udp", "--orig-src", GEN, "--orig-dst", SINK])?;
+    let (mut good, mut any) = (BTreeSet::new(), BTreeSet::new());
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        // The first sport=/dport= are the original direction's.
+        let field = |k: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(k))
+                .and_then(|v| v.parse::<u32>().ok())
+        };
+        let (Some(sport), Some(dport)) = (field("sport="), field("dport=")) else {
+            continue;
+        };
+        let Ok(sport) = u16::try_from(sport) else { continue };
+        if dport != u32::from(UDP_DPORT) {
+            continue;
+        }
+        any.insert(sport);
+        let marked = field("mark=").is_some_and(|m| m & mark == mark);
+        if marked && !line.contains("[UNREPLIED]") {
+            good.insert(sport);
+        }
+    }
+    Ok((good, any))
+}
+
+/// The generator's flow ports (flows <= 32768: source ports only differ).
+pub fn flow_sports(flows: u32) -> impl Iterator<Item = u16> {
+    (0..flows).map(|i| SPORT_BASE.wrapping_add(i as u16))
+}
+
+/// Makes conntrack hold every one of `flows` as established, assured and
+/// marked, as the ruleset leaves a flow that has seen a reply: one
+/// `conntrack -R` batch (ctnetlink) of the missing entries. Returns how many
+/// were created and how long that took.
+pub fn ensure_entries(t: &Topology, flows: u32, mark: u32, work: &Path) -> Result<(usize, Duration)> {
+    let (good, any) = flow_entries(t, mark)?;
+    let mut missing: Vec<u16> = flow_sports(flows).filter(|p| !good.contains(p)).collect();
+    if missing.is_empty() {
+        return Ok((0, Duration::ZERO));
+    }
+    // An entry in another state (unmarked, unreplied) would make -I fail:
+    // start the generator's entries afresh.
+    if missing.iter().any(|p| any.contains(p)) {
+        let _ = run(
+            &t.router,
+            &["conntrack", "-D", "-p", "udp", "--orig-src", GEN, "--orig-dst", SINK]);
+        missing = flow_sports(flows).collect();
+    }
+    let mut batch = String::new();
+    for p in &missing {
+        batch.push_str(&format!(
+            "-I -p udp -s {GEN} -d {SINK} --sport {p} --dport {UDP_DPORT} \
+             --reply-src {SINK} --reply-dst {GEN} --reply-port-src {UDP_DPORT} --reply-port-dst {p} \
+             --status SEEN_REPLY,ASSURED --mark {mark} --timeout 3600\n"
+        ));
+    }
+    let ins = work.join("ct-ins.batch");
+    std::fs::write(&ins, batch).context("writing the conntrack batch")?;
+    let t0 = Instant::now();
+    run(&t.router, &["conntrack", "-R", &ins.to_string_lossy()])?;
+    let took = t0.elapsed();
+    let (now, _) = flow_entries(t, mark)?;
+    let absent = flow_sports(flows).filter(|p| !now.contains(p)).count();
+    if absent > 0 {
+        bail!("{absent} of {flows} conntrack entries still missing after conntrack -R");
+    }
+    Ok((missing.len(), took))
+}
+
+/// Removes every TCP entry of the router's conntrack (between the
+/// connection-rate runs of two modes, so each starts from the same table).
+pub fn flush_tcp(t: &Topology) -> Result<()> {
+    // Exit status 1 with nothing to delete.
+    let _ = run(&t.router, &["conntrack", "-D", "-p", "tcp"]);
+    Ok(())
+}
+
+/// Count of the router's conntrack entries.
+pub fn count(t: &Topology) -> Result<u64> {
+    let out = run(&t.router, &["conntrack", "-C"])?;
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .context("parsing conntrack -C")
+}
+
+/// The hosts' side of real TCP through the lab: a veth accepts
+/// XDP-redirected frames only with XDP or GRO on the receiver (g0 and s0;
+/// the sink program is gone by then), and checksum offload off, since a
+/// redirected frame still carrying a partial checksum would leave broken.
+pub fn prepare_tcp_hosts(t: &Topology) -> Result<()> {
+    for (ns, dev) in [(&t.gen, topo::G0), (&t.sink, topo::S0)] {
+        run(ns, &["ethtool", "-K", dev, "gro", "on", "tx", "off"])?;
+    }
+    // The packet generator needs no routes; sockets do.
+    run(&t.gen, &["ip", "route", "add", "198.51.100.0/24", "via", "192.0.2.1", "dev", topo::G0])?;
+    run(&t.sink, &["ip", "route", "add", "192.0.2.0/24", "via", "198.51.100.1", "dev", topo::S0])?;
+    // Replies enter the router at r1; GRO lets r1 take frames fastpath redirects there too.
+    run(&t.router, &["ethtool", "-K", topo::R1, "gro", "on"])?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ruleset_marks_established_and_drops_by_default() {
+        let r = ruleset(0x10);
+        assert!(r.contains("policy drop;"));
+        assert!(r.contains("ct state established ct mark set ct mark or 0x10 accept"));
+        assert!(r.contains("ct state invalid drop"));
+        assert!(r.contains("iifname \"r0\" oifname \"r1\" accept"));
+    }
+
+    #[test]
+    fn flow_ports_match_the_generator() {
+        let p: Vec<u16> = flow_sports(3).collect();
+        assert_eq!(p, vec![SPORT_BASE, SPORT_BASE + 1, SPORT_BASE + 2]);
+    }
+}
