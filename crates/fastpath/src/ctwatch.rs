@@ -17,6 +17,14 @@
 //!   the fast-path bits are cleared on every entry first. Every connection
 //!   then passes the new ruleset once before it can go fast again.
 //!
+//! It also keeps conntrack able to follow a connection it no longer sees
+//! packet by packet: once a TCP entry carries the mark, its window tracking
+//! is made liberal in both directions (as the kernel's own flowtable does
+//! when it offloads a flow). Otherwise the FIN or RST that ends a fast-pathed
+//! connection, or the first packet after a revocation, would lie far beyond
+//! the window conntrack last saw, be classed invalid, and be dropped by the
+//! usual `ct state invalid drop`.
+//!
 //! ctnetlink is spoken directly (a few attributes, a dump and updates that
 //! copy the tuple attribute back verbatim): netlink-packet-netfilter 0.4
 //! decodes conntrack messages but not nftables ones, and re-encoding a
@@ -61,7 +69,14 @@ const CTA_ZONE: u16 = 18;
 const CTA_MARK_MASK: u16 = 21;
 const CTA_PROTOINFO_TCP: u16 = 1;
 const CTA_PROTOINFO_TCP_STATE: u16 = 1;
+const CTA_PROTOINFO_TCP_FLAGS_ORIGINAL: u16 = 4;
+const CTA_PROTOINFO_TCP_FLAGS_REPLY: u16 = 5;
+const CTA_TUPLE_PROTO: u16 = 2;
+const CTA_PROTO_NUM: u16 = 1;
+const IP_CT_TCP_FLAG_BE_LIBERAL: u8 = 0x08;
+const IPPROTO_TCP: u8 = 6;
 const NLA_TYPE_MASK: u16 = 0x3fff;
+const NLA_F_NESTED: u16 = 0x8000;
 
 const IPS_SEEN_REPLY: u32 = 1 << 1;
 const IPS_DYING: u32 = 1 << 9;
@@ -84,6 +99,9 @@ pub struct CtEvent {
     pub status: Option<u32>,
     pub mark: Option<u32>,
     pub tcp_state: Option<u8>,
+    pub proto: Option<u8>,
+    /// Both directions' TCP window tracking is liberal (from the protoinfo).
+    pub liberal: Option<bool>,
 }
 
 impl CtEvent {
@@ -101,6 +119,17 @@ impl CtEvent {
             && status & IPS_DYING == 0
             && self.tcp_state.is_none_or(|s| s == TCP_CONNTRACK_ESTABLISHED);
         !(marked && established)
+    }
+
+    /// A marked TCP entry whose window tracking may still be strict: the
+    /// kernel must be told to be liberal before the fast path starves it of
+    /// sequence numbers. Without the protoinfo in the event we cannot tell,
+    /// and ask anyway (the update is idempotent, and its own event says liberal).
+    pub fn needs_liberal(&self, mask: u32) -> bool {
+        !self.destroy
+            && self.proto == Some(IPPROTO_TCP)
+            && self.mark.is_some_and(|m| m & mask == mask)
+            && self.liberal != Some(true)
     }
 }
 
@@ -153,10 +182,28 @@ pub fn parse_ct_event(attrs_buf: &[u8], destroy: bool) -> CtEvent {
             CTA_MARK => ev.mark = be32(p),
             CTA_PROTOINFO => {
                 for (t, tcp) in attrs(p) {
-                    if t == CTA_PROTOINFO_TCP {
-                        ev.tcp_state = attrs(tcp).find(|(t, _)| *t == CTA_PROTOINFO_TCP_STATE).and_then(|(_, s)| s.first().copied());
+                    if t != CTA_PROTOINFO_TCP {
+                        continue;
                     }
+                    let mut liberal = [false; 2];
+                    for (t, v) in attrs(tcp) {
+                        match t {
+                            CTA_PROTOINFO_TCP_STATE => ev.tcp_state = v.first().copied(),
+                            CTA_PROTOINFO_TCP_FLAGS_ORIGINAL | CTA_PROTOINFO_TCP_FLAGS_REPLY => {
+                                liberal[usize::from(t == CTA_PROTOINFO_TCP_FLAGS_REPLY)] =
+                                    v.first().is_some_and(|f| f & IP_CT_TCP_FLAG_BE_LIBERAL != 0);
+                            }
+                            _ => {}
+                        }
+                    }
+                    ev.liberal = Some(liberal[0] && liberal[1]);
                 }
+            }
+            CTA_TUPLE_ORIG => {
+                ev.proto = attrs(p)
+                    .find(|(t, _)| *t == CTA_TUPLE_PROTO)
+                    .and_then(|(_, pr)| attrs(pr).find(|(t, _)| *t == CTA_PROTO_NUM))
+                    .and_then(|(_, n)| n.first().copied());
             }
             _ => {}
         }
@@ -199,6 +246,35 @@ fn put_be32_attr(out: &mut Vec<u8>, ty: u16, v: u32) {
     out.extend_from_slice(&8u16.to_ne_bytes());
     out.extend_from_slice(&ty.to_ne_bytes());
     out.extend_from_slice(&v.to_be_bytes());
+}
+
+/// The attributes of an update that makes both directions' TCP window
+/// tracking liberal, touching no other flag.
+fn liberal_attrs(tuple: &[u8], zone: Option<&[u8]>) -> Vec<u8> {
+    let mut a = Vec::with_capacity(tuple.len() + 32);
+    a.extend_from_slice(tuple);
+    a.resize(align4(a.len()), 0);
+    if let Some(z) = zone {
+        a.extend_from_slice(z);
+        a.resize(align4(a.len()), 0);
+    }
+    let flags = [IP_CT_TCP_FLAG_BE_LIBERAL, IP_CT_TCP_FLAG_BE_LIBERAL];
+    let mut tcp = Vec::new();
+    for ty in [CTA_PROTOINFO_TCP_FLAGS_ORIGINAL, CTA_PROTOINFO_TCP_FLAGS_REPLY] {
+        tcp.extend_from_slice(&6u16.to_ne_bytes());
+        tcp.extend_from_slice(&ty.to_ne_bytes());
+        tcp.extend_from_slice(&flags);
+        tcp.resize(align4(tcp.len()), 0);
+    }
+    let nested = |ty: u16, inner: &[u8]| {
+        let mut v = Vec::with_capacity(inner.len() + 4);
+        v.extend_from_slice(&((4 + inner.len()) as u16).to_ne_bytes());
+        v.extend_from_slice(&(ty | NLA_F_NESTED).to_ne_bytes());
+        v.extend_from_slice(inner);
+        v
+    };
+    a.extend(nested(CTA_PROTOINFO, &nested(CTA_PROTOINFO_TCP, &tcp)));
+    a
 }
 
 /// The attributes of an update that clears `mask` in an entry's mark and
@@ -288,6 +364,9 @@ pub struct CtCounters {
     pub marks_cleared: u64,
     /// Clears that failed part-way (the revalidation interval still bounds them).
     pub clear_errors: u64,
+    /// Marked TCP entries whose window tracking we made liberal.
+    #[serde(default)]
+    pub liberal: u64,
 }
 
 /// The event sockets and the request socket of the stateful mode.
@@ -302,6 +381,8 @@ pub struct Watch {
     mask: u32,
     seq: u32,
     buf: Vec<u8>,
+    /// Updates making marked TCP entries liberal, sent after the drain.
+    liberal: Vec<(u8, Vec<u8>)>,
     pub counters: CtCounters,
 }
 
@@ -320,7 +401,7 @@ impl Watch {
         set_rcvbuf(&mut req, 4 << 20)?;
         req.bind_auto()?;
         set_recv_timeout(&req, REPLY_TIMEOUT)?;
-        Ok(Watch { ct, rules, req, mask, seq: 0, buf: vec![0; RECV_BUF], counters: CtCounters::default() })
+        Ok(Watch { ct, rules, req, mask, seq: 0, buf: vec![0; RECV_BUF], liberal: Vec::new(), counters: CtCounters::default() })
     }
 
     /// Sleeps until `other` or one of our sockets is readable, or `timeout`.
@@ -373,8 +454,15 @@ impl Watch {
                         _ => continue,
                     };
                     self.counters.events += 1;
-                    if parse_ct_event(&payload[NFGENMSG_LEN..], destroy).revokes(self.mask) {
+                    let a = &payload[NFGENMSG_LEN..];
+                    let ev = parse_ct_event(a, destroy);
+                    if ev.revokes(self.mask) {
                         r.revoke = true;
+                    }
+                    if ev.needs_liberal(self.mask) {
+                        if let Some(tuple) = raw_attr(a, CTA_TUPLE_ORIG) {
+                            self.liberal.push((payload[0], liberal_attrs(tuple, raw_attr(a, CTA_ZONE))));
+                        }
                     }
                 }
             }
@@ -392,6 +480,30 @@ impl Watch {
     /// many entries were updated; entries gone meanwhile are not errors.
     pub fn clear_marks(&mut self) -> io::Result<u64> {
         let targets = self.dump_marked()?;
+        let (cleared, err) = self.update_all(&targets)?;
+        self.counters.marks_cleared += cleared;
+        match err {
+            Some(e) => Err(e),
+            None => Ok(cleared),
+        }
+    }
+
+    /// Sends the queued liberal-window updates.
+    pub fn flush_liberal(&mut self) -> io::Result<u64> {
+        if self.liberal.is_empty() {
+            return Ok(0);
+        }
+        let targets = std::mem::take(&mut self.liberal);
+        let (n, err) = self.update_all(&targets)?;
+        self.counters.liberal += n;
+        match err {
+            Some(e) => Err(e),
+            None => Ok(n),
+        }
+    }
+
+    /// ctnetlink updates of existing entries, batched: (done, first error).
+    fn update_all(&mut self, targets: &[(u8, Vec<u8>)]) -> io::Result<(u64, Option<io::Error>)> {
         let mut cleared = 0u64;
         let mut first_err: Option<io::Error> = None;
         for chunk in targets.chunks(UPDATE_BATCH) {
@@ -407,11 +519,7 @@ impl Watch {
                 first_err = err;
             }
         }
-        self.counters.marks_cleared += cleared;
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(cleared),
-        }
+        Ok((cleared, first_err))
     }
 
     /// (family, update attributes) of every entry with any bit of the mask.
@@ -576,6 +684,9 @@ impl Stateful {
         if r.revoke || r.ruleset {
             self.bump(writer);
         }
+        if let Err(e) = self.watch.flush_liberal() {
+            warn!("making conntrack's TCP window tracking liberal for fast-pathed connections: {e}");
+        }
     }
 
     fn clear_marks(&mut self) {
@@ -653,14 +764,17 @@ mod tests {
     #[test]
     fn parses_status_mark_and_tcp_state() {
         let ev = parse_ct_event(&event_attrs(EST, Some(0x11), Some(4)), false);
-        assert_eq!(ev, CtEvent { destroy: false, status: Some(EST), mark: Some(0x11), tcp_state: Some(4) });
+        assert_eq!(
+            ev,
+            CtEvent { destroy: false, status: Some(EST), mark: Some(0x11), tcp_state: Some(4), proto: Some(6), liberal: Some(false) }
+        );
         let ev = parse_ct_event(&event_attrs(EST, None, None), true);
         assert_eq!((ev.mark, ev.tcp_state, ev.destroy), (None, None, true));
     }
 
     #[test]
     fn what_revokes() {
-        let ev = |status, mark, tcp, destroy| CtEvent { destroy, status: Some(status), mark, tcp_state: tcp };
+        let ev = |status, mark, tcp, destroy| CtEvent { destroy, status: Some(status), mark, tcp_state: tcp, ..Default::default() };
         // Destroy: only of an entry that could be fast.
         assert!(ev(EST, Some(0x1), None, true).revokes(0x1));
         assert!(!ev(EST, Some(0x2), None, true).revokes(0x1));
@@ -702,6 +816,29 @@ mod tests {
         assert_eq!(msgs[0].2[0], 2);
         assert_eq!(be32(attrs(&msgs[0].2[4..]).next().unwrap().1), Some(5));
         assert_eq!(msgs[1].2.len(), NFGENMSG_LEN);
+    }
+
+    #[test]
+    fn marked_tcp_entries_are_made_liberal_once() {
+        let mut a = event_attrs(EST, Some(1), Some(3));
+        let ev = parse_ct_event(&a, false);
+        assert_eq!((ev.proto, ev.liberal), (Some(6), Some(false)));
+        assert!(ev.needs_liberal(1));
+        assert!(!ev.needs_liberal(2));
+        assert!(!CtEvent { destroy: true, ..ev }.needs_liberal(1));
+        // Our own update's event: protoinfo says liberal both ways.
+        let upd = liberal_attrs(raw_attr(&a, CTA_TUPLE_ORIG).unwrap(), None);
+        a.truncate(0);
+        a.extend(upd);
+        a.extend(nla(CTA_MARK, &1u32.to_be_bytes()));
+        let ev = parse_ct_event(&a, false);
+        assert_eq!((ev.proto, ev.liberal), (Some(6), Some(true)));
+        assert!(!ev.needs_liberal(1));
+        // Its flags attributes: BE_LIBERAL in both flags and mask.
+        let (_, pi) = attrs(&a).find(|(t, _)| *t == CTA_PROTOINFO).unwrap();
+        let (_, tcp) = attrs(pi).next().unwrap();
+        let f: Vec<_> = attrs(tcp).map(|(t, v)| (t, v.to_vec())).collect();
+        assert_eq!(f, vec![(4, vec![8, 8]), (5, vec![8, 8])]);
     }
 
     #[test]
