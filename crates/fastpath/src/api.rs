@@ -19,7 +19,12 @@
 //!  "tables":{"fib4":{"used":n,"capacity":n}, "fib6":{..}, "nexthops":{..},
 //!            "groups":{..}, "buckets":{..}, "neighbours":{..}, "interfaces":{..}},
 //!  "families":{"ipv4":{"fast_path":bool,"problems":[str]}, "ipv6":{..}},
-//!  "totals":{"<reason>":{"packets":n,"bytes":n}, ... every reason}}
+//!  "totals":{"<reason>":{"packets":n,"bytes":n}, ... every reason},
+//!  "mode":"stateless"|"stateful",
+//!  "conntrack":null | {"mark":n, "revalidate_ms":n, "generation":n (ct_generation),
+//!               "timeouts_s":{"tcp":n,"udp":n,"udp_stream":n}, "events_enabled":bool,
+//!               "events":n, "bumps":n, "overruns":n, "ruleset_changes":n,
+//!               "marks_cleared":n, "clear_errors":n, "liberal":n}}
 //! ```
 //! Reason names are `enum fp_reason` in lower case without `FP_R_`
 //! ("forwarded", "not_ip", "no_neigh", ...). `totals` also counts packets
@@ -38,7 +43,7 @@
 //! ```text
 //! {"total":n, "flows":[{"family":"ipv4"|"ipv6", "proto":n, "src":str, "dst":str,
 //!   "sport":n, "dport":n, "ingress":str|null, "egress":str|null, "nexthop":n,
-//!   "dmac":str, "packets":n, "cpus":n, "idle_s":n, "current":bool}]}
+//!   "dmac":str, "packets":n, "bytes":n|null (stateful mode only), "cpus":n, "idle_s":n, "current":bool}]}
 //! ```
 //! `current`: computed from the present table generation (else it is
 //! recomputed on its next packet). For ICMP, sport is type << 8 | code.
@@ -86,6 +91,8 @@ pub struct Snapshot {
     pub flow_entries: u32,
     /// Lag, resync and reload bookkeeping for the metrics endpoint.
     pub ops: crate::metrics::OpsStats,
+    /// Stateful mode (None: stateless).
+    pub ct: Option<crate::ctwatch::CtStatus>,
 }
 
 #[derive(Debug, Clone)]
@@ -186,6 +193,10 @@ pub struct Status {
     pub totals: BTreeMap<String, PacketsBytes>,
     #[serde(default)]
     pub flow_cache: FlowCacheStatus,
+    #[serde(default)]
+    pub mode: String,
+    #[serde(default)]
+    pub conntrack: Option<crate::ctwatch::CtStatus>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -328,6 +339,8 @@ pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
             entries_per_cpu: s.flow_entries,
             events: named(&FLOW_EVENTS, &totals.flow),
         },
+        mode: if s.ct.is_some() { "stateful" } else { "stateless" }.into(),
+        conntrack: s.ct,
     })
 }
 

@@ -22,7 +22,7 @@ use crate::reload::{self, Reloader};
 use crate::loader::{self, Attachment};
 use crate::maps::{MapWriter, Maps};
 use crate::preflight::{self, Iface};
-use crate::{keepalive, netfilter, pin, RunArgs};
+use crate::{ctwatch, keepalive, netfilter, pin, RunArgs};
 
 /// How long the main loop sleeps in poll when nothing happens; bounds the
 /// reaction time to signals.
@@ -62,11 +62,9 @@ impl Drop for TxPorts<'_> {
 
 pub fn run(loaded: Loaded) -> Result<()> {
     let args: RunArgs = loaded.args.clone();
-    if args.mode == crate::FwdMode::Stateful {
-        anyhow::bail!("--mode stateful is not available yet (issue #4 in progress)");
-    }
+    let stateful = args.mode == crate::FwdMode::Stateful;
     let checked = preflight::check(&args)?;
-    let mut nf_watch = netfilter::Watcher::new(&checked.netfilter, args.allow_netfilter_bypass);
+    let mut nf_watch = netfilter::Watcher::new(&checked.netfilter, args.allow_netfilter_bypass).stateful(stateful);
     let mut ifaces = checked.ifaces;
 
     let term = Arc::new(AtomicBool::new(false));
@@ -91,6 +89,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
     let opts = loader::LoadOpts {
         flow_sets: if args.flow_timeout == 0 { 0 } else { loader::flow_sets(args.flow_entries) },
         nic_hash: args.rx_hash == crate::RxHash::Auto && args.xdp_mode != crate::XdpMode::Generic,
+        stateful,
     };
     // --pin: what a previous daemon left (maps to adopt, links to take over).
     let mut pins = if args.pin { Some(pin::Pins::open(&args, &mut ifaces, &caps, &opts)?) } else { None };
@@ -131,6 +130,16 @@ pub fn run(loaded: Loaded) -> Result<()> {
         flow_timeout: if opts.flow_sets == 0 { 0 } else { args.flow_timeout },
         flow_entries: opts.flow_sets * intf::FP_FLOW_WAYS,
         ops: OpsStats { last_full_sync: Some(t), ..Default::default() },
+        ct_status: None,
+    };
+    // Stateful mode: subscribed and fp_runtime's ct fields set before the
+    // first packet can be fast-pathed.
+    let mut ct = if stateful {
+        let c = ctwatch::Stateful::start(args.ct_mark, args.ct_revalidate_ms, args.netlink_rcvbuf, &mut lp.writer)?;
+        lp.ct_status = Some(c.status(&lp.writer));
+        Some(c)
+    } else {
+        None
     };
     if let Some(p) = &pins {
         p.adopt_tables(&maps, &mut lp.reconciler, &mut lp.writer, &mut lp.ids)?;
@@ -180,7 +189,15 @@ pub fn run(loaded: Loaded) -> Result<()> {
             }
             lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
         }
-        match mirror.poll(&mut state, IDLE_POLL) {
+        // Conntrack events must not wait behind an idle route socket.
+        let wait = match &ct {
+            Some(c) => {
+                c.wait(mirror.fd(), IDLE_POLL);
+                Duration::ZERO
+            }
+            None => IDLE_POLL,
+        };
+        match mirror.poll(&mut state, wait) {
             Ok(PollOutcome::Idle) => last_poll_err = None,
             Ok(outcome) => {
                 last_poll_err = None;
@@ -202,9 +219,21 @@ pub fn run(loaded: Loaded) -> Result<()> {
             }
         }
 
+        if let Some(c) = &mut ct {
+            c.step(&mut lp.writer);
+            let st = Some(c.status(&lp.writer));
+            if st != lp.ct_status {
+                lp.ct_status = st;
+                lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
+            }
+        }
+
         let periodic = last_periodic.elapsed() >= PERIODIC;
         if periodic {
             last_periodic = Instant::now();
+            if let Some(c) = &mut ct {
+                c.refresh_sysctls(&mut lp.writer);
+            }
             if nf_watch.refresh() {
                 lp.netfilter_block = nf_watch.blocking().to_vec();
                 dirty = true;
@@ -325,6 +354,8 @@ struct Loop {
     flow_timeout: u32,
     flow_entries: u32,
     ops: OpsStats,
+    /// Stateful mode, for status (None: stateless).
+    ct_status: Option<ctwatch::CtStatus>,
 }
 
 impl reload::Live for Loop {
@@ -421,6 +452,7 @@ impl Loop {
             flow_timeout: self.flow_timeout,
             flow_entries: self.flow_entries,
             ops: self.ops.clone(),
+            ct: self.ct_status,
         };
         match shared.lock() {
             Ok(mut g) => *g = Arc::new(snap),

@@ -5,6 +5,7 @@ mod api;
 mod batch;
 mod bench;
 mod config;
+mod ctwatch;
 mod daemon;
 mod flows;
 mod keepalive;
