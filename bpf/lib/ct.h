@@ -245,8 +245,9 @@ fp_ct_gate(struct xdp_md *ctx, const struct fp_runtime *rt, const struct fp_flow
 	set = cached ? bpf_map_lookup_elem(&fp_ct_flows, &idx) : NULL;
 	if (set && way >= 0) {
 		cw = &set->way[way & (FP_FLOW_WAYS - 1)];
+		/* Strictly younger: the coarse clock ticks every few ms, and 0 must mean "always look up". */
 		if (cw->validated && cw->ct_generation == v->gen &&
-		    v->now - cw->validated <= rt->ct_revalidate_ms * FP_NSEC_PER_MSEC) {
+		    v->now - cw->validated < rt->ct_revalidate_ms * FP_NSEC_PER_MSEC) {
 			/* Most flows have no NAT: copy the rest only when needed. */
 			v->nat.flags = cw->nat.flags;
 			if (v->nat.flags)

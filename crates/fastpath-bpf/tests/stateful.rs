@@ -375,6 +375,23 @@ fn cached_verdict_rechecked_after_revalidate_interval() {
     punts(&l, &w, &f4(&p), FP_R_CT_NEW);
 }
 
+/// ct_revalidate_ms 0: every packet is checked, even within one tick of
+/// the coarse clock.
+#[test]
+fn revalidate_zero_looks_up_every_packet() {
+    let Some((_lab, mut w)) = lab("revalidate_zero_looks_up_every_packet") else { return };
+    w.rt.flow_timeout = 30;
+    w.rt.ct_revalidate_ms = 0;
+    w.conntrack = vec![TCP_EST.into()];
+    let l = Loaded::new(&w).expect("load");
+    let p = t4(ACK);
+    forwards(&l, &w, &f4(&p), &out4(&p));
+    forwards(&l, &w, &f4(&p), &out4(&p));
+    conntrack::delete(TCP_FILTER).expect("conntrack -D");
+    punts(&l, &w, &f4(&p), FP_R_CT_NEW);
+    assert!(hits(&l) >= 2);
+}
+
 /// With the flow cache off (--flow-timeout 0) stateful mode stays correct:
 /// every packet looks conntrack up.
 #[test]
