@@ -197,8 +197,11 @@ fp_ct_pass(struct fp_pkt *p, const struct fp_flow_key *k, const struct fp_flow_p
 {
 	__u32 r = fp_ct_l4_reason(p->ctx, k->proto, l4_off, l4_len);
 
-	if (r)
+	if (r) {
+		if (r == FP_R_CT_TCP_FLAGS && pos->set)
+			fp_ct_closing(&fp_rt, pos->hash & (fp_cfg.flow_sets - 1), pos->way);
 		return r;
+	}
 	return fp_ct_gate(p->ctx, &fp_rt, k, pos->set != NULL, pos->hash & (fp_cfg.flow_sets - 1), pos->way, v);
 }
 

@@ -356,6 +356,15 @@ struct fp_runtime {
 	 * 0 = watchdog off.
 	 */
 	__u32 orphan_grace;
+	/*
+	 * Stateful mode: net.netfilter.nf_conntrack_tcp_be_liberal is on in
+	 * the netns, so conntrack's TCP window tracking accepts what it missed
+	 * for every entry; otherwise a TCP entry must carry the per-direction
+	 * "be liberal" flag (set by the daemon) before the fast path may carry
+	 * segments conntrack will never see.
+	 */
+	__u32 ct_tcp_liberal;
+	__u32 _pad3;
 };
 
 /*
@@ -388,7 +397,13 @@ struct fp_ct_way {
 	__u64 bytes;             /* IP bytes (as conntrack counts them) forwarded on this CPU since filled */
 	__u64 validated;         /* bpf_ktime_get_coarse_ns() of the last conntrack lookup; 0 = none */
 	__u32 ct_generation;     /* fp_runtime.ct_generation at that lookup */
-	__u32 _pad;
+	/*
+	 * 1: a TCP FIN/RST/SYN of this flow went to the kernel under
+	 * ct_generation: punt without a lookup until the generation moves (the
+	 * kernel may not have processed it yet, so conntrack can still say
+	 * ESTABLISHED, and the segments after it are conntrack's to see).
+	 */
+	__u32 closing;
 	struct fp_nat nat;       /* what the packets of this flow become (flags 0: no NAT) */
 };
 

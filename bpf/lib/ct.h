@@ -54,6 +54,9 @@ extern int bpf_ct_change_timeout(struct nf_conn *nfct, __u32 timeout) __ksym __w
 #define FP_TCP_SYN 0x02
 #define FP_TCP_RST 0x04
 
+/* include/uapi/linux/netfilter/nf_conntrack_tcp.h */
+#define FP_CT_TCP_FLAG_BE_LIBERAL 0x08
+
 #define FP_NSEC_PER_MSEC 1000000ULL
 #define FP_ENOENT 2
 
@@ -159,6 +162,16 @@ fp_ct_eligible(const struct nf_conn *ct, __u8 proto, const struct fp_runtime *rt
 		return FP_R_CT_NOT_ESTABLISHED;
 	if (proto == IPPROTO_TCP && ct->proto.tcp.state != TCP_CONNTRACK_ESTABLISHED)
 		return FP_R_CT_NOT_ESTABLISHED;
+	/*
+	 * Conntrack never sees the segments we carry: unless its window
+	 * tracking is liberal for this entry (both directions; the daemon sets
+	 * it as the kernel's flowtable does) or the whole netns, the next
+	 * segment it does see (a FIN, a revalidation punt) would fall outside
+	 * the window it remembers and be classed invalid.
+	 */
+	if (proto == IPPROTO_TCP && !rt->ct_tcp_liberal &&
+	    !(ct->proto.tcp.seen[0].flags & ct->proto.tcp.seen[1].flags & FP_CT_TCP_FLAG_BE_LIBERAL))
+		return FP_R_CT_NOT_ESTABLISHED;
 	/* Replied but not yet assured: the kernel assures it on its next packet. */
 	if (proto == IPPROTO_UDP && !(status & IPS_ASSURED))
 		return FP_R_CT_NOT_ESTABLISHED;
@@ -245,6 +258,8 @@ fp_ct_gate(struct xdp_md *ctx, const struct fp_runtime *rt, const struct fp_flow
 	set = cached ? bpf_map_lookup_elem(&fp_ct_flows, &idx) : NULL;
 	if (set && way >= 0) {
 		cw = &set->way[way & (FP_FLOW_WAYS - 1)];
+		if (cw->closing && cw->ct_generation == v->gen)
+			return FP_R_CT_NOT_ESTABLISHED;
 		/* Strictly younger: the coarse clock ticks every few ms, and 0 must mean "always look up". */
 		if (cw->validated && cw->ct_generation == v->gen &&
 		    v->now - cw->validated < rt->ct_revalidate_ms * FP_NSEC_PER_MSEC) {
@@ -263,6 +278,29 @@ fp_ct_gate(struct xdp_md *ctx, const struct fp_runtime *rt, const struct fp_flow
 	}
 	v->fresh = 1;
 	return FP_R_FORWARDED;
+}
+
+/*
+ * A TCP FIN, RST or SYN of the flow in way @way of set @idx goes to the
+ * kernel: its cached verdict must not carry the segments behind it before
+ * conntrack has processed it (XDP_PASS hands it to the stack only after the
+ * rest of the receive batch went through here). Holds until the daemon bumps
+ * the generation on conntrack's event for it.
+ */
+static __always_inline void fp_ct_closing(const struct fp_runtime *rt, __u32 idx, int way)
+{
+	struct fp_ct_set *set;
+	struct fp_ct_way *cw;
+
+	if (way < 0)
+		return;
+	set = bpf_map_lookup_elem(&fp_ct_flows, &idx);
+	if (!set)
+		return;
+	cw = &set->way[way & (FP_FLOW_WAYS - 1)];
+	cw->validated = 0;
+	cw->ct_generation = rt->ct_generation;
+	cw->closing = 1;
 }
 
 /*
@@ -286,6 +324,7 @@ static __always_inline void fp_ct_done(struct fp_ct_verdict *v, int way, bool fi
 	if (v->fresh) {
 		cw->validated = v->now;
 		cw->ct_generation = v->gen;
+		cw->closing = 0;
 		cw->nat = v->nat;
 	}
 	cw->bytes += bytes;

@@ -599,12 +599,14 @@ pub struct CtTimeouts {
     pub tcp: u32,
     pub udp: u32,
     pub udp_stream: u32,
+    /// nf_conntrack_tcp_be_liberal: every TCP entry's window tracking is liberal.
+    pub tcp_liberal: bool,
 }
 
 impl Default for CtTimeouts {
     /// The kernel's own defaults, for when the sysctls cannot be read.
     fn default() -> Self {
-        CtTimeouts { tcp: 432_000, udp: 30, udp_stream: 120 }
+        CtTimeouts { tcp: 432_000, udp: 30, udp_stream: 120, tcp_liberal: false }
     }
 }
 
@@ -619,6 +621,7 @@ pub fn read_timeouts(root: &Path) -> Option<CtTimeouts> {
         tcp: read_u32(root, "nf_conntrack_tcp_timeout_established")?,
         udp: read_u32(root, "nf_conntrack_udp_timeout")?,
         udp_stream: read_u32(root, "nf_conntrack_udp_timeout_stream")?,
+        tcp_liberal: read_u32(root, "nf_conntrack_tcp_be_liberal").is_some_and(|v| v != 0),
     })
 }
 
@@ -856,7 +859,7 @@ mod tests {
         std::fs::write(dir.join("nf_conntrack_tcp_timeout_established"), "60\n").unwrap();
         std::fs::write(dir.join("nf_conntrack_udp_timeout"), "5\n").unwrap();
         std::fs::write(dir.join("nf_conntrack_udp_timeout_stream"), "10\n").unwrap();
-        assert_eq!(read_timeouts(&dir), Some(CtTimeouts { tcp: 60, udp: 5, udp_stream: 10 }));
+        assert_eq!(read_timeouts(&dir), Some(CtTimeouts { tcp: 60, udp: 5, udp_stream: 10, tcp_liberal: false }));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -573,6 +573,7 @@ impl MapWriter {
         self.rt.ct_timeout_tcp = t.tcp;
         self.rt.ct_timeout_udp = t.udp;
         self.rt.ct_timeout_udp_stream = t.udp_stream;
+        self.rt.ct_tcp_liberal = u32::from(t.tcp_liberal);
     }
 
     pub fn write_ct(&self) -> MapResult<()> {
