@@ -231,4 +231,64 @@ fp_nat_apply6(struct ipv6hdr *ip6, void *l4, __u8 proto, const struct fp_nat *na
 		__builtin_memcpy(&ip6->daddr, nat->daddr, 16);
 }
 
+/*
+ * The whole rewrite of a committed frame (IPv4 without options / IPv6
+ * without extension headers, at @data after a 14-byte Ethernet header),
+ * for the forwarding program after fp_tx_commit() invalidated its packet
+ * pointers. The gate has already seen a complete TCP or UDP header; the
+ * bounds test is for the verifier. Returns false (frame untouched) if the
+ * header is not there after all.
+ */
+static __always_inline bool fp_nat_frame4(void *data, void *end, const struct fp_nat *nat)
+{
+	struct iphdr *ip = data + 14;
+	void *l4 = ip + 1;
+	__u8 proto;
+
+	if (!nat->flags)
+		return true;
+	if ((void *)(ip + 1) > end)
+		return false;
+	proto = ip->protocol;
+	/* Constant protocols: one bounds test the verifier can tie to each access. */
+	if (proto == FP_IPPROTO_TCP) {
+		if (l4 + sizeof(struct tcphdr) > end)
+			return false;
+		fp_nat_apply4(ip, l4, FP_IPPROTO_TCP, nat);
+	} else if (proto == FP_IPPROTO_UDP) {
+		if (l4 + sizeof(struct udphdr) > end)
+			return false;
+		fp_nat_apply4(ip, l4, FP_IPPROTO_UDP, nat);
+	} else {
+		return false;
+	}
+	return true;
+}
+
+static __always_inline bool fp_nat_frame6(void *data, void *end, const struct fp_nat *nat)
+{
+	struct ipv6hdr *ip6 = data + 14;
+	void *l4 = ip6 + 1;
+	__u8 proto;
+
+	if (!nat->flags)
+		return true;
+	if ((void *)(ip6 + 1) > end)
+		return false;
+	proto = ip6->nexthdr;
+	/* Constant protocols: one bounds test the verifier can tie to each access. */
+	if (proto == FP_IPPROTO_TCP) {
+		if (l4 + sizeof(struct tcphdr) > end)
+			return false;
+		fp_nat_apply6(ip6, l4, FP_IPPROTO_TCP, nat);
+	} else if (proto == FP_IPPROTO_UDP) {
+		if (l4 + sizeof(struct udphdr) > end)
+			return false;
+		fp_nat_apply6(ip6, l4, FP_IPPROTO_UDP, nat);
+	} else {
+		return false;
+	}
+	return true;
+}
+
 #endif /* FP_NAT_H */

@@ -108,29 +108,26 @@ int fp_nat_test(struct xdp_md *ctx)
 		return XDP_DROP;
 	}
 
-	/*
-	 * Pointers re-derived per family: the verifier does not carry "ip is
-	 * set" across the kfunc call once clang merges the two paths.
-	 */
+	/* As the forwarding program does it: after the kfunc, from ctx again. */
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
 	if (!v6) {
-		ip = data + FP_ETH_HLEN;
-		l4 = ip + 1;
-		if (l4 + (proto == FP_IPPROTO_TCP ? sizeof(struct tcphdr) : sizeof(struct udphdr)) > end)
+		if (!fp_nat_frame4(data, end, &nat))
 			return XDP_DROP;
-		fp_nat_apply4(ip, l4, proto, &nat);
+		ip = data + FP_ETH_HLEN;
+		if ((void *)(ip + 1) > end)
+			return XDP_DROP;
 		fp_ip4_dec_ttl(ip);
 	} else {
 		ip6 = data + FP_ETH_HLEN;
-		l4 = ip6 + 1;
-		if (l4 + (proto == FP_IPPROTO_TCP ? sizeof(struct tcphdr) : sizeof(struct udphdr)) > end)
+		if ((void *)(ip6 + 1) > end || (void *)ip6 + FP_IP6_HLEN + sizeof(struct udphdr) > end)
 			return XDP_DROP;
-		if (fp_nat_check6(&nat, proto, l4)) {
+		if (fp_nat_check6(&nat, proto, (void *)(ip6 + 1))) {
 			out_err = 4;
 			return XDP_DROP;
 		}
-		fp_nat_apply6(ip6, l4, proto, &nat);
+		if (!fp_nat_frame6(data, end, &nat))
+			return XDP_DROP;
 		ip6->hop_limit--;
 	}
 	out_err = 0;
