@@ -15,8 +15,11 @@
  * produced (TCP may end at 0x0000). ip_decrease_ttl() keeps to the same
  * rule, so NAT and the TTL update compose in any order. Here all terms of
  * one packet go into one sum, seeded the kernel's way so it cannot be zero.
- * UDP differs twice: a zero checksum over IPv4 means "none" and stays zero,
- * and a result of zero is sent as 0xffff (CSUM_MANGLED_0).
+ * UDP differs twice: a zero checksum means "none" and stays zero, and a
+ * result of zero is sent as 0xffff (CSUM_MANGLED_0). Zero is not allowed
+ * over IPv6, but conntrack tracks such a datagram and nf_nat leaves its
+ * checksum alone there too (udp_manip_pkt tests the value, not the family),
+ * so the same rule applies to both families.
  *
  * ICMP echo id NAT (icmp_manip_pkt) is not here on purpose: the conntrack
  * kfuncs look up TCP and UDP only (-EPROTO otherwise, nf_conntrack_bpf.c),
@@ -99,18 +102,6 @@ static __always_inline const __u8 *fp_nat_daddr6(const struct fp_nat *nat, const
 	return nat->flags & FP_NAT_DST ? nat->daddr : daddr;
 }
 
-/*
- * Whether the packet can take the rewrite; 0 or a punt reason. UDP over
- * IPv6 without a checksum is invalid (conntrack refuses it; nf_nat would
- * leave it unsummed), so the kernel gets it.
- */
-static __always_inline __u32 fp_nat_check6(const struct fp_nat *nat, __u8 proto, const struct udphdr *udp)
-{
-	if (nat->flags && proto == FP_IPPROTO_UDP && !udp->check)
-		return FP_R_CT_NAT;
-	return 0;
-}
-
 /* Ones' complement fold; non-zero in, 1..0xffff out. */
 static __always_inline __u16 fp_nat_fold(__u64 s)
 {
@@ -173,7 +164,7 @@ fp_nat_l4(void *l4, __u8 proto, const struct fp_nat *nat, __u64 addr_diff)
 		diff += fp_nat_diff4(*sport, nat->sport);
 	if (nat->flags & FP_NAT_DST)
 		diff += fp_nat_diff4(*dport, nat->dport);
-	/* IPv4 UDP without a checksum keeps none (udp_manip_pkt's do_csum). */
+	/* UDP without a checksum keeps none (udp_manip_pkt's do_csum). */
 	if (!udp || *check) {
 		__u16 c = fp_nat_csum(*check, diff);
 

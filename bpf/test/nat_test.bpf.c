@@ -24,7 +24,7 @@ extern struct nf_conn *bpf_xdp_ct_lookup(struct xdp_md *ctx, struct bpf_sock_tup
 					 struct bpf_ct_opts *opts, __u32 opts__sz) __ksym;
 extern void bpf_ct_release(struct nf_conn *ct) __ksym;
 
-/* 1 parse, 2 no conntrack entry (out_ct_err), 3 fp_nat_from_ct refused, 4 fp_nat_check6 refused */
+/* 1 parse, 2 no conntrack entry (out_ct_err), 3 fp_nat_from_ct refused */
 __s32 out_err;
 __s32 out_ct_err;
 __u32 out_dir;
@@ -119,14 +119,10 @@ int fp_nat_test(struct xdp_md *ctx)
 			return XDP_DROP;
 		fp_ip4_dec_ttl(ip);
 	} else {
-		ip6 = data + FP_ETH_HLEN;
-		if ((void *)(ip6 + 1) > end || (void *)ip6 + FP_IP6_HLEN + sizeof(struct udphdr) > end)
-			return XDP_DROP;
-		if (fp_nat_check6(&nat, proto, (void *)(ip6 + 1))) {
-			out_err = 4;
-			return XDP_DROP;
-		}
 		if (!fp_nat_frame6(data, end, &nat))
+			return XDP_DROP;
+		ip6 = data + FP_ETH_HLEN;
+		if ((void *)(ip6 + 1) > end)
 			return XDP_DROP;
 		ip6->hop_limit--;
 	}

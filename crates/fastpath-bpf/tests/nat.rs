@@ -13,7 +13,7 @@
 //! DNAT + masquerade; IPv4 and IPv6; TCP (handshake, data both ways) and
 //! UDP; packets crafted so that the outgoing L4 checksum (and the IPv4
 //! header checksum) folds to zero, an input TCP checksum written as 0xffff,
-//! and UDP over IPv4 without a checksum.
+//! and UDP without a checksum (IPv4, and IPv6 where it is not allowed).
 //!
 //! Needs root; skips without it unless CI=true.
 //!
@@ -309,7 +309,7 @@ fn sum16(parts: &[&[u8]]) -> u16 {
 enum Csum {
     /// Full checksum as a sender computes it (UDP: zero sent as 0xffff).
     Full,
-    /// UDP over IPv4 without a checksum.
+    /// UDP without a checksum.
     None,
     /// Zero written as 0xffff (the input must sum to zero; TCP).
     NegZero,
@@ -835,12 +835,11 @@ fn udp_flow(f: &mut Flow) -> Result<()> {
         p.tune_in_zero();
         f.step("checksum 0xffff in", d, &p)?;
     }
-    if f.orig_in.src.len() == 4 {
-        for d in [Dir::Orig, Dir::Reply] {
-            let mut p = f.pkt(d, (0, 0, 0), 17);
-            p.csum = Csum::None;
-            f.step("no checksum", d, &p)?;
-        }
+    // IPv6 forbids it, but the kernel forwards and NATs it all the same.
+    for d in [Dir::Orig, Dir::Reply] {
+        let mut p = f.pkt(d, (0, 0, 0), 17);
+        p.csum = Csum::None;
+        f.step("no checksum", d, &p)?;
     }
     Ok(())
 }
