@@ -39,6 +39,12 @@
  * VLAN tag the NIC stripped (bpf_xdp_metadata_rx_vlan_tag), which the plain
  * entry point cannot see. One instance is loaded per interface with its
  * own fp_config; all instances share the maps.
+ *
+ * Stateful mode (fp_config.stateful, ct.h) adds the conntrack gate where
+ * the kernel has conntrack, before routing: on the full path after the
+ * address checks and before the FIB, on a cache hit after the per-packet
+ * checks. Stateless instances have the gate compiled in but never run it
+ * (fp_cfg is read-only: the verifier drops the dead branch).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -53,6 +59,7 @@
 #include "mphash.h"
 #include "flow.h"
 #include "stats.h"
+#include "ct.h"
 
 /* Per instance, set before load. */
 const volatile struct fp_config fp_cfg = {};
@@ -152,14 +159,15 @@ static __always_inline bool fp_flow_lookup(struct fp_pkt *p, const struct fp_flo
 	return true;
 }
 
-static __always_inline void
+/* Returns the way filled, or -1. */
+static __always_inline int
 fp_flow_store(struct fp_pkt *p, struct fp_flow_pos *pos, const struct fp_flow_key *k, const struct fp_tx *tx)
 {
 	bool evict = false;
 	__u32 w;
 
 	if (!pos->set)
-		return;
+		return -1;
 	if (pos->way >= 0) {
 		w = pos->way;
 	} else {
@@ -173,11 +181,24 @@ fp_flow_store(struct fp_pkt *p, struct fp_flow_pos *pos, const struct fp_flow_ke
 			 * gets in after a few packets.
 			 */
 			if (p->st->flow[FP_FC_MISS] % FP_FLOW_ADMIT)
-				return;
+				return -1;
 			p->st->flow[FP_FC_EVICT]++;
 		}
 	}
 	fp_flow_fill(pos->set, w, pos->hash, k, tx, p->gen, p->clock);
+	return w;
+}
+
+/* Stateful mode: the conntrack gate (ct.h) with this flow's cached verdict. */
+static __always_inline __u32
+fp_ct_pass(struct fp_pkt *p, const struct fp_flow_key *k, const struct fp_flow_pos *pos, __u32 l4_off, __u32 l4_len,
+	   struct fp_ct_verdict *v)
+{
+	__u32 r = fp_ct_l4_reason(p->ctx, k->proto, l4_off, l4_len);
+
+	if (r)
+		return r;
+	return fp_ct_gate(p->ctx, &fp_rt, k, pos->set != NULL, pos->hash & (fp_cfg.flow_sets - 1), pos->way, v);
 }
 
 /*
@@ -279,7 +300,9 @@ static __always_inline __u32 fp_fwd_ip4(struct fp_pkt *p)
 	const struct fp_flow_way *f = NULL;
 	const __u8 *dmac, *smac;
 	struct fp_tx tx;
+	struct fp_ct_verdict ctv;
 	__u32 tot_len, r, nh_id, slot;
+	int filled = -1;
 	__u8 vihl;
 
 	if ((void *)(ip + 1) > data_end)
@@ -310,6 +333,11 @@ static __always_inline __u32 fp_fwd_ip4(struct fp_pkt *p)
 			return FP_R_TTL_EXCEEDED;
 		if (tot_len > f->mtu)
 			goto full;
+		if (fp_cfg.stateful) {
+			r = fp_ct_pass(p, &k, &pos, FP_ETH_HLEN + FP_IP4_HLEN, tot_len - FP_IP4_HLEN, &ctv);
+			if (r != FP_R_FORWARDED)
+				return r;
+		}
 		slot = f->slot;
 		dmac = f->dmac;
 		smac = f->smac;
@@ -325,6 +353,11 @@ full:
 		return FP_R_POLICY_ROUTING;
 	if (fp_rt.table_full & FP_FAM_V4)
 		return FP_R_TABLE_FULL;
+	if (fp_cfg.stateful) {
+		r = fp_ct_pass(p, &k, &pos, FP_ETH_HLEN + FP_IP4_HLEN, tot_len - FP_IP4_HLEN, &ctv);
+		if (r != FP_R_FORWARDED)
+			return r;
+	}
 
 	rt = fp_fib4_lookup(ip->daddr);
 	if (!rt)
@@ -357,8 +390,10 @@ send:
 		fp_flow_touch(p, pos.set, pos.way, f, FP_AF_INET, *(__be32 *)k.daddr, NULL);
 	} else {
 		fp_neigh_touch(tx.neigh, p->clock);
-		fp_flow_store(p, &pos, &k, &tx);
+		filled = fp_flow_store(p, &pos, &k, &tx);
 	}
+	if (fp_cfg.stateful)
+		fp_ct_done(&ctv, f ? pos.way : filled, !f, tot_len);
 
 	/* The trim invalidated every packet pointer. */
 	data = (void *)(long)ctx->data;
@@ -384,7 +419,9 @@ static __always_inline __u32 fp_fwd_ip6(struct fp_pkt *p)
 	const struct fp_flow_way *f = NULL;
 	const __u8 *dmac, *smac;
 	struct fp_tx tx;
+	struct fp_ct_verdict ctv;
 	__u32 ip_len, r, nh_id, slot;
+	int filled = -1;
 
 	if ((void *)(ip6 + 1) > data_end)
 		return FP_R_MALFORMED;
@@ -410,6 +447,11 @@ static __always_inline __u32 fp_fwd_ip6(struct fp_pkt *p)
 			return FP_R_TTL_EXCEEDED;
 		if (ip_len > f->mtu)
 			goto full;
+		if (fp_cfg.stateful) {
+			r = fp_ct_pass(p, &k, &pos, FP_ETH_HLEN + FP_IP6_HLEN, ip_len - FP_IP6_HLEN, &ctv);
+			if (r != FP_R_FORWARDED)
+				return r;
+		}
 		slot = f->slot;
 		dmac = f->dmac;
 		smac = f->smac;
@@ -425,6 +467,11 @@ full:
 		return FP_R_POLICY_ROUTING;
 	if (fp_rt.table_full & FP_FAM_V6)
 		return FP_R_TABLE_FULL;
+	if (fp_cfg.stateful) {
+		r = fp_ct_pass(p, &k, &pos, FP_ETH_HLEN + FP_IP6_HLEN, ip_len - FP_IP6_HLEN, &ctv);
+		if (r != FP_R_FORWARDED)
+			return r;
+	}
 
 	__builtin_memcpy(key.addr, &ip6->daddr, sizeof(key.addr));
 	rt = fp_fib6_lookup(&key);
@@ -455,8 +502,10 @@ send:
 		fp_flow_touch(p, pos.set, pos.way, f, FP_AF_INET6, 0, k.daddr);
 	} else {
 		fp_neigh_touch(tx.neigh, p->clock);
-		fp_flow_store(p, &pos, &k, &tx);
+		filled = fp_flow_store(p, &pos, &k, &tx);
 	}
+	if (fp_cfg.stateful)
+		fp_ct_done(&ctv, f ? pos.way : filled, !f, ip_len);
 
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;

@@ -53,10 +53,10 @@ enum fp_reason {
 	FP_R_ICMP_ERROR_ECMP,      /* ICMP error over a multipath route: the kernel hashes its inner header */
 	/* Stateful mode (fp_config.stateful): conntrack decides. */
 	FP_R_CT_NEW,               /* no conntrack entry: a new connection, the kernel sets it up */
-	FP_R_CT_NOT_ESTABLISHED,   /* entry unconfirmed, dying, no reply seen, or TCP not ESTABLISHED */
+	FP_R_CT_NOT_ESTABLISHED,   /* entry unconfirmed, dying, no reply seen, TCP not ESTABLISHED, UDP not assured */
 	FP_R_CT_UNMARKED,          /* entry lacks the fast-path ct mark bits the ruleset sets */
 	FP_R_CT_TCP_FLAGS,         /* TCP SYN, FIN or RST: conntrack must see set-up and teardown */
-	FP_R_CT_UNSUPPORTED,       /* protocol the conntrack kfuncs cannot look up, helper/expected flow, zone */
+	FP_R_CT_UNSUPPORTED,       /* protocol the conntrack kfuncs cannot look up, short L4 header, helper/expected flow, zone */
 	FP_R_CT_NAT,               /* NAT the fast path does not perform */
 	FP_R__COUNT
 };
@@ -365,6 +365,27 @@ struct fp_nat {
 	__u16 sport;
 	__u16 dport;
 	__u32 flags;             /* FP_NAT_* */
+};
+
+/*
+ * fp_ct_flows (stateful mode): per-CPU array parallel to fp_flows, same set
+ * index, same way. Holds a cached flow's conntrack verdict, so that a hit
+ * costs one more cache line and no conntrack lookup: the verdict is trusted
+ * while ct_generation equals fp_runtime.ct_generation and it is younger than
+ * fp_runtime.ct_revalidate_ms; otherwise the next packet looks conntrack up
+ * again (and refreshes the entry's timeout). Only a forward verdict is ever
+ * cached. Exactly one cache line per way.
+ */
+struct fp_ct_way {
+	__u64 bytes;             /* IP bytes (as conntrack counts them) forwarded on this CPU since filled */
+	__u64 validated;         /* bpf_ktime_get_coarse_ns() of the last conntrack lookup; 0 = none */
+	__u32 ct_generation;     /* fp_runtime.ct_generation at that lookup */
+	__u32 _pad;
+	struct fp_nat nat;       /* what the packets of this flow become (flags 0: no NAT) */
+};
+
+struct fp_ct_set {
+	struct fp_ct_way way[FP_FLOW_WAYS];
 };
 
 /*

@@ -95,6 +95,18 @@ struct {
 } fp_flows SEC(".maps");
 
 /*
+ * Stateful mode: the conntrack verdict of each cached flow, parallel to
+ * fp_flows (same index, same way; see struct fp_ct_set). Sized like fp_flows
+ * by the daemon; one entry when stateless (never touched then).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FP_DEFAULT_FLOW_ENTRIES / FP_FLOW_WAYS);
+	__type(key, __u32);
+	__type(value, struct fp_ct_set);
+} fp_ct_flows SEC(".maps");
+
+/*
  * Per-interface L2 tables, one hash per family keyed by ifindex + address.
  * Both are sized by --neigh-entries (the reconciler counts all neighbours
  * against it, so either map alone always has room).

@@ -38,7 +38,7 @@
 //! ```text
 //! {"total":n, "flows":[{"family":"ipv4"|"ipv6", "proto":n, "src":str, "dst":str,
 //!   "sport":n, "dport":n, "ingress":str|null, "egress":str|null, "nexthop":n,
-//!   "dmac":str, "packets":n, "cpus":n, "idle_s":n, "current":bool}]}
+//!   "dmac":str, "packets":n, "bytes":n|null (stateful mode only), "cpus":n, "idle_s":n, "current":bool}]}
 //! ```
 //! `current`: computed from the present table generation (else it is
 //! recomputed on its next packet). For ICMP, sport is type << 8 | code.

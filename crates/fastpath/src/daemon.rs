@@ -83,6 +83,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     let opts = loader::LoadOpts {
         flow_sets: if args.flow_timeout == 0 { 0 } else { loader::flow_sets(args.flow_entries) },
         nic_hash: args.rx_hash == crate::RxHash::Auto && args.xdp_mode != crate::XdpMode::Generic,
+        stateful: args.mode == crate::FwdMode::Stateful,
     };
     let instances = loader::load_all(&ifaces, &caps, &opts)?;
     let first = instances.first().context("no interface to run on")?;

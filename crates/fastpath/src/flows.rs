@@ -27,6 +27,8 @@ pub struct FlowJson {
     pub nexthop: u32,
     pub dmac: String,
     pub packets: u64,
+    /// IP bytes; null unless stateful mode keeps them.
+    pub bytes: Option<u64>,
     pub cpus: u32,
     pub idle_s: u32,
     pub current: bool,
@@ -73,6 +75,7 @@ fn flow_json(s: &Snapshot, now: u32, f: &CachedFlow) -> FlowJson {
         nexthop: f.nh_id,
         dmac: fmt_mac(&f.dmac),
         packets: f.packets,
+        bytes: f.bytes,
         cpus: f.cpus,
         idle_s: now.saturating_sub(f.used),
         current: u64::from(f.generation) == s.generation & u64::from(u32::MAX),
@@ -112,12 +115,13 @@ pub fn render(f: &FlowsJson) -> String {
                 f.egress.clone().unwrap_or_else(|| "-".into()),
                 f.dmac.clone(),
                 f.packets.to_string(),
+                f.bytes.map_or_else(|| "-".into(), |b| b.to_string()),
                 f.idle_s.to_string(),
                 if f.current { "yes" } else { "stale" }.into(),
             ]
         })
         .collect();
-    let mut out = table(&["SOURCE", "DESTINATION", "PROTO", "IN", "OUT", "NEXT HOP MAC", "PACKETS", "IDLE_S", "CURRENT"], &rows);
+    let mut out = table(&["SOURCE", "DESTINATION", "PROTO", "IN", "OUT", "NEXT HOP MAC", "PACKETS", "BYTES", "IDLE_S", "CURRENT"], &rows);
     if f.total > f.flows.len() {
         out.push_str(&format!("({} of {} cached flows; --limit 0 shows all)\n", f.flows.len(), f.total));
     }

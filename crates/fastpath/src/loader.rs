@@ -40,6 +40,10 @@ pub struct LoadOpts {
     pub flow_sets: u32,
     /// Try the device-bound variant that reads the NIC's RX hash.
     pub nic_hash: bool,
+    /// Stateful mode (fp_config.stateful): the conntrack gate and its
+    /// per-flow verdict cache (fp_ct_flows, sized like fp_flows). Without a
+    /// flow cache it stays correct, looking conntrack up for every packet.
+    pub stateful: bool,
 }
 
 /// Sets per CPU for at least `entries` flows: FP_FLOW_WAYS per set, a
@@ -126,6 +130,8 @@ fn open_one(
         (&mut open.maps.fp_neigh6, caps.neigh, "fp_neigh6"),
         // An array map needs at least one entry even with the cache off.
         (&mut open.maps.fp_flows, opts.flow_sets.max(1), "fp_flows"),
+        // Parallel to fp_flows; never touched (one entry) when stateless.
+        (&mut open.maps.fp_ct_flows, if opts.stateful { opts.flow_sets.max(1) } else { 1 }, "fp_ct_flows"),
     ];
     for (map, n, name) in sizes {
         if n == 0 {
@@ -137,6 +143,7 @@ fn open_one(
     cfg.ingress_ifindex = iface.ifindex;
     cfg.ingress_slot = iface.slot;
     cfg.flow_sets = opts.flow_sets;
+    cfg.stateful = u32::from(opts.stateful);
     cfg.nic_hash_is_skb_hash = u32::from(hash_is_skb_hash(&iface.name));
     match variant {
         // The plain entry point is loaded too: the kernel may still refuse

@@ -8,7 +8,7 @@ use std::mem::size_of;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use fastpath_bpf::intf::{
-    self, fp_flow_key, fp_flow_set, fp_group, fp_group_path, fp_iface, fp_lpm4_key, fp_lpm6_key, fp_neigh, fp_neigh4_key,
+    self, fp_ct_set, fp_flow_key, fp_flow_set, fp_group, fp_group_path, fp_iface, fp_lpm4_key, fp_lpm6_key, fp_neigh, fp_neigh4_key,
     fp_neigh6_key, fp_nexthop, fp_route, fp_runtime, fp_stats,
 };
 use fastpath_bpf::skel::xdp_fwd::XdpFwdSkel;
@@ -62,6 +62,7 @@ pub struct Maps {
     tx_ports: MapHandle,
     stats: MapHandle,
     flows: MapHandle,
+    ct_flows: MapHandle,
     bss: MapHandle,
 }
 
@@ -111,6 +112,8 @@ pub struct CachedFlow {
     pub nh_id: u32,
     pub used: u32,
     pub packets: u64,
+    /// IP bytes (as conntrack counts them); kept in stateful mode only.
+    pub bytes: Option<u64>,
     /// CPUs holding it.
     pub cpus: u32,
 }
@@ -140,6 +143,7 @@ impl Maps {
             tx_ports: handle("fp_tx_ports", &m.fp_tx_ports)?,
             stats: handle("fp_stats", &m.fp_stats)?,
             flows: handle("fp_flows", &m.fp_flows)?,
+            ct_flows: handle("fp_ct_flows", &m.fp_ct_flows)?,
             bss: handle(".bss", &m.bss)?,
         })
     }
@@ -159,6 +163,7 @@ impl Maps {
             tx_ports: dup("fp_tx_ports", &self.tx_ports)?,
             stats: dup("fp_stats", &self.stats)?,
             flows: dup("fp_flows", &self.flows)?,
+            ct_flows: dup("fp_ct_flows", &self.ct_flows)?,
             bss: dup(".bss", &self.bss)?,
         })
     }
@@ -200,12 +205,20 @@ impl Maps {
     pub fn flows(&self) -> MapResult<Vec<CachedFlow>> {
         let mut merged: BTreeMap<Vec<u8>, CachedFlow> = BTreeMap::new();
         let sets = self.flows.info().map(|i| i.info.max_entries).unwrap_or(0);
+        // Stateful mode sizes fp_ct_flows like fp_flows; otherwise it has no bytes to show.
+        let with_bytes = sets > 1 && self.ct_flows.info().map(|i| i.info.max_entries).unwrap_or(0) == sets;
         for idx in 0..sets {
             let Some(per_cpu) = ctx("fp_flows", self.flows.lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY))? else {
                 continue;
             };
-            for v in per_cpu {
-                let set: fp_flow_set = from_bytes(&v);
+            let ct_per_cpu = if with_bytes {
+                ctx("fp_ct_flows", self.ct_flows.lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY))?
+            } else {
+                None
+            };
+            for (cpu, v) in per_cpu.iter().enumerate() {
+                let set: fp_flow_set = from_bytes(v);
+                let ct_set: Option<fp_ct_set> = ct_per_cpu.as_ref().and_then(|c| c.get(cpu)).map(|b| from_bytes(b));
                 for (w, f) in set.way.iter().enumerate() {
                     let generation = set.generation[w];
                     if generation == 0 {
@@ -220,9 +233,13 @@ impl Maps {
                         nh_id: f.nh_id,
                         used,
                         packets: 0,
+                        bytes: ct_set.map(|_| 0),
                         cpus: 0,
                     });
                     e.packets += u64::from(set.packets[w]);
+                    if let (Some(b), Some(c)) = (e.bytes.as_mut(), ct_set.as_ref()) {
+                        *b += c.way[w].bytes;
+                    }
                     e.cpus += 1;
                     // The newest CPU copy describes the flow.
                     if generation > e.generation || (generation == e.generation && used > e.used) {

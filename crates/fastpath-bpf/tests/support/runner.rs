@@ -64,6 +64,7 @@ impl Loaded {
         // The instance keeps its slot even when the test unmanages it.
         rodata.fp_cfg.ingress_slot = world.slots.iter().find(|(i, _)| *i == world.a).map(|(_, s)| *s).unwrap_or(0);
         rodata.fp_cfg.flow_sets = FP_DEFAULT_FLOW_ENTRIES / FP_FLOW_WAYS;
+        rodata.fp_cfg.stateful = u32::from(world.stateful);
         let skel = open.load().context("load xdp_fwd (verifier)")?;
         world.apply(&skel)?;
         Ok(Loaded { skel, _obj: obj })

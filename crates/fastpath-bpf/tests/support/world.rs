@@ -118,6 +118,11 @@ pub struct World {
     /// Leave fp_src_bloom4 empty (the daemon always sets the bits).
     pub no_bloom: bool,
     pub rt: fp_runtime,
+    /// Load the program in stateful mode (fp_config.stateful).
+    pub stateful: bool,
+    /// Conntrack entries of the test's namespace, each the arguments of one
+    /// `conntrack -I` (the table is flushed first when there are any).
+    pub conntrack: Vec<String>,
 }
 
 impl World {
@@ -166,6 +171,8 @@ impl World {
             no_bloom: false,
             // Generation 0 is what an empty flow-cache way carries.
             rt: fp_runtime { generation: 1, ..Default::default() },
+            stateful: false,
+            conntrack: vec![],
         }
     }
 
@@ -262,6 +269,13 @@ impl World {
         if !self.no_bloom {
             for (w, v) in words {
                 m.fp_src_bloom4.update(&w.to_ne_bytes(), &v.to_ne_bytes(), MapFlags::ANY).context("fp_src_bloom4")?;
+            }
+        }
+        // A stateful case starts from exactly its own entries.
+        if self.stateful || !self.conntrack.is_empty() {
+            super::conntrack::flush()?;
+            for entry in &self.conntrack {
+                super::conntrack::insert(entry)?;
             }
         }
         // The daemon's way: the whole .bss as one value at key 0.

@@ -1,0 +1,293 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * ct.h — the conntrack gate of stateful mode (fp_config.stateful).
+ *
+ * In stateful mode a packet is forwarded only when the kernel's conntrack
+ * holds an entry for it that the kernel itself treats as an established
+ * flow, and the user's ruleset marked it fast (fp_runtime.ct_mark). Anything
+ * that would change conntrack's state goes to the kernel instead, so
+ * conntrack sees every transition: TCP SYN/FIN/RST, the handshake's last ACK
+ * (the entry is still SYN_RECV), a UDP flow's first replied packet (the one
+ * that makes it ASSURED). Helper-managed and expected flows, sequence
+ * adjustment, synproxy, custom timeout policies and offloaded entries punt:
+ * conntrack does per-packet work for them that we do not.
+ *
+ * The kfuncs (net/netfilter/nf_conntrack_bpf.c, 6.18): bpf_xdp_ct_lookup()
+ * accepts IPPROTO_TCP and IPPROTO_UDP only (-EPROTO otherwise), so ICMP,
+ * ICMPv6 and every other protocol punt FP_R_CT_UNSUPPORTED. Lookups use the
+ * device's netns (BPF_F_CURRENT_NETNS) and the 12-byte bpf_ct_opts, which
+ * 6.18 still accepts and which means the default zone 0; an entry in any
+ * other zone is not found (FP_R_CT_NEW), so zones are never fast-pathed.
+ *
+ * A lookup costs a hash walk plus an atomic get/put on the entry's refcount
+ * (shared between CPUs), so its result is cached per flow next to the flow
+ * cache (fp_ct_flows) and re-checked only every ct_revalidate_ms or after
+ * the daemon bumps ct_generation (conntrack destroy/update events). Each
+ * (re)validation refreshes the entry's timeout to what the kernel's own
+ * per-packet refresh would set, so that a flow living on the fast path never
+ * expires. The kfuncs cannot add to conntrack's packet/byte counters; the
+ * fast path keeps its own per flow (fp_ct_way.bytes, fp_flow_set.packets).
+ */
+#ifndef FP_CT_H
+#define FP_CT_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "maps.h"
+#include "parse.h"
+
+/* Weak: a kernel without conntrack still loads the stateless program. */
+extern struct nf_conn *bpf_xdp_ct_lookup(struct xdp_md *xdp_ctx, struct bpf_sock_tuple *bpf_tuple,
+					 __u32 tuple__sz, struct bpf_ct_opts *opts, __u32 opts__sz) __ksym __weak;
+extern void bpf_ct_release(struct nf_conn *nfct) __ksym __weak;
+extern int bpf_ct_change_timeout(struct nf_conn *nfct, __u32 timeout) __ksym __weak;
+
+/*
+ * The bpf_ct_opts layout before zones were added (netns_id, error,
+ * l4proto, dir, reserved[2]): every kernel with the kfuncs accepts it, and
+ * it selects the default zone.
+ */
+#define FP_CT_OPTS_SZ 12
+#define FP_BPF_F_CURRENT_NETNS (-1)
+
+#define FP_TCP_FIN 0x01
+#define FP_TCP_SYN 0x02
+#define FP_TCP_RST 0x04
+
+#define FP_NSEC_PER_MSEC 1000000ULL
+#define FP_ENOENT 2
+
+/*
+ * What the gate decided for one packet, applied after the commit. Scalars
+ * only: pointers of different kinds (map value, stack, NULL) carried through
+ * the rest of the path would keep the verifier from merging its states.
+ */
+struct fp_ct_verdict {
+	__u64 now;               /* bpf_ktime_get_coarse_ns() */
+	__u32 idx;               /* the flow's set in fp_flows / fp_ct_flows */
+	__u32 gen;               /* fp_runtime.ct_generation, read before the lookup */
+	__u8  cached;            /* the flow cache is on (idx is valid) */
+	__u8  fresh;             /* decided by a conntrack lookup just now */
+	__u16 _pad;
+	__u32 _pad2;
+	struct fp_nat nat;       /* the rewrite to apply (flags 0: none) */
+};
+
+/*
+ * Punts that need no conntrack lookup: protocols the kfuncs refuse, L4
+ * headers too short to look up or to read the flags from, and TCP packets
+ * conntrack must see (SYN, FIN, RST) — on every packet, cache hit or not.
+ * @l4_off is the constant offset of the L4 header in the frame.
+ */
+static __always_inline __u32 fp_ct_l4_reason(struct xdp_md *ctx, __u8 proto, __u32 l4_off, __u32 l4_len)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u8 *l4 = data + l4_off;
+
+	if (proto == IPPROTO_TCP) {
+		if (l4_len < 20 || (void *)(l4 + 20) > data_end)
+			return FP_R_CT_UNSUPPORTED;
+		if (l4[13] & (FP_TCP_FIN | FP_TCP_SYN | FP_TCP_RST))
+			return FP_R_CT_TCP_FLAGS;
+		return 0;
+	}
+	if (proto == IPPROTO_UDP) {
+		if (l4_len < 8 || (void *)(l4 + 8) > data_end)
+			return FP_R_CT_UNSUPPORTED;
+		return 0;
+	}
+	return FP_R_CT_UNSUPPORTED;
+}
+
+static __always_inline bool fp_ct_has_ext(const struct nf_conn *ct, int id)
+{
+	const struct nf_ct_ext *ext = ct->ext;
+
+	return ext && id >= 0 && id < NF_CT_EXT_NUM && ext->offset[id];
+}
+
+static __always_inline __u32 fp_ct_secs_to_ms(__u32 s)
+{
+	/* The kernel caps a timeout at INT_MAX jiffies anyway. */
+	return s > 0xFFFFFFFFU / 1000 ? 0xFFFFFFFFU : s * 1000;
+}
+
+/*
+ * What nf_conntrack_tcp_packet() / nf_conntrack_udp_packet() would refresh
+ * an eligible entry to on this packet, in seconds (0 = leave it alone).
+ * TCP: the ESTABLISHED timeout (the kernel uses shorter ones while it
+ * sees retransmissions, unacknowledged data or a zero window, which the fast
+ * path cannot judge; those only make a dead peer's entry go sooner). UDP
+ * (assured, as eligibility requires): the stream timeout once the entry is
+ * older than its stream_ts (two seconds after creation), the plain one
+ * before.
+ */
+static __always_inline __u32 fp_ct_timeout(const struct nf_conn *ct, __u8 proto, const struct fp_runtime *rt)
+{
+	long age;
+
+	if (proto == IPPROTO_TCP)
+		return rt->ct_timeout_tcp;
+	/* time_after(jiffies, stream_ts), as the kernel writes it. */
+	age = (long)(ct->proto.udp.stream_ts - bpf_jiffies64());
+	return age < 0 ? rt->ct_timeout_udp_stream : rt->ct_timeout_udp;
+}
+
+/*
+ * Whether entry @ct lets this packet take the fast path: FP_R_FORWARDED or
+ * the punt reason. Called with the reference held.
+ */
+static __always_inline __u32
+fp_ct_eligible(const struct nf_conn *ct, __u8 proto, const struct fp_runtime *rt, struct fp_nat *nat)
+{
+	unsigned long status = ct->status;
+
+	/*
+	 * Conntrack does per-packet work for these that we would skip:
+	 * helpers and their expected flows, sequence adjustment (NAT
+	 * helpers, synproxy: IPS_SEQ_ADJUST; the extension alone means
+	 * nothing, ctnetlink adds it to every entry it creates), a timeout
+	 * policy of its own, flowtable offload.
+	 */
+	if (ct->master || (status & (IPS_EXPECTED | IPS_HELPER | IPS_SEQ_ADJUST | IPS_OFFLOAD | IPS_HW_OFFLOAD)))
+		return FP_R_CT_UNSUPPORTED;
+	if (fp_ct_has_ext(ct, NF_CT_EXT_HELPER) || fp_ct_has_ext(ct, NF_CT_EXT_TIMEOUT))
+		return FP_R_CT_UNSUPPORTED;
+
+	if (!(status & IPS_CONFIRMED) || (status & IPS_DYING) || !(status & IPS_SEEN_REPLY))
+		return FP_R_CT_NOT_ESTABLISHED;
+	if (proto == IPPROTO_TCP && ct->proto.tcp.state != TCP_CONNTRACK_ESTABLISHED)
+		return FP_R_CT_NOT_ESTABLISHED;
+	/* Replied but not yet assured: the kernel assures it on its next packet. */
+	if (proto == IPPROTO_UDP && !(status & IPS_ASSURED))
+		return FP_R_CT_NOT_ESTABLISHED;
+
+	if ((ct->mark & rt->ct_mark) != rt->ct_mark)
+		return FP_R_CT_UNMARKED;
+
+	if (status & (IPS_SRC_NAT | IPS_DST_NAT)) {
+		/*
+		 * NAT (nat.h) goes here: fill *@nat from the tuple of the
+		 * other direction (ct->tuplehash[!dir], reversed) and return
+		 * FP_R_FORWARDED. Until then the kernel translates.
+		 */
+		return FP_R_CT_NAT;
+	}
+	nat->flags = 0;
+	return FP_R_FORWARDED;
+}
+
+/*
+ * One conntrack lookup for the packet with key @k: FP_R_FORWARDED (with
+ * *@nat filled and the entry's timeout refreshed) or the punt reason.
+ * (Tried as a global function, verified once instead of per call site: the
+ * stateless program then cost the verifier 20% more, so it stays inline.)
+ */
+static __always_inline __u32
+fp_ct_check(struct xdp_md *ctx, const struct fp_flow_key *k, const struct fp_runtime *rt, struct fp_nat *nat)
+{
+	struct bpf_ct_opts opts = { .netns_id = FP_BPF_F_CURRENT_NETNS, .l4proto = k->proto };
+	struct bpf_sock_tuple t = {};
+	struct nf_conn *ct;
+	__u32 r, tuple_sz, timeout;
+
+	if (!bpf_ksym_exists(bpf_xdp_ct_lookup) || !bpf_ksym_exists(bpf_ct_release) ||
+	    !bpf_ksym_exists(bpf_ct_change_timeout))
+		return FP_R_CT_UNSUPPORTED;
+	if (k->family == FP_AF_INET) {
+		t.ipv4.saddr = *(const __be32 *)k->saddr;
+		t.ipv4.daddr = *(const __be32 *)k->daddr;
+		t.ipv4.sport = k->sport;
+		t.ipv4.dport = k->dport;
+		tuple_sz = sizeof(t.ipv4);
+	} else {
+		__builtin_memcpy(t.ipv6.saddr, k->saddr, 16);
+		__builtin_memcpy(t.ipv6.daddr, k->daddr, 16);
+		t.ipv6.sport = k->sport;
+		t.ipv6.dport = k->dport;
+		tuple_sz = sizeof(t.ipv6);
+	}
+	ct = bpf_xdp_ct_lookup(ctx, &t, tuple_sz, &opts, FP_CT_OPTS_SZ);
+	if (!ct)
+		return opts.error == -FP_ENOENT ? FP_R_CT_NEW : FP_R_CT_UNSUPPORTED;
+	r = fp_ct_eligible(ct, k->proto, rt, nat);
+	if (r == FP_R_FORWARDED) {
+		/* -EPERM for IPS_FIXED_TIMEOUT, which the kernel leaves alone too. */
+		timeout = fp_ct_timeout(ct, k->proto, rt);
+		if (timeout)
+			bpf_ct_change_timeout(ct, fp_ct_secs_to_ms(timeout));
+	}
+	bpf_ct_release(ct);
+	return r;
+}
+
+/*
+ * The gate for a packet whose flow key is @k: FP_R_FORWARDED or the punt
+ * reason. @cached: the flow cache is on and its set for this flow is @idx;
+ * @way: the way holding this key in that set (a hit, or a stale/idle copy,
+ * whose verdict is as good), or -1. A cached verdict answers without a
+ * lookup while it is current; a failed lookup drops it.
+ */
+static __always_inline __u32
+fp_ct_gate(struct xdp_md *ctx, const struct fp_runtime *rt, const struct fp_flow_key *k, bool cached, __u32 idx,
+	   int way, struct fp_ct_verdict *v)
+{
+	struct fp_ct_way *cw = NULL;
+	struct fp_ct_set *set;
+	__u32 r;
+
+	v->idx = idx;
+	v->cached = cached;
+	v->gen = rt->ct_generation;
+	v->now = bpf_ktime_get_coarse_ns();
+	v->fresh = 0;
+	set = cached ? bpf_map_lookup_elem(&fp_ct_flows, &idx) : NULL;
+	if (set && way >= 0) {
+		cw = &set->way[way & (FP_FLOW_WAYS - 1)];
+		if (cw->validated && cw->ct_generation == v->gen &&
+		    v->now - cw->validated <= rt->ct_revalidate_ms * FP_NSEC_PER_MSEC) {
+			/* Most flows have no NAT: copy the rest only when needed. */
+			v->nat.flags = cw->nat.flags;
+			if (v->nat.flags)
+				v->nat = cw->nat;
+			return FP_R_FORWARDED;
+		}
+	}
+	r = fp_ct_check(ctx, k, rt, &v->nat);
+	if (r != FP_R_FORWARDED) {
+		if (cw)
+			cw->validated = 0;
+		return r;
+	}
+	v->fresh = 1;
+	return FP_R_FORWARDED;
+}
+
+/*
+ * After a forward: keep a fresh verdict in way @way of the flow's set and
+ * count the packet's @bytes. @filled: the flow cache (re)filled that way for
+ * this packet, so its counters start over.
+ */
+static __always_inline void fp_ct_done(struct fp_ct_verdict *v, int way, bool filled, __u32 bytes)
+{
+	struct fp_ct_set *set;
+	struct fp_ct_way *cw;
+
+	if (!v->cached || way < 0)
+		return;
+	set = bpf_map_lookup_elem(&fp_ct_flows, &v->idx);
+	if (!set)
+		return;
+	cw = &set->way[way & (FP_FLOW_WAYS - 1)];
+	if (filled)
+		cw->bytes = 0;
+	if (v->fresh) {
+		cw->validated = v->now;
+		cw->ct_generation = v->gen;
+		cw->nat = v->nat;
+	}
+	cw->bytes += bytes;
+}
+
+#endif /* FP_CT_H */

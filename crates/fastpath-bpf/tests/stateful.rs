@@ -1,0 +1,487 @@
+//! BPF_PROG_RUN tests of stateful mode (`bpf/lib/ct.h`): the program runs
+//! against real conntrack entries, made with `conntrack -I` in the test's own
+//! network namespace (the namespace the kfunc looks up, the ingress veth's).
+//!
+//! Table cases (each from a fresh program, flow cache off and on): an
+//! established, marked entry forwards with the exact bytes; every other
+//! entry, flag or protocol punts with its reason. Sequences: a cached verdict
+//! holds until ct_generation moves or ct_revalidate_ms passes, then the
+//! next packet sees the deletion; without a flow cache every packet looks
+//! conntrack up; a validation refreshes the entry's timeout; per-flow bytes.
+//!
+//! Needs root and conntrack-tools, like prog_run.rs.
+//!
+//!   cargo test --release -p fastpath-bpf --test stateful
+
+#[allow(dead_code)] // each test binary uses its own part of the support code
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use fastpath_bpf::intf::fp_flow_event::*;
+use fastpath_bpf::intf::fp_reason::{self, *};
+use fastpath_bpf::intf::*;
+use libbpf_rs::{MapCore, MapFlags};
+
+use support::conntrack;
+use support::netns::{require_root, Lab};
+use support::packet::*;
+use support::runner::*;
+use support::world::*;
+
+const TCP: u8 = 6;
+const UDP: u8 = 17;
+
+const FIN: u8 = 0x01;
+const SYN: u8 = 0x02;
+const RST: u8 = 0x04;
+const PSH: u8 = 0x08;
+const ACK: u8 = 0x10;
+
+/// Timeouts the runtime asks for, distinct from the kernel defaults and the
+/// entries' own, so a refresh is visible.
+const TCP_TIMEOUT: u32 = 5000;
+const UDP_TIMEOUT: u32 = 33;
+const UDP_STREAM_TIMEOUT: u32 = 777;
+
+/// The client's flows to 203.0.113.20 (v4) and 2001:db8:2::20 (v6).
+const TCP_EST: &str = "-p tcp -s 192.0.2.10 -d 203.0.113.20 --sport 1000 --dport 80 --state ESTABLISHED \
+                       --timeout 100 --status ASSURED,SEEN_REPLY --mark 1";
+const UDP_EST: &str = "-p udp -s 192.0.2.10 -d 203.0.113.20 --sport 1000 --dport 53 --timeout 100 \
+                       --status ASSURED,SEEN_REPLY --mark 1";
+const TCP6_EST: &str = "-p tcp -s 2001:db8:a::10 -d 2001:db8:2::20 --sport 1000 --dport 80 --state ESTABLISHED \
+                        --timeout 100 --status ASSURED,SEEN_REPLY --mark 1";
+const TCP_FILTER: &str = "-p tcp -s 192.0.2.10 -d 203.0.113.20 --sport 1000 --dport 80";
+const UDP_FILTER: &str = "-p udp -s 192.0.2.10 -d 203.0.113.20 --sport 1000 --dport 53";
+
+/// A 20-byte TCP header (and a few bytes of data); the program never
+/// checks the L4 checksum.
+fn tcp(sport: u16, dport: u16, flags: u8) -> Vec<u8> {
+    let mut h = Vec::with_capacity(28);
+    h.extend_from_slice(&sport.to_be_bytes());
+    h.extend_from_slice(&dport.to_be_bytes());
+    h.extend_from_slice(&0x1000_0000u32.to_be_bytes());
+    h.extend_from_slice(&0x2000_0000u32.to_be_bytes());
+    h.extend_from_slice(&[0x50, flags, 0x01, 0x00, 0, 0, 0, 0]);
+    h.extend_from_slice(b"fastpath");
+    h
+}
+
+fn udp_ports(sport: u16, dport: u16) -> Vec<u8> {
+    let mut u = udp(12);
+    u[0..2].copy_from_slice(&sport.to_be_bytes());
+    u[2..4].copy_from_slice(&dport.to_be_bytes());
+    u
+}
+
+fn t4(flags: u8) -> Ip4 {
+    let mut p = Ip4::new(v4("192.0.2.10"), v4("203.0.113.20"));
+    p.proto = TCP;
+    p.payload = tcp(1000, 80, flags);
+    p
+}
+
+fn u4() -> Ip4 {
+    let mut p = Ip4::new(v4("192.0.2.10"), v4("203.0.113.20"));
+    p.proto = UDP;
+    p.payload = udp_ports(1000, 53);
+    p
+}
+
+fn t6(flags: u8) -> Ip6 {
+    let mut p = Ip6::new(v6("2001:db8:a::10"), v6("2001:db8:2::20"));
+    p.nexthdr = TCP;
+    p.payload = tcp(1000, 80, flags);
+    p
+}
+
+fn f4(p: &Ip4) -> Vec<u8> {
+    p.frame(MAC_A, MAC_CLIENT)
+}
+
+fn out4(p: &Ip4) -> Vec<u8> {
+    let mut o = p.clone();
+    o.ttl -= 1;
+    o.frame(MAC_GW4, MAC_B)
+}
+
+fn out6(p: &Ip6) -> Vec<u8> {
+    let mut o = p.clone();
+    o.hop -= 1;
+    o.frame(MAC_GW6, MAC_B)
+}
+
+fn stateful_world(lab: &Lab) -> World {
+    let mut w = World::new(lab.a, lab.b);
+    w.stateful = true;
+    w.rt.ct_mark = 1;
+    w.rt.ct_revalidate_ms = FP_DEFAULT_CT_REVALIDATE_MS;
+    w.rt.ct_timeout_tcp = TCP_TIMEOUT;
+    w.rt.ct_timeout_udp = UDP_TIMEOUT;
+    w.rt.ct_timeout_udp_stream = UDP_STREAM_TIMEOUT;
+    w
+}
+
+fn lab(test: &str) -> Option<(Lab, World)> {
+    if !require_root(test) {
+        return None;
+    }
+    let lab = Lab::new().expect("private netns with a veth pair");
+    // Sequences below rely on the per-CPU flow cache keeping their flow.
+    support::cpu::pin_here().expect("pin the test thread");
+    let w = stateful_world(&lab);
+    Some((lab, w))
+}
+
+fn entries(list: &[&str]) -> impl Fn(&mut World) + 'static {
+    let list: Vec<String> = list.iter().map(|s| s.to_string()).collect();
+    move |w: &mut World| w.conntrack = list.clone()
+}
+
+/// `entry` with one option's value replaced (or the option added).
+fn with_opt(entry: &str, opt: &str, value: &str) -> String {
+    let mut words: Vec<String> = entry.split_whitespace().map(String::from).collect();
+    match words.iter().position(|w| w == opt) {
+        Some(i) => words[i + 1] = value.to_string(),
+        None => words.extend([opt.to_string(), value.to_string()]),
+    }
+    words.join(" ")
+}
+
+fn without_opt(entry: &str, opt: &str) -> String {
+    let words: Vec<&str> = entry.split_whitespace().collect();
+    let i = words.iter().position(|w| *w == opt).expect("option in entry");
+    words[..i].iter().chain(&words[i + 2..]).copied().collect::<Vec<_>>().join(" ")
+}
+
+#[test]
+fn established_marked_flows_forward() {
+    let Some((_lab, world)) = lab("established_marked_flows_forward") else { return };
+    let data = t4(ACK | PSH);
+    let udp = u4();
+    let data6 = t6(ACK);
+    let reply_dir = "-p tcp -s 203.0.113.20 -d 192.0.2.10 --sport 80 --dport 1000 --state ESTABLISHED \
+                     --timeout 100 --status ASSURED,SEEN_REPLY --mark 1";
+    let cases = vec![
+        Case::forward("tcp established, marked", entries(&[TCP_EST]), f4(&data), out4(&data)),
+        Case::forward("tcp, packet in the reply direction", entries(&[reply_dir]), f4(&data), out4(&data)),
+        Case::forward("udp assured, marked", entries(&[UDP_EST]), f4(&udp), out4(&udp)),
+        Case::forward("ipv6 tcp established, marked", entries(&[TCP6_EST]), data6.frame(MAC_A, MAC_CLIENT), out6(&data6)),
+        Case::forward(
+            "mark carries more bits than the mask",
+            entries(&[&with_opt(TCP_EST, "--mark", "0x101")]),
+            f4(&data),
+            out4(&data),
+        ),
+        Case::forward(
+            "mask of two bits, both set",
+            {
+                let e = entries(&[&with_opt(TCP_EST, "--mark", "0x3")]);
+                move |w: &mut World| {
+                    e(w);
+                    w.rt.ct_mark = 0x3;
+                }
+            },
+            f4(&data),
+            out4(&data),
+        ),
+    ];
+    run_all(&world, &cases);
+}
+
+fn punt_cases() -> Vec<Case> {
+    let data = t4(ACK);
+    let data6 = t6(ACK);
+    let udp = u4();
+    let mut echo = Ip4::new(v4("192.0.2.10"), v4("203.0.113.20"));
+    echo.proto = 1;
+    echo.payload = vec![8, 0, 0xf7, 0xfe, 0, 1, 0, 0];
+    let mut gre = echo.clone();
+    gre.proto = 47;
+    gre.payload = vec![0, 0, 0x08, 0x00];
+    let mut short_tcp = t4(ACK);
+    short_tcp.payload.truncate(16);
+    let mut short_udp = u4();
+    short_udp.payload.truncate(6);
+    let flags = |name, f| Case::punt(name, entries(&[TCP_EST]), f4(&t4(f)), FP_R_CT_TCP_FLAGS);
+    vec![
+        Case::punt("no entry", entries(&[]), f4(&data), FP_R_CT_NEW),
+        Case::punt("ipv6, no entry", entries(&[]), data6.frame(MAC_A, MAC_CLIENT), FP_R_CT_NEW),
+        Case::punt("other port's entry", entries(&[&with_opt(TCP_EST, "--sport", "1001")]), f4(&data), FP_R_CT_NEW),
+        Case::punt("entry in zone 5", entries(&[&format!("{TCP_EST} --zone 5")]), f4(&data), FP_R_CT_NEW),
+        Case::punt(
+            "no reply seen",
+            entries(&[&without_opt(TCP_EST, "--status")]),
+            f4(&data),
+            FP_R_CT_NOT_ESTABLISHED,
+        ),
+        Case::punt(
+            "tcp SYN_RECV (the handshake's last ACK)",
+            entries(&[&with_opt(TCP_EST, "--state", "SYN_RECV")]),
+            f4(&data),
+            FP_R_CT_NOT_ESTABLISHED,
+        ),
+        Case::punt(
+            "tcp FIN_WAIT",
+            entries(&[&with_opt(TCP_EST, "--state", "FIN_WAIT")]),
+            f4(&data),
+            FP_R_CT_NOT_ESTABLISHED,
+        ),
+        Case::punt(
+            "udp replied, not yet assured",
+            entries(&[&with_opt(UDP_EST, "--status", "SEEN_REPLY")]),
+            f4(&udp),
+            FP_R_CT_NOT_ESTABLISHED,
+        ),
+        Case::punt("unmarked", entries(&[&with_opt(TCP_EST, "--mark", "0")]), f4(&data), FP_R_CT_UNMARKED),
+        Case::punt("wrong mark", entries(&[&with_opt(TCP_EST, "--mark", "2")]), f4(&data), FP_R_CT_UNMARKED),
+        Case::punt(
+            "one of two mask bits",
+            {
+                let e = entries(&[TCP_EST]);
+                move |w: &mut World| {
+                    e(w);
+                    w.rt.ct_mark = 0x3;
+                }
+            },
+            f4(&data),
+            FP_R_CT_UNMARKED,
+        ),
+        Case::punt(
+            "ipv6 unmarked",
+            entries(&[&with_opt(TCP6_EST, "--mark", "0")]),
+            data6.frame(MAC_A, MAC_CLIENT),
+            FP_R_CT_UNMARKED,
+        ),
+        flags("SYN", SYN),
+        flags("SYN+ACK", SYN | ACK),
+        flags("FIN+ACK", FIN | ACK),
+        flags("RST", RST),
+        flags("RST+ACK", RST | ACK),
+        Case::punt("icmp echo (no conntrack kfunc for icmp)", entries(&[TCP_EST]), f4(&echo), FP_R_CT_UNSUPPORTED),
+        Case::punt("gre", entries(&[]), f4(&gre), FP_R_CT_UNSUPPORTED),
+        Case::punt("tcp header cut short", entries(&[TCP_EST]), f4(&short_tcp), FP_R_CT_UNSUPPORTED),
+        Case::punt("udp header cut short", entries(&[UDP_EST]), f4(&short_udp), FP_R_CT_UNSUPPORTED),
+        Case::punt(
+            "snat entry",
+            entries(&[&format!("{TCP_EST} --src-nat 198.51.100.254")]),
+            f4(&data),
+            FP_R_CT_NAT,
+        ),
+        Case::punt(
+            "dnat entry",
+            entries(&[&format!("{TCP_EST} --dst-nat 198.51.100.7")]),
+            f4(&data),
+            FP_R_CT_NAT,
+        ),
+    ]
+}
+
+/// Every stateful reason has a case here (prog_run.rs leaves them to this file).
+#[test]
+fn stateful_punt_reasons() {
+    let Some((_lab, world)) = lab("stateful_punt_reasons") else { return };
+    let cases = punt_cases();
+    let covered: BTreeSet<usize> = cases
+        .iter()
+        .filter_map(|c| match c.expect {
+            Expect::Punt(r) => Some(r as usize),
+            Expect::Forward(_) => None,
+        })
+        .collect();
+    let missing: Vec<&str> =
+        STATEFUL_REASONS.iter().map(|r| *r as usize).filter(|r| !covered.contains(r)).map(reason_name).collect();
+    assert!(missing.is_empty(), "stateful punt reasons without a case: {missing:?}");
+    run_all(&world, &cases);
+}
+
+/// The stateless program never asks conntrack: no entry, still forwarded.
+#[test]
+fn stateless_ignores_conntrack() {
+    let Some((_lab, mut world)) = lab("stateless_ignores_conntrack") else { return };
+    world.stateful = false;
+    let data = t4(SYN);
+    run_all(&world, &[Case::forward("syn, no entry", entries(&[]), f4(&data), out4(&data))]);
+}
+
+fn forwards(l: &Loaded, w: &World, pkt: &[u8], want: &[u8]) {
+    let (verdict, out) = l.run(w.a, pkt).expect("run");
+    assert_eq!(verdict, XDP_REDIRECT, "not forwarded");
+    assert_eq!(out, want, "output bytes");
+}
+
+fn punts(l: &Loaded, w: &World, pkt: &[u8], reason: fp_reason) {
+    let before = l.stats(SLOT_A).expect("stats").packets[reason as usize];
+    let (verdict, out) = l.run(w.a, pkt).expect("run");
+    assert_eq!(verdict, XDP_PASS, "not punted");
+    assert_eq!(out, pkt, "a punt must not modify the frame");
+    let after = l.stats(SLOT_A).expect("stats").packets[reason as usize];
+    assert_eq!(after, before + 1, "not counted as {}", reason_name(reason as usize));
+}
+
+fn set_rt(l: &Loaded, w: &World) {
+    l.set_rt(&w.rt).expect(".bss");
+}
+
+fn hits(l: &Loaded) -> u64 {
+    l.stats(SLOT_A).expect("stats").flow[FP_FC_HIT as usize]
+}
+
+/// A cached verdict is trusted without a lookup until ct_generation moves;
+/// then the next packet looks conntrack up and sees the deletion. A failed
+/// revalidation drops the verdict; a new entry is picked up again.
+#[test]
+fn cached_verdict_rechecked_after_generation_bump() {
+    let Some((_lab, mut w)) = lab("cached_verdict_rechecked_after_generation_bump") else { return };
+    w.rt.flow_timeout = 30;
+    w.rt.ct_revalidate_ms = 600_000;
+    w.conntrack = vec![TCP_EST.into()];
+    let l = Loaded::new(&w).expect("load");
+    let p = t4(ACK);
+    forwards(&l, &w, &f4(&p), &out4(&p));
+    forwards(&l, &w, &f4(&p), &out4(&p));
+    assert_eq!(hits(&l), 1);
+    conntrack::delete(TCP_FILTER).expect("conntrack -D");
+    // No event yet: the cached verdict stands (this is what the bump is for).
+    forwards(&l, &w, &f4(&p), &out4(&p));
+    w.rt.ct_generation += 1;
+    set_rt(&l, &w);
+    punts(&l, &w, &f4(&p), FP_R_CT_NEW);
+    // The flow itself is still cached (a hit), its verdict is not.
+    punts(&l, &w, &f4(&p), FP_R_CT_NEW);
+    conntrack::insert(&with_opt(TCP_EST, "--mark", "0")).expect("conntrack -I");
+    punts(&l, &w, &f4(&p), FP_R_CT_UNMARKED);
+    conntrack::delete(TCP_FILTER).expect("conntrack -D");
+    conntrack::insert(TCP_EST).expect("conntrack -I");
+    let hits_before = hits(&l);
+    forwards(&l, &w, &f4(&p), &out4(&p));
+    assert_eq!(hits(&l), hits_before + 1, "the route stayed cached through the punts");
+}
+
+/// Without an event, a verdict older than ct_revalidate_ms is re-checked.
+#[test]
+fn cached_verdict_rechecked_after_revalidate_interval() {
+    let Some((_lab, mut w)) = lab("cached_verdict_rechecked_after_revalidate_interval") else { return };
+    w.rt.flow_timeout = 30;
+    w.rt.ct_revalidate_ms = 300;
+    w.conntrack = vec![TCP_EST.into()];
+    let l = Loaded::new(&w).expect("load");
+    let p = t4(ACK);
+    forwards(&l, &w, &f4(&p), &out4(&p));
+    conntrack::delete(TCP_FILTER).expect("conntrack -D");
+    forwards(&l, &w, &f4(&p), &out4(&p));
+    std::thread::sleep(Duration::from_millis(400));
+    punts(&l, &w, &f4(&p), FP_R_CT_NEW);
+}
+
+/// With the flow cache off (--flow-timeout 0) stateful mode stays correct:
+/// every packet looks conntrack up.
+#[test]
+fn no_flow_cache_looks_up_every_packet() {
+    let Some((_lab, mut w)) = lab("no_flow_cache_looks_up_every_packet") else { return };
+    w.rt.flow_timeout = 0;
+    w.rt.ct_revalidate_ms = 600_000;
+    w.conntrack = vec![TCP_EST.into()];
+    let l = Loaded::new(&w).expect("load");
+    let p = t4(ACK);
+    forwards(&l, &w, &f4(&p), &out4(&p));
+    forwards(&l, &w, &f4(&p), &out4(&p));
+    conntrack::delete(TCP_FILTER).expect("conntrack -D");
+    punts(&l, &w, &f4(&p), FP_R_CT_NEW);
+    assert_eq!(l.stats(SLOT_A).expect("stats").flow, [0; FP_FC__COUNT as usize]);
+}
+
+/// SYN/FIN/RST punt on every packet, also when the flow is cached; the data
+/// packets around them stay on the fast path.
+#[test]
+fn tcp_flags_punt_on_cache_hits() {
+    let Some((_lab, mut w)) = lab("tcp_flags_punt_on_cache_hits") else { return };
+    w.rt.flow_timeout = 30;
+    w.conntrack = vec![TCP_EST.into()];
+    let l = Loaded::new(&w).expect("load");
+    let data = t4(ACK);
+    forwards(&l, &w, &f4(&data), &out4(&data));
+    for f in [FIN | ACK, RST, SYN] {
+        punts(&l, &w, &f4(&t4(f)), FP_R_CT_TCP_FLAGS);
+    }
+    forwards(&l, &w, &f4(&data), &out4(&data));
+    assert!(hits(&l) >= 4, "the flagged packets did not take the cache path");
+}
+
+/// A (re)validation sets the entry's timeout to what the kernel's own
+/// refresh would (TCP established; UDP stream for an assured, older entry);
+/// cached hits in between leave it alone.
+#[test]
+fn validation_refreshes_the_conntrack_timeout() {
+    let Some((_lab, mut w)) = lab("validation_refreshes_the_conntrack_timeout") else { return };
+    w.rt.flow_timeout = 30;
+    w.rt.ct_revalidate_ms = 600_000;
+    w.conntrack = vec![TCP_EST.into(), UDP_EST.into()];
+    let l = Loaded::new(&w).expect("load");
+    assert!(conntrack::timeout(TCP_FILTER).expect("timeout") <= 100);
+    let p = t4(ACK);
+    forwards(&l, &w, &f4(&p), &out4(&p));
+    let t = conntrack::timeout(TCP_FILTER).expect("timeout");
+    assert!((u64::from(TCP_TIMEOUT) - 2..=u64::from(TCP_TIMEOUT)).contains(&t), "tcp timeout {t}");
+
+    // Entries made through ctnetlink have no stream_ts: "older than two seconds".
+    let u = u4();
+    forwards(&l, &w, &f4(&u), &out4(&u));
+    let t = conntrack::timeout(UDP_FILTER).expect("timeout");
+    assert!((u64::from(UDP_STREAM_TIMEOUT) - 2..=u64::from(UDP_STREAM_TIMEOUT)).contains(&t), "udp timeout {t}");
+
+    // A cache hit with a current verdict does not refresh...
+    conntrack::delete(TCP_FILTER).expect("conntrack -D");
+    conntrack::insert(TCP_EST).expect("conntrack -I");
+    forwards(&l, &w, &f4(&p), &out4(&p));
+    assert!(conntrack::timeout(TCP_FILTER).expect("timeout") <= 100);
+    // ... the revalidation after an event does.
+    w.rt.ct_generation += 1;
+    set_rt(&l, &w);
+    forwards(&l, &w, &f4(&p), &out4(&p));
+    assert!(conntrack::timeout(TCP_FILTER).expect("timeout") > 100);
+}
+
+/// Per-flow counters: packets in fp_flows, IP bytes in fp_ct_flows, same way.
+#[test]
+fn per_flow_packets_and_bytes() {
+    let Some((_lab, mut w)) = lab("per_flow_packets_and_bytes") else { return };
+    w.rt.flow_timeout = 30;
+    w.conntrack = vec![TCP_EST.into(), UDP_EST.into()];
+    let l = Loaded::new(&w).expect("load");
+    let p = t4(ACK);
+    let u = u4();
+    for _ in 0..3 {
+        forwards(&l, &w, &f4(&p), &out4(&p));
+    }
+    forwards(&l, &w, &f4(&u), &out4(&u));
+    // Punted packets are the kernel's to count.
+    punts(&l, &w, &f4(&t4(FIN)), FP_R_CT_TCP_FLAGS);
+
+    let mut got = Vec::new();
+    for set in 0..FP_DEFAULT_FLOW_ENTRIES / FP_FLOW_WAYS {
+        let key = set.to_ne_bytes();
+        let flows = l.skel.maps.fp_flows.lookup_percpu(&key, MapFlags::ANY).expect("fp_flows").expect("set");
+        let cts = l.skel.maps.fp_ct_flows.lookup_percpu(&key, MapFlags::ANY).expect("fp_ct_flows").expect("set");
+        for (f, c) in flows.iter().zip(&cts) {
+            let f: fp_flow_set = from_raw(f);
+            let c: fp_ct_set = from_raw(c);
+            for i in 0..FP_FLOW_WAYS as usize {
+                if f.generation[i] != 0 {
+                    got.push((f.way[i].key.proto, f.packets[i], c.way[i].bytes));
+                }
+            }
+        }
+    }
+    got.sort();
+    let tcp_len = p.bytes().len() as u64;
+    let udp_len = u.bytes().len() as u64;
+    assert_eq!(got, vec![(TCP, 3, 3 * tcp_len), (UDP, 1, udp_len)]);
+}
+
+/// The reasons of stateful mode; prog_run.rs's completeness check leaves them here.
+const STATEFUL_REASONS: &[fp_reason] =
+    &[FP_R_CT_NEW, FP_R_CT_NOT_ESTABLISHED, FP_R_CT_UNMARKED, FP_R_CT_TCP_FLAGS, FP_R_CT_UNSUPPORTED, FP_R_CT_NAT];
+
+
