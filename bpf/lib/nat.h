@@ -30,6 +30,7 @@
 #define FP_NAT_H
 
 #include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "fastpath.h"
 
@@ -66,29 +67,28 @@ fp_nat_copy_target(struct fp_nat *nat, const struct nf_conntrack_tuple *t)
  * the fast path must leave to the kernel: sequence-number adjustment
  * (helpers that resize payloads).
  *
- * The tuple index is spelled out per branch: an nf_conn is a BTF pointer
- * and the verifier wants constant offsets into it.
+ * Written for the verifier: the flags come out of arithmetic, not
+ * branches, and the target is copied whether it is needed or not, so that
+ * every entry leaves the same kind of state behind and the forwarding
+ * program's paths after the lookup merge again (branching here multiplied
+ * them past the verifier's budget). The tuple index is spelled out per
+ * branch because an nf_conn is a BTF pointer, read at constant offsets.
  */
 static __always_inline __u32
 fp_nat_from_ct(const struct nf_conn *ct, __u32 dir, struct fp_nat *nat)
 {
 	unsigned long status = ct->status;
-	__u32 flags = 0;
+	__u32 snat = (status / IPS_SRC_NAT) & 1, dnat = (status / IPS_DST_NAT) & 1;
+	__u32 orig = snat * FP_NAT_SRC | dnat * FP_NAT_DST;
+	__u32 reply = snat * FP_NAT_DST | dnat * FP_NAT_SRC;
+	__u32 m = -(dir & 1);
 
-	if (status & IPS_SRC_NAT)
-		flags |= dir == FP_CT_DIR_ORIGINAL ? FP_NAT_SRC : FP_NAT_DST;
-	if (status & IPS_DST_NAT)
-		flags |= dir == FP_CT_DIR_ORIGINAL ? FP_NAT_DST : FP_NAT_SRC;
-	nat->flags = flags;
-	if (!flags)
-		return 0;
-	if (status & IPS_SEQ_ADJUST)
-		return FP_R_CT_NAT;
+	nat->flags = (orig & ~m) | (reply & m);
 	if (dir == FP_CT_DIR_ORIGINAL)
 		fp_nat_copy_target(nat, &ct->tuplehash[IP_CT_DIR_REPLY].tuple);
 	else
 		fp_nat_copy_target(nat, &ct->tuplehash[IP_CT_DIR_ORIGINAL].tuple);
-	return 0;
+	return nat->flags && (status & IPS_SEQ_ADJUST) ? FP_R_CT_NAT : 0;
 }
 
 /* Destination after a destination manip: what the route lookup must use. */
@@ -97,9 +97,16 @@ static __always_inline __be32 fp_nat_daddr4(const struct fp_nat *nat, __be32 dad
 	return nat->flags & FP_NAT_DST ? *(const __be32 *)nat->daddr : daddr;
 }
 
-static __always_inline const __u8 *fp_nat_daddr6(const struct fp_nat *nat, const __u8 *daddr)
+/* Whether two verdicts rewrite alike (a cached route is only good for its own). */
+static __always_inline bool fp_nat_same(const struct fp_nat *a, const struct fp_nat *b)
 {
-	return nat->flags & FP_NAT_DST ? nat->daddr : daddr;
+	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)b;
+	__u32 d = 0;
+
+#pragma unroll
+	for (int i = 0; i < sizeof(struct fp_nat) / 4; i++)
+		d |= x[i] ^ y[i];
+	return !d;
 }
 
 /* Ones' complement fold; non-zero in, 1..0xffff out. */
@@ -223,63 +230,57 @@ fp_nat_apply6(struct ipv6hdr *ip6, void *l4, __u8 proto, const struct fp_nat *na
 }
 
 /*
- * The whole rewrite of a committed frame (IPv4 without options / IPv6
- * without extension headers, at @data after a 14-byte Ethernet header),
- * for the forwarding program after fp_tx_commit() invalidated its packet
+ * The whole rewrite of a committed frame (Ethernet, then IPv4 without
+ * options or IPv6 without extension headers, then TCP or UDP), for the
+ * forwarding program after fp_tx_commit() invalidated its packet
  * pointers. The gate has already seen a complete TCP or UDP header; the
- * bounds test is for the verifier. Returns false (frame untouched) if the
- * header is not there after all.
+ * bounds tests are for the verifier. Returns 1, or 0 with the frame
+ * untouched if the headers are not there after all.
+ *
+ * A global function on purpose: the verifier checks it once, on its own,
+ * instead of once for every path of the forwarding program that reaches
+ * the send step (inlined, the stateful program exceeds the verifier's
+ * budget of one million instructions).
  */
-static __always_inline bool fp_nat_frame4(void *data, void *end, const struct fp_nat *nat)
+__noinline int fp_nat_rewrite(struct xdp_md *ctx, const struct fp_nat *nat)
 {
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
 	struct iphdr *ip = data + 14;
-	void *l4 = ip + 1;
-	__u8 proto;
-
-	if (!nat->flags)
-		return true;
-	if ((void *)(ip + 1) > end)
-		return false;
-	proto = ip->protocol;
-	/* Constant protocols: one bounds test the verifier can tie to each access. */
-	if (proto == FP_IPPROTO_TCP) {
-		if (l4 + sizeof(struct tcphdr) > end)
-			return false;
-		fp_nat_apply4(ip, l4, FP_IPPROTO_TCP, nat);
-	} else if (proto == FP_IPPROTO_UDP) {
-		if (l4 + sizeof(struct udphdr) > end)
-			return false;
-		fp_nat_apply4(ip, l4, FP_IPPROTO_UDP, nat);
-	} else {
-		return false;
-	}
-	return true;
-}
-
-static __always_inline bool fp_nat_frame6(void *data, void *end, const struct fp_nat *nat)
-{
 	struct ipv6hdr *ip6 = data + 14;
-	void *l4 = ip6 + 1;
-	__u8 proto;
+	void *l4;
 
-	if (!nat->flags)
-		return true;
-	if ((void *)(ip6 + 1) > end)
-		return false;
-	proto = ip6->nexthdr;
-	/* Constant protocols: one bounds test the verifier can tie to each access. */
-	if (proto == FP_IPPROTO_TCP) {
-		if (l4 + sizeof(struct tcphdr) > end)
-			return false;
-		fp_nat_apply6(ip6, l4, FP_IPPROTO_TCP, nat);
-	} else if (proto == FP_IPPROTO_UDP) {
-		if (l4 + sizeof(struct udphdr) > end)
-			return false;
-		fp_nat_apply6(ip6, l4, FP_IPPROTO_UDP, nat);
-	} else {
-		return false;
+	if (!nat || !nat->flags)
+		return 1;
+	if ((void *)(eth + 1) > end)
+		return 0;
+	if (eth->h_proto == bpf_htons(0x0800)) {
+		l4 = ip + 1;
+		if (l4 > end)
+			return 0;
+		/* Constant protocols: one bounds test the verifier ties to each access. */
+		if (ip->protocol == FP_IPPROTO_TCP && l4 + sizeof(struct tcphdr) <= end)
+			fp_nat_apply4(ip, l4, FP_IPPROTO_TCP, nat);
+		else if (ip->protocol == FP_IPPROTO_UDP && l4 + sizeof(struct udphdr) <= end)
+			fp_nat_apply4(ip, l4, FP_IPPROTO_UDP, nat);
+		else
+			return 0;
+		return 1;
 	}
-	return true;
+	if (eth->h_proto == bpf_htons(0x86DD)) {
+		l4 = ip6 + 1;
+		if (l4 > end)
+			return 0;
+		if (ip6->nexthdr == FP_IPPROTO_TCP && l4 + sizeof(struct tcphdr) <= end)
+			fp_nat_apply6(ip6, l4, FP_IPPROTO_TCP, nat);
+		else if (ip6->nexthdr == FP_IPPROTO_UDP && l4 + sizeof(struct udphdr) <= end)
+			fp_nat_apply6(ip6, l4, FP_IPPROTO_UDP, nat);
+		else
+			return 0;
+		return 1;
+	}
+	return 0;
 }
 
 #endif /* FP_NAT_H */

@@ -108,19 +108,17 @@ int fp_nat_test(struct xdp_md *ctx)
 		return XDP_DROP;
 	}
 
-	/* As the forwarding program does it: after the kfunc, from ctx again. */
+	/* As the forwarding program does it. */
+	if (!fp_nat_rewrite(ctx, &nat))
+		return XDP_DROP;
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
 	if (!v6) {
-		if (!fp_nat_frame4(data, end, &nat))
-			return XDP_DROP;
 		ip = data + FP_ETH_HLEN;
 		if ((void *)(ip + 1) > end)
 			return XDP_DROP;
 		fp_ip4_dec_ttl(ip);
 	} else {
-		if (!fp_nat_frame6(data, end, &nat))
-			return XDP_DROP;
 		ip6 = data + FP_ETH_HLEN;
 		if ((void *)(ip6 + 1) > end)
 			return XDP_DROP;
