@@ -19,7 +19,12 @@
 //!  "tables":{"fib4":{"used":n,"capacity":n}, "fib6":{..}, "nexthops":{..},
 //!            "groups":{..}, "buckets":{..}, "neighbours":{..}, "interfaces":{..}},
 //!  "families":{"ipv4":{"fast_path":bool,"problems":[str]}, "ipv6":{..}},
-//!  "totals":{"<reason>":{"packets":n,"bytes":n}, ... every reason}}
+//!  "totals":{"<reason>":{"packets":n,"bytes":n}, ... every reason},
+//!  "mode":"stateless"|"stateful",
+//!  "conntrack":null | {"mark":n, "revalidate_ms":n, "generation":n (ct_generation),
+//!               "timeouts_s":{"tcp":n,"udp":n,"udp_stream":n}, "events_enabled":bool,
+//!               "events":n, "bumps":n, "overruns":n, "ruleset_changes":n,
+//!               "marks_cleared":n, "clear_errors":n, "liberal":n}}
 //! ```
 //! Reason names are `enum fp_reason` in lower case without `FP_R_`
 //! ("forwarded", "not_ip", "no_neigh", ...). `totals` also counts packets
@@ -84,6 +89,8 @@ pub struct Snapshot {
     /// Flow cache: idle timeout (0 = off) and capacity per CPU.
     pub flow_timeout: u32,
     pub flow_entries: u32,
+    /// Stateful mode (None: stateless).
+    pub ct: Option<crate::ctwatch::CtStatus>,
 }
 
 #[derive(Debug, Clone)]
@@ -184,6 +191,10 @@ pub struct Status {
     pub totals: BTreeMap<String, PacketsBytes>,
     #[serde(default)]
     pub flow_cache: FlowCacheStatus,
+    #[serde(default)]
+    pub mode: String,
+    #[serde(default)]
+    pub conntrack: Option<crate::ctwatch::CtStatus>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -326,6 +337,8 @@ pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
             entries_per_cpu: s.flow_entries,
             events: named(&FLOW_EVENTS, &totals.flow),
         },
+        mode: if s.ct.is_some() { "stateful" } else { "stateless" }.into(),
+        conntrack: s.ct,
     })
 }
 

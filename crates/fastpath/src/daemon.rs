@@ -19,7 +19,7 @@ use crate::api::{self, IfaceInfo, Shared, Snapshot};
 use crate::loader::{self, Attachment};
 use crate::maps::{MapWriter, Maps};
 use crate::preflight::{self, Iface};
-use crate::{keepalive, netfilter, RunArgs};
+use crate::{ctwatch, keepalive, netfilter, RunArgs};
 
 /// How long the main loop sleeps in poll when nothing happens; bounds the
 /// reaction time to signals.
@@ -58,11 +58,9 @@ impl Drop for TxPorts<'_> {
 }
 
 pub fn run(args: RunArgs) -> Result<()> {
-    if args.mode == crate::FwdMode::Stateful {
-        anyhow::bail!("--mode stateful is not available yet (issue #4 in progress)");
-    }
+    let stateful = args.mode == crate::FwdMode::Stateful;
     let checked = preflight::check(&args)?;
-    let mut nf_watch = netfilter::Watcher::new(&checked.netfilter, args.allow_netfilter_bypass);
+    let mut nf_watch = netfilter::Watcher::new(&checked.netfilter, args.allow_netfilter_bypass).stateful(stateful);
     let ifaces = checked.ifaces;
 
     let term = Arc::new(AtomicBool::new(false));
@@ -83,7 +81,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     let opts = loader::LoadOpts {
         flow_sets: if args.flow_timeout == 0 { 0 } else { loader::flow_sets(args.flow_entries) },
         nic_hash: args.rx_hash == crate::RxHash::Auto && args.xdp_mode != crate::XdpMode::Generic,
-        stateful: args.mode == crate::FwdMode::Stateful,
+        stateful,
     };
     let instances = loader::load_all(&ifaces, &caps, &opts)?;
     let first = instances.first().context("no interface to run on")?;
@@ -117,6 +115,16 @@ pub fn run(args: RunArgs) -> Result<()> {
         gone: BTreeSet::new(),
         flow_timeout: if opts.flow_sets == 0 { 0 } else { args.flow_timeout },
         flow_entries: opts.flow_sets * intf::FP_FLOW_WAYS,
+        ct_status: None,
+    };
+    // Stateful mode: subscribed and fp_runtime's ct fields set before the
+    // first packet can be fast-pathed.
+    let mut ct = if stateful {
+        let c = ctwatch::Stateful::start(args.ct_mark, args.ct_revalidate_ms, args.netlink_rcvbuf, &mut lp.writer)?;
+        lp.ct_status = Some(c.status(&lp.writer));
+        Some(c)
+    } else {
+        None
     };
     // Tables complete before the first packet can see them.
     lp.reconcile(&state).context("writing the initial tables")?;
@@ -145,7 +153,15 @@ pub fn run(args: RunArgs) -> Result<()> {
     let mut last_buckets = Instant::now();
     let mut last_poll_err: Option<String> = None;
     while !term.load(Ordering::Relaxed) {
-        match mirror.poll(&mut state, IDLE_POLL) {
+        // Conntrack events must not wait behind an idle route socket.
+        let wait = match &ct {
+            Some(c) => {
+                c.wait(mirror.fd(), IDLE_POLL);
+                Duration::ZERO
+            }
+            None => IDLE_POLL,
+        };
+        match mirror.poll(&mut state, wait) {
             Ok(PollOutcome::Idle) => last_poll_err = None,
             Ok(outcome) => {
                 last_poll_err = None;
@@ -165,9 +181,21 @@ pub fn run(args: RunArgs) -> Result<()> {
             }
         }
 
+        if let Some(c) = &mut ct {
+            c.step(&mut lp.writer);
+            let st = Some(c.status(&lp.writer));
+            if st != lp.ct_status {
+                lp.ct_status = st;
+                lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
+            }
+        }
+
         let periodic = last_periodic.elapsed() >= PERIODIC;
         if periodic {
             last_periodic = Instant::now();
+            if let Some(c) = &mut ct {
+                c.refresh_sysctls(&mut lp.writer);
+            }
             if nf_watch.refresh() {
                 lp.netfilter_block = nf_watch.blocking().to_vec();
                 dirty = true;
@@ -276,6 +304,8 @@ struct Loop {
     /// Flow cache settings, for status.
     flow_timeout: u32,
     flow_entries: u32,
+    /// Stateful mode, for status (None: stateless).
+    ct_status: Option<ctwatch::CtStatus>,
 }
 
 impl Loop {
@@ -355,6 +385,7 @@ impl Loop {
             dev_names: state.links.iter().map(|(k, l)| (*k, l.name.clone())).collect(),
             flow_timeout: self.flow_timeout,
             flow_entries: self.flow_entries,
+            ct: self.ct_status,
         };
         match shared.lock() {
             Ok(mut g) => *g = Arc::new(snap),

@@ -4,6 +4,7 @@
 mod api;
 mod batch;
 mod bench;
+mod ctwatch;
 mod daemon;
 mod flows;
 mod keepalive;

@@ -508,6 +508,35 @@ impl MapWriter {
         ctx(".bss", self.maps.bss.update(&0u32.to_ne_bytes(), &val, MapFlags::ANY))
     }
 
+    // ---- stateful mode (issue #4): the conntrack fields of fp_runtime ----
+
+    /// Mark bits, revalidation interval and timeouts, written with the next
+    /// runtime update (or `write_ct`).
+    pub fn set_ct(&mut self, mark: u32, revalidate_ms: u32, t: crate::ctwatch::CtTimeouts) {
+        self.rt.ct_mark = mark;
+        self.rt.ct_revalidate_ms = revalidate_ms;
+        self.rt.ct_timeout_tcp = t.tcp;
+        self.rt.ct_timeout_udp = t.udp;
+        self.rt.ct_timeout_udp_stream = t.udp_stream;
+    }
+
+    pub fn write_ct(&self) -> MapResult<()> {
+        self.write_runtime()
+    }
+
+    /// Every cached conntrack verdict is re-checked on its next packet. On
+    /// a failed write the new value stays here and goes out with the next
+    /// runtime write; it never goes backwards.
+    pub fn bump_ct_generation(&mut self) -> MapResult<u32> {
+        self.rt.ct_generation = self.rt.ct_generation.wrapping_add(1).max(1);
+        self.write_runtime()?;
+        Ok(self.rt.ct_generation)
+    }
+
+    pub fn ct_generation(&self) -> u32 {
+        self.rt.ct_generation
+    }
+
     fn set_switches(&mut self, s: &Switches) -> MapResult<()> {
         self.rt.table_full = s.table_full;
         self.rt.policy_punt = s.policy_punt;

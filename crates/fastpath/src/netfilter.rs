@@ -8,6 +8,14 @@
 //! refuses to start while such base chains exist, and the daemon punts all
 //! traffic when they appear later — unless the user said the bypass is
 //! intended (`--allow-netfilter-bypass`).
+//!
+//! In stateful mode (`--mode stateful`) the forwarding ruleset is expected:
+//! conntrack and the fast-path ct mark carry its verdict, and the daemon
+//! clears the marks whenever the nftables ruleset changes (see ctwatch).
+//! What stays refused there is what the mark cannot speak for: netdev
+//! (and inet) ingress/egress chains, which run before conntrack or after
+//! the redirect, and iptables-legacy tables, whose changes send no event,
+//! so marks they approved would outlive them.
 
 use std::fs;
 use std::process::Command;
@@ -16,6 +24,8 @@ use serde::Deserialize;
 
 /// Hooks forwarded traffic would have passed through.
 const FORWARD_PATH_HOOKS: &[&str] = &["prerouting", "forward", "postrouting", "ingress", "egress"];
+/// Hooks a stateful fast path still skips (see the module comment).
+const STATEFUL_BYPASSED_HOOKS: &[&str] = &["ingress", "egress"];
 /// Families whose base chains see routed IPv4/IPv6 packets.
 const ROUTED_FAMILIES: &[&str] = &["ip", "ip6", "inet", "netdev"];
 
@@ -48,7 +58,21 @@ struct NftChain {
 }
 
 /// Base chains on the forwarding path in `nft -j list chains` output.
+#[cfg(test)]
 pub fn parse_nft_chains(json: &str) -> Result<Vec<String>, serde_json::Error> {
+    parse_nft_chains_on(json, FORWARD_PATH_HOOKS)
+}
+
+fn hooks(stateful: bool) -> &'static [&'static str] {
+    if stateful {
+        STATEFUL_BYPASSED_HOOKS
+    } else {
+        FORWARD_PATH_HOOKS
+    }
+}
+
+/// Base chains of routed families on one of `hooks`.
+fn parse_nft_chains_on(json: &str, hooks: &[&str]) -> Result<Vec<String>, serde_json::Error> {
     let out: NftOutput = serde_json::from_str(json)?;
     Ok(out
         .nftables
@@ -56,17 +80,23 @@ pub fn parse_nft_chains(json: &str) -> Result<Vec<String>, serde_json::Error> {
         .filter_map(|i| i.chain)
         .filter_map(|c| {
             let hook = c.hook?;
-            (FORWARD_PATH_HOOKS.contains(&hook.as_str()) && ROUTED_FAMILIES.contains(&c.family.as_str()))
+            (hooks.contains(&hook.as_str()) && ROUTED_FAMILIES.contains(&c.family.as_str()))
                 .then(|| format!("{} {} {} ({hook})", c.family, c.table, c.name))
         })
         .collect())
 }
 
-/// Probes the current network namespace.
+/// Probes the current network namespace (stateless mode).
+#[allow(dead_code)] // the stateless entry point, kept for callers outside the daemon
 pub fn probe() -> Findings {
+    probe_mode(false)
+}
+
+/// Probes for what the fast path of this mode would bypass.
+pub fn probe_mode(stateful: bool) -> Findings {
     let mut f = Findings::default();
     match Command::new("nft").args(["-j", "list", "chains"]).output() {
-        Ok(o) if o.status.success() => match parse_nft_chains(&String::from_utf8_lossy(&o.stdout)) {
+        Ok(o) if o.status.success() => match parse_nft_chains_on(&String::from_utf8_lossy(&o.stdout), hooks(stateful)) {
             Ok(chains) => f.bypassed.extend(chains),
             Err(e) => f.unchecked = Some(format!("cannot parse `nft -j list chains`: {e}")),
         },
@@ -93,13 +123,20 @@ pub fn probe() -> Findings {
 /// fast path too. A fork+exec of nft per period is cheap next to a period.
 pub struct Watcher {
     allowed: bool,
+    stateful: bool,
     current: Vec<String>,
 }
 
 impl Watcher {
     /// `initial`: the findings of preflight; `allowed`: --allow-netfilter-bypass.
     pub fn new(initial: &Findings, allowed: bool) -> Self {
-        Watcher { allowed, current: initial.bypassed.clone() }
+        Watcher { allowed, stateful: false, current: initial.bypassed.clone() }
+    }
+
+    /// Stateful mode: only what the ct mark cannot speak for blocks.
+    pub fn stateful(mut self, on: bool) -> Self {
+        self.stateful = on;
+        self
     }
 
     /// Probes again; true if what the daemon must punt changed.
@@ -107,7 +144,7 @@ impl Watcher {
         if self.allowed {
             return false;
         }
-        self.update(probe())
+        self.update(probe_mode(self.stateful))
     }
 
     /// A probe that could not check proves nothing: keep what we knew, so
@@ -148,6 +185,20 @@ mod tests {
             parse_nft_chains(json).unwrap(),
             vec!["inet fw fwd (forward)", "ip nat post (postrouting)", "netdev nd ing (ingress)"]
         );
+    }
+
+    #[test]
+    fn stateful_mode_refuses_only_netdev_hooks() {
+        let json = r#"{"nftables": [
+            {"chain": {"family": "inet", "table": "fw", "name": "fwd", "handle": 1, "type": "filter", "hook": "forward", "prio": 0, "policy": "drop"}},
+            {"chain": {"family": "ip", "table": "nat", "name": "post", "handle": 2, "type": "nat", "hook": "postrouting", "prio": 100, "policy": "accept"}},
+            {"chain": {"family": "inet", "table": "fw", "name": "early", "handle": 3, "type": "filter", "hook": "ingress", "prio": 0, "policy": "accept"}},
+            {"chain": {"family": "netdev", "table": "nd", "name": "eg", "handle": 6, "type": "filter", "hook": "egress", "prio": 0, "policy": "accept"}}]}"#;
+        assert_eq!(
+            parse_nft_chains_on(json, hooks(true)).unwrap(),
+            vec!["inet fw early (ingress)", "netdev nd eg (egress)"]
+        );
+        assert_eq!(parse_nft_chains_on(json, hooks(false)).unwrap().len(), 4);
     }
 
     #[test]

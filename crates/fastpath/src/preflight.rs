@@ -81,7 +81,8 @@ pub fn check(args: &RunArgs) -> Result<Checked> {
         ifaces.push(Iface { name: name.clone(), ifindex: l.ifindex, slot: i as u32 + 1 });
     }
 
-    let nf = netfilter::probe();
+    let stateful = args.mode == crate::FwdMode::Stateful;
+    let nf = netfilter::probe_mode(stateful);
     if !nf.bypassed.is_empty() {
         if args.allow_netfilter_bypass {
             log::warn!(
@@ -89,8 +90,13 @@ pub fn check(args: &RunArgs) -> Result<Checked> {
                 nf.bypassed.join(", ")
             );
         } else {
+            let why = if stateful {
+                "the stateful fast path still skips netdev ingress/egress chains, and cannot follow iptables-legacy changes"
+            } else {
+                "fastpath forwards statelessly (--mode stateful follows a conntrack ruleset)"
+            };
             bail!(
-                "netfilter rules would be bypassed by the fast path: {}; fastpath forwards statelessly, so remove them or pass --allow-netfilter-bypass if that is intended",
+                "netfilter rules would be bypassed by the fast path: {}; {why}, so remove them or pass --allow-netfilter-bypass if that is intended",
                 nf.bypassed.join(", ")
             );
         }

@@ -75,6 +75,19 @@ pub fn status(s: &Status, all: bool) -> String {
         "generation {}   netlink resyncs {}   neighbour keep-alives {}",
         s.generation, s.netlink_resyncs, s.neigh_keepalives
     );
+    if let Some(c) = &s.conntrack {
+        let _ = writeln!(
+            out,
+            "mode stateful: ct mark {:#x}, revalidate {} ms, ct generation {}: events {}  bumps {}  overruns {}  ruleset changes {}  marks cleared {}",
+            c.mark, c.revalidate_ms, c.generation, c.counters.events, c.counters.bumps, c.counters.overruns,
+            c.counters.ruleset_changes, c.counters.marks_cleared
+        );
+        if !c.events_enabled {
+            out.push_str("  problem: net.netfilter.nf_conntrack_events is 0 (revocations wait for the revalidation)\n");
+        }
+    } else {
+        out.push_str("mode stateless\n");
+    }
     for (fam, f) in [("ipv4", &s.families.ipv4), ("ipv6", &s.families.ipv6)] {
         let state = if f.fast_path { "fast path" } else { "PUNTED to the kernel" };
         let _ = writeln!(out, "{fam}: {state}");

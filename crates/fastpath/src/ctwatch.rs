@@ -1,0 +1,862 @@
+//! Stateful mode, daemon side: conntrack and ruleset events that may revoke
+//! a fast verdict the data path has cached.
+//!
+//! The XDP program caches "conntrack says established and marked" per flow
+//! and trusts it until `fp_runtime.ct_generation` changes or
+//! `ct_revalidate_ms` passes. This module bumps the generation whenever
+//! the kernel tells us such a verdict may have become wrong:
+//!
+//! - a conntrack entry carrying the fast-path mark is destroyed
+//!   (`conntrack -D`, timeout, TCP close);
+//! - an update leaves an entry unmarked, not established or dying
+//!   (`conntrack -U --mark 0`, a FIN moving TCP out of ESTABLISHED);
+//! - the event socket overran (ENOBUFS): whatever we missed, every cached
+//!   verdict is re-checked against conntrack itself;
+//! - the nftables ruleset changed: the mark means "the ruleset approved
+//!   this connection", and entries keep it after that ruleset is gone, so
+//!   the fast-path bits are cleared on every entry first. Every connection
+//!   then passes the new ruleset once before it can go fast again.
+//!
+//! It also keeps conntrack able to follow a connection it no longer sees
+//! packet by packet: once a TCP entry carries the mark, its window tracking
+//! is made liberal in both directions (as the kernel's own flowtable does
+//! when it offloads a flow). Otherwise the FIN or RST that ends a fast-pathed
+//! connection, or the first packet after a revocation, would lie far beyond
+//! the window conntrack last saw, be classed invalid, and be dropped by the
+//! usual `ct state invalid drop`.
+//!
+//! ctnetlink is spoken directly (a few attributes, a dump and updates that
+//! copy the tuple attribute back verbatim): netlink-packet-netfilter 0.4
+//! decodes conntrack messages but not nftables ones, and re-encoding a
+//! tuple is more code and more risk than copying its bytes.
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::Path;
+use std::time::Duration;
+
+use log::{info, warn};
+use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
+use serde::{Deserialize, Serialize};
+
+use crate::maps::MapWriter;
+
+const NLMSG_HDRLEN: usize = 16;
+const NFGENMSG_LEN: usize = 4;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const NLM_F_REQUEST: u16 = 0x1;
+const NLM_F_MULTI: u16 = 0x2;
+const NLM_F_ACK: u16 = 0x4;
+const NLM_F_DUMP: u16 = 0x300;
+const NLM_F_CREATE: u16 = 0x400;
+
+const NFNL_SUBSYS_CTNETLINK: u16 = 1;
+const NFNL_SUBSYS_NFTABLES: u16 = 10;
+const IPCTNL_MSG_CT_NEW: u16 = 0;
+const IPCTNL_MSG_CT_GET: u16 = 1;
+const IPCTNL_MSG_CT_DELETE: u16 = 2;
+
+const NFNLGRP_CONNTRACK_UPDATE: u32 = 2;
+const NFNLGRP_CONNTRACK_DESTROY: u32 = 3;
+const NFNLGRP_NFTABLES: u32 = 7;
+
+const CTA_TUPLE_ORIG: u16 = 1;
+const CTA_STATUS: u16 = 3;
+const CTA_PROTOINFO: u16 = 4;
+const CTA_MARK: u16 = 8;
+const CTA_ZONE: u16 = 18;
+const CTA_MARK_MASK: u16 = 21;
+const CTA_PROTOINFO_TCP: u16 = 1;
+const CTA_PROTOINFO_TCP_STATE: u16 = 1;
+const CTA_PROTOINFO_TCP_FLAGS_ORIGINAL: u16 = 4;
+const CTA_PROTOINFO_TCP_FLAGS_REPLY: u16 = 5;
+const CTA_TUPLE_PROTO: u16 = 2;
+const CTA_PROTO_NUM: u16 = 1;
+const IP_CT_TCP_FLAG_BE_LIBERAL: u8 = 0x08;
+const IPPROTO_TCP: u8 = 6;
+const NLA_TYPE_MASK: u16 = 0x3fff;
+const NLA_F_NESTED: u16 = 0x8000;
+
+const IPS_SEEN_REPLY: u32 = 1 << 1;
+const IPS_DYING: u32 = 1 << 9;
+const TCP_CONNTRACK_ESTABLISHED: u8 = 3;
+
+/// Datagrams read per socket per round; a busier socket stays readable and
+/// is read again on the next round.
+const DRAIN_LIMIT: usize = 4096;
+const RECV_BUF: usize = 256 << 10;
+/// Mark updates sent per datagram during a clear.
+const UPDATE_BATCH: usize = 128;
+const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What one ctnetlink event says about its entry; attributes the kernel
+/// left out of the message are None (it omits the mark when it is 0 and
+/// did not change, and the TCP state when it did not change).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CtEvent {
+    pub destroy: bool,
+    pub status: Option<u32>,
+    pub mark: Option<u32>,
+    pub tcp_state: Option<u8>,
+    pub proto: Option<u8>,
+    /// Both directions' TCP window tracking is liberal (from the protoinfo).
+    pub liberal: Option<bool>,
+}
+
+impl CtEvent {
+    /// Whether a verdict cached for this entry may now be wrong. An entry
+    /// without the mark attribute has mark 0 and had it before, so it was
+    /// never fast: its set-up and timeout events cost the data path nothing.
+    pub fn revokes(&self, mask: u32) -> bool {
+        let Some(mark) = self.mark else { return false };
+        let marked = mark & mask == mask;
+        if self.destroy {
+            return marked;
+        }
+        let status = self.status.unwrap_or(0);
+        let established = status & IPS_SEEN_REPLY != 0
+            && status & IPS_DYING == 0
+            && self.tcp_state.is_none_or(|s| s == TCP_CONNTRACK_ESTABLISHED);
+        !(marked && established)
+    }
+
+    /// A marked TCP entry whose window tracking may still be strict: the
+    /// kernel must be told to be liberal before the fast path starves it of
+    /// sequence numbers. Without the protoinfo in the event we cannot tell,
+    /// and ask anyway (the update is idempotent, and its own event says liberal).
+    pub fn needs_liberal(&self, mask: u32) -> bool {
+        !self.destroy
+            && self.proto == Some(IPPROTO_TCP)
+            && self.mark.is_some_and(|m| m & mask == mask)
+            && self.liberal != Some(true)
+    }
+}
+
+/// Attributes of a netlink attribute stream: (type without flags, payload).
+fn attrs(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    std::iter::from_fn(move || {
+        if b.len() < 4 {
+            return None;
+        }
+        let len = u16::from_ne_bytes([b[0], b[1]]) as usize;
+        let ty = u16::from_ne_bytes([b[2], b[3]]) & NLA_TYPE_MASK;
+        if len < 4 || len > b.len() {
+            return None;
+        }
+        let payload = &b[4..len];
+        b = &b[align4(len).min(b.len())..];
+        Some((ty, payload))
+    })
+}
+
+/// The whole attribute (header included) of type `ty`, for copying back.
+fn raw_attr(mut b: &[u8], ty: u16) -> Option<&[u8]> {
+    while b.len() >= 4 {
+        let len = u16::from_ne_bytes([b[0], b[1]]) as usize;
+        if len < 4 || len > b.len() {
+            return None;
+        }
+        if u16::from_ne_bytes([b[2], b[3]]) & NLA_TYPE_MASK == ty {
+            return Some(&b[..len]);
+        }
+        b = &b[align4(len).min(b.len())..];
+    }
+    None
+}
+
+fn align4(n: usize) -> usize {
+    (n + 3) & !3
+}
+
+fn be32(p: &[u8]) -> Option<u32> {
+    Some(u32::from_be_bytes(p.get(..4)?.try_into().ok()?))
+}
+
+/// The event in a ctnetlink message's attributes (after the nfgenmsg).
+pub fn parse_ct_event(attrs_buf: &[u8], destroy: bool) -> CtEvent {
+    let mut ev = CtEvent { destroy, ..Default::default() };
+    for (ty, p) in attrs(attrs_buf) {
+        match ty {
+            CTA_STATUS => ev.status = be32(p),
+            CTA_MARK => ev.mark = be32(p),
+            CTA_PROTOINFO => {
+                for (t, tcp) in attrs(p) {
+                    if t != CTA_PROTOINFO_TCP {
+                        continue;
+                    }
+                    let mut liberal = [false; 2];
+                    for (t, v) in attrs(tcp) {
+                        match t {
+                            CTA_PROTOINFO_TCP_STATE => ev.tcp_state = v.first().copied(),
+                            CTA_PROTOINFO_TCP_FLAGS_ORIGINAL | CTA_PROTOINFO_TCP_FLAGS_REPLY => {
+                                liberal[usize::from(t == CTA_PROTOINFO_TCP_FLAGS_REPLY)] =
+                                    v.first().is_some_and(|f| f & IP_CT_TCP_FLAG_BE_LIBERAL != 0);
+                            }
+                            _ => {}
+                        }
+                    }
+                    ev.liberal = Some(liberal[0] && liberal[1]);
+                }
+            }
+            CTA_TUPLE_ORIG => {
+                ev.proto = attrs(p)
+                    .find(|(t, _)| *t == CTA_TUPLE_PROTO)
+                    .and_then(|(_, pr)| attrs(pr).find(|(t, _)| *t == CTA_PROTO_NUM))
+                    .and_then(|(_, n)| n.first().copied());
+            }
+            _ => {}
+        }
+    }
+    ev
+}
+
+/// Netlink messages of one datagram: (type, flags, payload after the header).
+fn messages(mut b: &[u8]) -> impl Iterator<Item = (u16, u16, &[u8])> {
+    std::iter::from_fn(move || {
+        if b.len() < NLMSG_HDRLEN {
+            return None;
+        }
+        let len = u32::from_ne_bytes(b[0..4].try_into().ok()?) as usize;
+        let ty = u16::from_ne_bytes([b[4], b[5]]);
+        let flags = u16::from_ne_bytes([b[6], b[7]]);
+        if len < NLMSG_HDRLEN || len > b.len() {
+            return None;
+        }
+        let payload = &b[NLMSG_HDRLEN..len];
+        b = &b[align4(len).min(b.len())..];
+        Some((ty, flags, payload))
+    })
+}
+
+/// Appends one nfnetlink request: header, nfgenmsg, attributes.
+fn put_msg(out: &mut Vec<u8>, ty: u16, flags: u16, seq: u32, family: u8, attrs: &[u8]) {
+    let len = NLMSG_HDRLEN + NFGENMSG_LEN + attrs.len();
+    out.extend_from_slice(&(len as u32).to_ne_bytes());
+    out.extend_from_slice(&ty.to_ne_bytes());
+    out.extend_from_slice(&flags.to_ne_bytes());
+    out.extend_from_slice(&seq.to_ne_bytes());
+    out.extend_from_slice(&0u32.to_ne_bytes());
+    out.extend_from_slice(&[family, 0, 0, 0]);
+    out.extend_from_slice(attrs);
+    out.resize(align4(out.len()), 0);
+}
+
+fn put_be32_attr(out: &mut Vec<u8>, ty: u16, v: u32) {
+    out.extend_from_slice(&8u16.to_ne_bytes());
+    out.extend_from_slice(&ty.to_ne_bytes());
+    out.extend_from_slice(&v.to_be_bytes());
+}
+
+/// The attributes of an update that makes both directions' TCP window
+/// tracking liberal, touching no other flag.
+fn liberal_attrs(tuple: &[u8], zone: Option<&[u8]>) -> Vec<u8> {
+    let mut a = Vec::with_capacity(tuple.len() + 32);
+    a.extend_from_slice(tuple);
+    a.resize(align4(a.len()), 0);
+    if let Some(z) = zone {
+        a.extend_from_slice(z);
+        a.resize(align4(a.len()), 0);
+    }
+    let flags = [IP_CT_TCP_FLAG_BE_LIBERAL, IP_CT_TCP_FLAG_BE_LIBERAL];
+    let mut tcp = Vec::new();
+    for ty in [CTA_PROTOINFO_TCP_FLAGS_ORIGINAL, CTA_PROTOINFO_TCP_FLAGS_REPLY] {
+        tcp.extend_from_slice(&6u16.to_ne_bytes());
+        tcp.extend_from_slice(&ty.to_ne_bytes());
+        tcp.extend_from_slice(&flags);
+        tcp.resize(align4(tcp.len()), 0);
+    }
+    let nested = |ty: u16, inner: &[u8]| {
+        let mut v = Vec::with_capacity(inner.len() + 4);
+        v.extend_from_slice(&((4 + inner.len()) as u16).to_ne_bytes());
+        v.extend_from_slice(&(ty | NLA_F_NESTED).to_ne_bytes());
+        v.extend_from_slice(inner);
+        v
+    };
+    a.extend(nested(CTA_PROTOINFO, &nested(CTA_PROTOINFO_TCP, &tcp)));
+    a
+}
+
+/// The attributes of an update that clears `mask` in an entry's mark and
+/// leaves its other bits alone (the kernel computes (mark & ~mask) ^ 0).
+fn clear_mark_attrs(tuple: &[u8], zone: Option<&[u8]>, mask: u32) -> Vec<u8> {
+    let mut a = Vec::with_capacity(tuple.len() + 24);
+    a.extend_from_slice(tuple);
+    a.resize(align4(a.len()), 0);
+    if let Some(z) = zone {
+        a.extend_from_slice(z);
+        a.resize(align4(a.len()), 0);
+    }
+    put_be32_attr(&mut a, CTA_MARK, 0);
+    put_be32_attr(&mut a, CTA_MARK_MASK, mask);
+    a
+}
+
+fn recv(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
+    // SAFETY: buf is valid for buf.len() bytes.
+    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), flags) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+fn set_rcvbuf(s: &mut Socket, size: usize) -> io::Result<()> {
+    let size = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
+    // SAFETY: a pointer to a live c_int and its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        // Without CAP_NET_ADMIN: capped by net.core.rmem_max.
+        s.set_rx_buf_sz(size)?;
+    }
+    Ok(())
+}
+
+fn set_recv_timeout(s: &Socket, t: Duration) -> io::Result<()> {
+    let tv = libc::timeval { tv_sec: t.as_secs() as libc::time_t, tv_usec: t.subsec_micros() as libc::suseconds_t };
+    // SAFETY: a pointer to a live timeval and its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// What one round of events asks for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Round {
+    /// A cached verdict may be wrong: bump ct_generation.
+    pub revoke: bool,
+    /// The ruleset changed: clear the marks, then bump.
+    pub ruleset: bool,
+}
+
+/// Counters shown by `fastpath status`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CtCounters {
+    /// ctnetlink update/destroy events read.
+    pub events: u64,
+    /// ct_generation bumps (each re-checks every cached verdict).
+    pub bumps: u64,
+    /// ENOBUFS on the event sockets: events were lost, every verdict re-checked.
+    pub overruns: u64,
+    /// nftables commits seen (each clears the fast-path marks).
+    pub ruleset_changes: u64,
+    /// Conntrack entries whose fast-path mark bits we cleared.
+    pub marks_cleared: u64,
+    /// Clears that failed part-way (the revalidation interval still bounds them).
+    pub clear_errors: u64,
+    /// Marked TCP entries whose window tracking we made liberal.
+    #[serde(default)]
+    pub liberal: u64,
+}
+
+/// The event sockets and the request socket of the stateful mode.
+pub struct Watch {
+    /// NFNLGRP_CONNTRACK_UPDATE and _DESTROY.
+    ct: Socket,
+    /// NFNLGRP_NFTABLES, on its own socket: conntrack churn can overrun the
+    /// other, and a lost ruleset change would be the expensive kind to miss.
+    rules: Socket,
+    /// Dumps and updates; no groups, so replies never mix with events.
+    req: Socket,
+    mask: u32,
+    seq: u32,
+    buf: Vec<u8>,
+    /// Updates making marked TCP entries liberal, sent after the drain.
+    liberal: Vec<(u8, Vec<u8>)>,
+    pub counters: CtCounters,
+}
+
+impl Watch {
+    pub fn open(mask: u32, rcvbuf: usize) -> io::Result<Watch> {
+        let mut ct = Socket::new(NETLINK_NETFILTER)?;
+        set_rcvbuf(&mut ct, rcvbuf)?;
+        ct.bind_auto()?;
+        ct.add_membership(NFNLGRP_CONNTRACK_UPDATE)?;
+        ct.add_membership(NFNLGRP_CONNTRACK_DESTROY)?;
+        let mut rules = Socket::new(NETLINK_NETFILTER)?;
+        set_rcvbuf(&mut rules, 1 << 20)?;
+        rules.bind_auto()?;
+        rules.add_membership(NFNLGRP_NFTABLES)?;
+        let mut req = Socket::new(NETLINK_NETFILTER)?;
+        set_rcvbuf(&mut req, 4 << 20)?;
+        req.bind_auto()?;
+        set_recv_timeout(&req, REPLY_TIMEOUT)?;
+        Ok(Watch { ct, rules, req, mask, seq: 0, buf: vec![0; RECV_BUF], liberal: Vec::new(), counters: CtCounters::default() })
+    }
+
+    /// Sleeps until `other` or one of our sockets is readable, or `timeout`.
+    pub fn wait(&self, other: RawFd, timeout: Duration) {
+        let mut fds = [other, self.ct.as_raw_fd(), self.rules.as_raw_fd()]
+            .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+        let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+        // SAFETY: a valid array of pollfds and its length. EINTR just ends
+        // the wait early; the callers drain without blocking.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    }
+
+    /// Reads everything queued on both event sockets without blocking.
+    pub fn drain(&mut self) -> Round {
+        let mut r = Round::default();
+        for rules in [false, true] {
+            let fd = if rules { self.rules.as_raw_fd() } else { self.ct.as_raw_fd() };
+            for _ in 0..DRAIN_LIMIT {
+                let n = match recv(fd, &mut self.buf, libc::MSG_DONTWAIT) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                        // Keep reading: the kernel resumes delivery once the queue is empty.
+                        self.counters.overruns += 1;
+                        r.revoke = true;
+                        r.ruleset |= rules;
+                        warn!("{} event socket overran; re-checking every cached verdict", if rules { "nftables" } else { "conntrack" });
+                        continue;
+                    }
+                    Err(e) => {
+                        warn!("reading netfilter events: {e}");
+                        r.revoke = true;
+                        break;
+                    }
+                };
+                let n = n.min(self.buf.len());
+                for (ty, flags, payload) in messages(&self.buf[..n]) {
+                    let (subsys, msg) = (ty >> 8, ty & 0xff);
+                    if subsys == NFNL_SUBSYS_NFTABLES {
+                        r.ruleset = true;
+                        continue;
+                    }
+                    if subsys != NFNL_SUBSYS_CTNETLINK || payload.len() < NFGENMSG_LEN {
+                        continue;
+                    }
+                    let destroy = match msg {
+                        IPCTNL_MSG_CT_DELETE => true,
+                        IPCTNL_MSG_CT_NEW if flags & NLM_F_CREATE == 0 => false,
+                        _ => continue,
+                    };
+                    self.counters.events += 1;
+                    let a = &payload[NFGENMSG_LEN..];
+                    let ev = parse_ct_event(a, destroy);
+                    if ev.revokes(self.mask) {
+                        r.revoke = true;
+                    }
+                    if ev.needs_liberal(self.mask) {
+                        if let Some(tuple) = raw_attr(a, CTA_TUPLE_ORIG) {
+                            self.liberal.push((payload[0], liberal_attrs(tuple, raw_attr(a, CTA_ZONE))));
+                        }
+                    }
+                }
+            }
+        }
+        r
+    }
+
+    fn next_seq(&mut self) -> u32 {
+        self.seq = self.seq.wrapping_add(1);
+        self.seq
+    }
+
+    /// Clears the fast-path mark bits on every conntrack entry holding any
+    /// of them: a dump, then one update per entry (batched). Returns how
+    /// many entries were updated; entries gone meanwhile are not errors.
+    pub fn clear_marks(&mut self) -> io::Result<u64> {
+        let targets = self.dump_marked()?;
+        let (cleared, err) = self.update_all(&targets)?;
+        self.counters.marks_cleared += cleared;
+        match err {
+            Some(e) => Err(e),
+            None => Ok(cleared),
+        }
+    }
+
+    /// Sends the queued liberal-window updates.
+    pub fn flush_liberal(&mut self) -> io::Result<u64> {
+        if self.liberal.is_empty() {
+            return Ok(0);
+        }
+        let targets = std::mem::take(&mut self.liberal);
+        let (n, err) = self.update_all(&targets)?;
+        self.counters.liberal += n;
+        match err {
+            Some(e) => Err(e),
+            None => Ok(n),
+        }
+    }
+
+    /// ctnetlink updates of existing entries, batched: (done, first error).
+    fn update_all(&mut self, targets: &[(u8, Vec<u8>)]) -> io::Result<(u64, Option<io::Error>)> {
+        let mut cleared = 0u64;
+        let mut first_err: Option<io::Error> = None;
+        for chunk in targets.chunks(UPDATE_BATCH) {
+            let mut out = Vec::new();
+            for (family, attrs) in chunk {
+                let seq = self.next_seq();
+                put_msg(&mut out, NFNL_SUBSYS_CTNETLINK << 8 | IPCTNL_MSG_CT_NEW, NLM_F_REQUEST | NLM_F_ACK, seq, *family, attrs);
+            }
+            self.req.send(&out, 0)?;
+            let (ok, err) = self.read_acks(chunk.len())?;
+            cleared += ok;
+            if first_err.is_none() {
+                first_err = err;
+            }
+        }
+        Ok((cleared, first_err))
+    }
+
+    /// (family, update attributes) of every entry with any bit of the mask.
+    fn dump_marked(&mut self) -> io::Result<Vec<(u8, Vec<u8>)>> {
+        let seq = self.next_seq();
+        let mut out = Vec::new();
+        put_msg(&mut out, NFNL_SUBSYS_CTNETLINK << 8 | IPCTNL_MSG_CT_GET, NLM_F_REQUEST | NLM_F_DUMP, seq, 0, &[]);
+        self.req.send(&out, 0)?;
+        let mut targets = Vec::new();
+        loop {
+            let n = recv(self.req.as_raw_fd(), &mut self.buf, 0)?;
+            let n = n.min(self.buf.len());
+            let mut done = false;
+            for (ty, flags, payload) in messages(&self.buf[..n]) {
+                match ty {
+                    NLMSG_DONE => done = true,
+                    NLMSG_ERROR => {
+                        let code = payload.get(..4).map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0);
+                        if code != 0 {
+                            return Err(io::Error::from_raw_os_error(-code));
+                        }
+                        done = true;
+                    }
+                    _ if payload.len() >= NFGENMSG_LEN => {
+                        let a = &payload[NFGENMSG_LEN..];
+                        let mark = attrs(a).find(|(t, _)| *t == CTA_MARK).and_then(|(_, p)| be32(p)).unwrap_or(0);
+                        if mark & self.mask == 0 {
+                            continue;
+                        }
+                        let Some(tuple) = raw_attr(a, CTA_TUPLE_ORIG) else { continue };
+                        targets.push((payload[0], clear_mark_attrs(tuple, raw_attr(a, CTA_ZONE), self.mask)));
+                    }
+                    _ => {}
+                }
+                if flags & NLM_F_MULTI == 0 && ty != NLMSG_DONE && ty != NLMSG_ERROR {
+                    // A single-part answer ends the dump too.
+                    done = true;
+                }
+            }
+            if done {
+                return Ok(targets);
+            }
+        }
+    }
+
+    /// Reads `n` acks: (successes, first real error). ENOENT is an entry
+    /// that died between the dump and the update: nothing left to clear.
+    fn read_acks(&mut self, n: usize) -> io::Result<(u64, Option<io::Error>)> {
+        let (mut seen, mut ok, mut err) = (0usize, 0u64, None);
+        while seen < n {
+            let got = recv(self.req.as_raw_fd(), &mut self.buf, 0)?;
+            for (ty, _, payload) in messages(&self.buf[..got.min(self.buf.len())]) {
+                if ty != NLMSG_ERROR {
+                    continue;
+                }
+                seen += 1;
+                let code = payload.get(..4).map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0);
+                match -code {
+                    0 => ok += 1,
+                    libc::ENOENT => {}
+                    e => {
+                        if err.is_none() {
+                            err = Some(io::Error::from_raw_os_error(e));
+                        }
+                    }
+                }
+            }
+        }
+        Ok((ok, err))
+    }
+}
+
+/// Conntrack timeouts the data path refreshes fast-pathed entries with
+/// (seconds), from the router namespace's sysctls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CtTimeouts {
+    pub tcp: u32,
+    pub udp: u32,
+    pub udp_stream: u32,
+}
+
+impl Default for CtTimeouts {
+    /// The kernel's own defaults, for when the sysctls cannot be read.
+    fn default() -> Self {
+        CtTimeouts { tcp: 432_000, udp: 30, udp_stream: 120 }
+    }
+}
+
+fn read_u32(root: &Path, name: &str) -> Option<u32> {
+    std::fs::read_to_string(root.join(name)).ok()?.trim().parse().ok()
+}
+
+/// /proc/sys/net/netfilter is per network namespace, seen through the
+/// reading thread's: the daemon thread lives in the router's.
+pub fn read_timeouts(root: &Path) -> Option<CtTimeouts> {
+    Some(CtTimeouts {
+        tcp: read_u32(root, "nf_conntrack_tcp_timeout_established")?,
+        udp: read_u32(root, "nf_conntrack_udp_timeout")?,
+        udp_stream: read_u32(root, "nf_conntrack_udp_timeout_stream")?,
+    })
+}
+
+const NETFILTER_SYSCTL: &str = "/proc/sys/net/netfilter";
+
+/// What `fastpath status` shows about the stateful mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CtStatus {
+    pub mark: u32,
+    pub revalidate_ms: u32,
+    pub generation: u32,
+    pub timeouts_s: CtTimeouts,
+    /// net.netfilter.nf_conntrack_events is not 0: the kernel sends events.
+    pub events_enabled: bool,
+    #[serde(flatten)]
+    pub counters: CtCounters,
+}
+
+/// The stateful mode as the daemon loop drives it.
+pub struct Stateful {
+    watch: Watch,
+    timeouts: CtTimeouts,
+    mark: u32,
+    revalidate_ms: u32,
+    events_enabled: bool,
+}
+
+impl Stateful {
+    /// Subscribes first, so nothing that happens from here on is missed;
+    /// then writes the ct settings into fp_runtime and clears the marks
+    /// set before we watched (they vouch for a ruleset we never saw).
+    pub fn start(mark: u32, revalidate_ms: u32, rcvbuf: usize, writer: &mut MapWriter) -> anyhow::Result<Stateful> {
+        use anyhow::Context;
+        let watch = Watch::open(mark, rcvbuf).context("subscribing to conntrack and nftables events")?;
+        let root = Path::new(NETFILTER_SYSCTL);
+        let timeouts = read_timeouts(root).unwrap_or_else(|| {
+            warn!("cannot read the conntrack timeouts in {NETFILTER_SYSCTL}; using the kernel defaults");
+            CtTimeouts::default()
+        });
+        let events_enabled = read_u32(root, "nf_conntrack_events").is_none_or(|v| v != 0);
+        if !events_enabled {
+            warn!("net.netfilter.nf_conntrack_events is 0: no conntrack events, revocations wait for the {revalidate_ms} ms revalidation");
+        }
+        writer.set_ct(mark, revalidate_ms, timeouts);
+        let mut s = Stateful { watch, timeouts, mark, revalidate_ms, events_enabled };
+        s.clear_marks();
+        s.bump(writer);
+        info!("stateful mode: ct mark {mark:#x}, revalidation every {revalidate_ms} ms, timeouts {timeouts:?}");
+        Ok(s)
+    }
+
+    pub fn wait(&self, other: RawFd, timeout: Duration) {
+        self.watch.wait(other, timeout);
+    }
+
+    /// One round: read the events, clear marks on a ruleset change, bump.
+    pub fn step(&mut self, writer: &mut MapWriter) {
+        let r = self.watch.drain();
+        if r.ruleset {
+            self.watch.counters.ruleset_changes += 1;
+            self.clear_marks();
+        }
+        if r.revoke || r.ruleset {
+            self.bump(writer);
+        }
+        if let Err(e) = self.watch.flush_liberal() {
+            warn!("making conntrack's TCP window tracking liberal for fast-pathed connections: {e}");
+        }
+    }
+
+    fn clear_marks(&mut self) {
+        match self.watch.clear_marks() {
+            Ok(n) if n > 0 => info!("cleared the fast-path mark on {n} conntrack entries"),
+            Ok(_) => {}
+            Err(e) => {
+                self.watch.counters.clear_errors += 1;
+                warn!("clearing the fast-path conntrack marks: {e}; verdicts still expire after {} ms", self.revalidate_ms);
+            }
+        }
+    }
+
+    fn bump(&mut self, writer: &mut MapWriter) {
+        self.watch.counters.bumps += 1;
+        if let Err(e) = writer.bump_ct_generation() {
+            // The bump is kept in the writer's copy and goes out with the next write.
+            warn!("writing ct_generation: {e}");
+        }
+    }
+
+    /// The periodic sysctl pass: timeouts may be changed at any time.
+    pub fn refresh_sysctls(&mut self, writer: &mut MapWriter) {
+        let Some(t) = read_timeouts(Path::new(NETFILTER_SYSCTL)) else { return };
+        if t != self.timeouts {
+            info!("conntrack timeouts changed: {t:?}");
+            self.timeouts = t;
+            writer.set_ct(self.mark, self.revalidate_ms, t);
+            if let Err(e) = writer.write_ct() {
+                warn!("writing the conntrack timeouts: {e}");
+            }
+        }
+    }
+
+    pub fn status(&self, writer: &MapWriter) -> CtStatus {
+        CtStatus {
+            mark: self.mark,
+            revalidate_ms: self.revalidate_ms,
+            generation: writer.ct_generation(),
+            timeouts_s: self.timeouts,
+            events_enabled: self.events_enabled,
+            counters: self.watch.counters,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nla(ty: u16, payload: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
+        v.extend_from_slice(&ty.to_ne_bytes());
+        v.extend_from_slice(payload);
+        v.resize(align4(v.len()), 0);
+        v
+    }
+
+    fn event_attrs(status: u32, mark: Option<u32>, tcp: Option<u8>) -> Vec<u8> {
+        let mut a = nla(CTA_TUPLE_ORIG | 0x8000, &nla(2 | 0x8000, &nla(1, &[6])));
+        a.extend(nla(CTA_STATUS, &status.to_be_bytes()));
+        if let Some(s) = tcp {
+            let tcp = nla(CTA_PROTOINFO_TCP | 0x8000, &nla(CTA_PROTOINFO_TCP_STATE, &[s]));
+            a.extend(nla(CTA_PROTOINFO | 0x8000, &tcp));
+        }
+        if let Some(m) = mark {
+            a.extend(nla(CTA_MARK, &m.to_be_bytes()));
+        }
+        a
+    }
+
+    const EST: u32 = IPS_SEEN_REPLY | (1 << 2) | (1 << 3);
+
+    #[test]
+    fn parses_status_mark_and_tcp_state() {
+        let ev = parse_ct_event(&event_attrs(EST, Some(0x11), Some(4)), false);
+        assert_eq!(
+            ev,
+            CtEvent { destroy: false, status: Some(EST), mark: Some(0x11), tcp_state: Some(4), proto: Some(6), liberal: Some(false) }
+        );
+        let ev = parse_ct_event(&event_attrs(EST, None, None), true);
+        assert_eq!((ev.mark, ev.tcp_state, ev.destroy), (None, None, true));
+    }
+
+    #[test]
+    fn what_revokes() {
+        let ev = |status, mark, tcp, destroy| CtEvent { destroy, status: Some(status), mark, tcp_state: tcp, ..Default::default() };
+        // Destroy: only of an entry that could be fast.
+        assert!(ev(EST, Some(0x1), None, true).revokes(0x1));
+        assert!(!ev(EST, Some(0x2), None, true).revokes(0x1));
+        assert!(!ev(EST, None, None, true).revokes(0x1));
+        // Updates of a marked, established entry: still fast.
+        assert!(!ev(EST, Some(0x1), Some(TCP_CONNTRACK_ESTABLISHED), false).revokes(0x1));
+        assert!(!ev(EST, Some(0x3), None, false).revokes(0x1));
+        // Mark cleared (attribute present, bits gone), partly cleared.
+        assert!(ev(EST, Some(0), None, false).revokes(0x1));
+        assert!(ev(EST, Some(0x1), None, false).revokes(0x3));
+        // TCP leaving ESTABLISHED, dying.
+        assert!(ev(EST, Some(0x1), Some(4), false).revokes(0x1));
+        assert!(ev(EST | IPS_DYING, Some(0x1), None, false).revokes(0x1));
+        // Set-up events of a never-marked entry cost nothing.
+        assert!(!ev(IPS_SEEN_REPLY, None, Some(2), false).revokes(0x1));
+    }
+
+    #[test]
+    fn clear_update_copies_tuple_and_zone() {
+        let tuple = nla(CTA_TUPLE_ORIG | 0x8000, &nla(2 | 0x8000, &nla(1, &[17])));
+        let zone = nla(CTA_ZONE, &7u16.to_be_bytes());
+        let a = clear_mark_attrs(&tuple, Some(&zone), 0x1);
+        let got: Vec<(u16, Vec<u8>)> = attrs(&a).map(|(t, p)| (t, p.to_vec())).collect();
+        assert_eq!(got.len(), 4);
+        assert_eq!(raw_attr(&a, CTA_TUPLE_ORIG), Some(&tuple[..]));
+        assert_eq!(got[1], (CTA_ZONE, vec![0, 7]));
+        assert_eq!(got[2], (CTA_MARK, vec![0; 4]));
+        assert_eq!(got[3], (CTA_MARK_MASK, vec![0, 0, 0, 1]));
+    }
+
+    #[test]
+    fn message_framing_round_trips() {
+        let mut out = Vec::new();
+        put_msg(&mut out, 0x100, NLM_F_REQUEST | NLM_F_ACK, 9, 2, &nla(CTA_MARK, &5u32.to_be_bytes()));
+        put_msg(&mut out, 0x101, NLM_F_REQUEST | NLM_F_DUMP, 10, 0, &[]);
+        let msgs: Vec<_> = messages(&out).collect();
+        assert_eq!(msgs.len(), 2);
+        assert_eq!((msgs[0].0, msgs[0].1), (0x100, NLM_F_REQUEST | NLM_F_ACK));
+        assert_eq!(msgs[0].2[0], 2);
+        assert_eq!(be32(attrs(&msgs[0].2[4..]).next().unwrap().1), Some(5));
+        assert_eq!(msgs[1].2.len(), NFGENMSG_LEN);
+    }
+
+    #[test]
+    fn marked_tcp_entries_are_made_liberal_once() {
+        let mut a = event_attrs(EST, Some(1), Some(3));
+        let ev = parse_ct_event(&a, false);
+        assert_eq!((ev.proto, ev.liberal), (Some(6), Some(false)));
+        assert!(ev.needs_liberal(1));
+        assert!(!ev.needs_liberal(2));
+        assert!(!CtEvent { destroy: true, ..ev }.needs_liberal(1));
+        // Our own update's event: protoinfo says liberal both ways.
+        let upd = liberal_attrs(raw_attr(&a, CTA_TUPLE_ORIG).unwrap(), None);
+        a.truncate(0);
+        a.extend(upd);
+        a.extend(nla(CTA_MARK, &1u32.to_be_bytes()));
+        let ev = parse_ct_event(&a, false);
+        assert_eq!((ev.proto, ev.liberal), (Some(6), Some(true)));
+        assert!(!ev.needs_liberal(1));
+        // Its flags attributes: BE_LIBERAL in both flags and mask.
+        let (_, pi) = attrs(&a).find(|(t, _)| *t == CTA_PROTOINFO).unwrap();
+        let (_, tcp) = attrs(pi).next().unwrap();
+        let f: Vec<_> = attrs(tcp).map(|(t, v)| (t, v.to_vec())).collect();
+        assert_eq!(f, vec![(4, vec![8, 8]), (5, vec![8, 8])]);
+    }
+
+    #[test]
+    fn truncated_input_stops_cleanly() {
+        assert_eq!(attrs(&[8, 0, 1, 0, 1]).count(), 0);
+        assert_eq!(messages(&[0u8; 10]).count(), 0);
+        assert_eq!(parse_ct_event(&[0xff; 3], false), CtEvent::default());
+    }
+
+    #[test]
+    fn timeouts_from_sysctl_files() {
+        let dir = std::env::temp_dir().join(format!("fp-ct-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(read_timeouts(&dir), None);
+        std::fs::write(dir.join("nf_conntrack_tcp_timeout_established"), "60\n").unwrap();
+        std::fs::write(dir.join("nf_conntrack_udp_timeout"), "5\n").unwrap();
+        std::fs::write(dir.join("nf_conntrack_udp_timeout_stream"), "10\n").unwrap();
+        assert_eq!(read_timeouts(&dir), Some(CtTimeouts { tcp: 60, udp: 5, udp_stream: 10 }));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
