@@ -306,6 +306,7 @@ static __always_inline __u32 fp_fwd_ip4(struct fp_pkt *p)
 	struct fp_tx tx;
 	struct fp_ct_verdict ctv;
 	__u32 tot_len, r, nh_id, slot;
+	__be32 dst;
 	int filled = -1;
 	__u8 vihl;
 
@@ -362,8 +363,16 @@ full:
 		if (r != FP_R_FORWARDED)
 			return r;
 	}
+	/* NAT: the kernel routes what PREROUTING's destination NAT made. */
+	dst = ip->daddr;
+	if (fp_cfg.stateful && (ctv.nat.flags & FP_NAT_DST)) {
+		dst = fp_nat_daddr4(&ctv.nat, dst);
+		r = fp_ip4_addr_reason(ip->saddr, dst);
+		if (r)
+			return r;
+	}
 
-	rt = fp_fib4_lookup(ip->daddr);
+	rt = fp_fib4_lookup(dst);
 	if (!rt)
 		return FP_R_NO_ROUTE;
 	r = fp_route_reason(rt);
@@ -377,10 +386,13 @@ full:
 	if (ip->ttl <= 1)
 		return FP_R_TTL_EXCEEDED;
 
+	/* NAT: ECMP would hash the rewritten header; not done here. */
+	if (fp_cfg.stateful && (ctv.nat.flags & FP_NAT_DST) && rt->type != FP_RT_FORWARD)
+		return FP_R_CT_NAT;
 	r = fp_route_nexthop(p, rt, &k, pos.prev_nh, &nh_id);
 	if (r != FP_R_FORWARDED)
 		return r;
-	r = fp_tx_resolve(&tx, rt, nh_id, fp_cfg.ingress_slot, FP_AF_INET, ip->daddr, NULL, tot_len);
+	r = fp_tx_resolve(&tx, rt, nh_id, fp_cfg.ingress_slot, FP_AF_INET, dst, NULL, tot_len);
 	if (r != FP_R_FORWARDED)
 		return r;
 	slot = tx.slot;
@@ -391,7 +403,8 @@ send:
 	if (r != FP_R_FORWARDED)
 		return r;
 	if (f) {
-		fp_flow_touch(p, pos.set, pos.way, f, FP_AF_INET, *(__be32 *)k.daddr, NULL);
+		fp_flow_touch(p, pos.set, pos.way, f, FP_AF_INET,
+			      fp_cfg.stateful ? fp_nat_daddr4(&ctv.nat, *(__be32 *)k.daddr) : *(__be32 *)k.daddr, NULL);
 	} else {
 		fp_neigh_touch(tx.neigh, p->clock);
 		filled = fp_flow_store(p, &pos, &k, &tx);
@@ -404,6 +417,8 @@ send:
 	data_end = (void *)(long)ctx->data_end;
 	ip = data + FP_ETH_HLEN;
 	if ((void *)(ip + 1) > data_end)
+		return FP_R_REDIRECT_FAILED;
+	if (fp_cfg.stateful && !fp_nat_rewrite(ctx, &ctv.nat))
 		return FP_R_REDIRECT_FAILED;
 	fp_tx_rewrite_eth(data, dmac, smac);
 	fp_ip4_dec_ttl(ip);
@@ -478,6 +493,13 @@ full:
 	}
 
 	__builtin_memcpy(key.addr, &ip6->daddr, sizeof(key.addr));
+	/* NAT: the kernel routes what PREROUTING's destination NAT made. */
+	if (fp_cfg.stateful && (ctv.nat.flags & FP_NAT_DST)) {
+		__builtin_memcpy(key.addr, ctv.nat.daddr, sizeof(key.addr));
+		r = fp_ip6_addr_reason(&ip6->saddr, (const struct in6_addr *)key.addr);
+		if (r)
+			return r;
+	}
 	rt = fp_fib6_lookup(&key);
 	if (!rt)
 		return FP_R_NO_ROUTE;
@@ -489,6 +511,9 @@ full:
 	if (ip6->hop_limit <= 1)
 		return FP_R_TTL_EXCEEDED;
 
+	/* NAT: ECMP would hash the rewritten header; not done here. */
+	if (fp_cfg.stateful && (ctv.nat.flags & FP_NAT_DST) && rt->type != FP_RT_FORWARD)
+		return FP_R_CT_NAT;
 	r = fp_route_nexthop(p, rt, &k, pos.prev_nh, &nh_id);
 	if (r != FP_R_FORWARDED)
 		return r;
@@ -503,6 +528,9 @@ send:
 	if (r != FP_R_FORWARDED)
 		return r;
 	if (f) {
+		/* NAT: the neighbour is the rewritten destination's (k is done with). */
+		if (fp_cfg.stateful && (ctv.nat.flags & FP_NAT_DST))
+			__builtin_memcpy(k.daddr, ctv.nat.daddr, 16);
 		fp_flow_touch(p, pos.set, pos.way, f, FP_AF_INET6, 0, k.daddr);
 	} else {
 		fp_neigh_touch(tx.neigh, p->clock);
@@ -515,6 +543,8 @@ send:
 	data_end = (void *)(long)ctx->data_end;
 	ip6 = data + FP_ETH_HLEN;
 	if ((void *)(ip6 + 1) > data_end)
+		return FP_R_REDIRECT_FAILED;
+	if (fp_cfg.stateful && !fp_nat_rewrite(ctx, &ctv.nat))
 		return FP_R_REDIRECT_FAILED;
 	fp_tx_rewrite_eth(data, dmac, smac);
 	ip6->hop_limit--;

@@ -35,6 +35,7 @@
 #include <bpf/bpf_helpers.h>
 #include "maps.h"
 #include "parse.h"
+#include "nat.h"
 
 /* Weak: a kernel without conntrack still loads the stateless program. */
 extern struct nf_conn *bpf_xdp_ct_lookup(struct xdp_md *xdp_ctx, struct bpf_sock_tuple *bpf_tuple,
@@ -142,7 +143,7 @@ static __always_inline __u32 fp_ct_timeout(const struct nf_conn *ct, __u8 proto,
  * the punt reason. Called with the reference held.
  */
 static __always_inline __u32
-fp_ct_eligible(const struct nf_conn *ct, __u8 proto, const struct fp_runtime *rt, struct fp_nat *nat)
+fp_ct_eligible(const struct nf_conn *ct, __u32 dir, __u8 proto, const struct fp_runtime *rt, struct fp_nat *nat)
 {
 	unsigned long status = ct->status;
 
@@ -179,16 +180,8 @@ fp_ct_eligible(const struct nf_conn *ct, __u8 proto, const struct fp_runtime *rt
 	if ((ct->mark & rt->ct_mark) != rt->ct_mark)
 		return FP_R_CT_UNMARKED;
 
-	if (status & (IPS_SRC_NAT | IPS_DST_NAT)) {
-		/*
-		 * NAT (nat.h) goes here: fill *@nat from the tuple of the
-		 * other direction (ct->tuplehash[!dir], reversed) and return
-		 * FP_R_FORWARDED. Until then the kernel translates.
-		 */
-		return FP_R_CT_NAT;
-	}
-	nat->flags = 0;
-	return FP_R_FORWARDED;
+	/* NAT: what the packet becomes, from the other direction's tuple. */
+	return fp_nat_from_ct(ct, dir, nat) ?: FP_R_FORWARDED;
 }
 
 /*
@@ -224,7 +217,7 @@ fp_ct_check(struct xdp_md *ctx, const struct fp_flow_key *k, const struct fp_run
 	ct = bpf_xdp_ct_lookup(ctx, &t, tuple_sz, &opts, FP_CT_OPTS_SZ);
 	if (!ct)
 		return opts.error == -FP_ENOENT ? FP_R_CT_NEW : FP_R_CT_UNSUPPORTED;
-	r = fp_ct_eligible(ct, k->proto, rt, nat);
+	r = fp_ct_eligible(ct, opts.dir, k->proto, rt, nat);
 	if (r == FP_R_FORWARDED) {
 		/* -EPERM for IPS_FIXED_TIMEOUT, which the kernel leaves alone too. */
 		timeout = fp_ct_timeout(ct, k->proto, rt);
@@ -233,6 +226,23 @@ fp_ct_check(struct xdp_md *ctx, const struct fp_flow_key *k, const struct fp_run
 	}
 	bpf_ct_release(ct);
 	return r;
+}
+
+/*
+ * A fresh verdict that NATs unlike the one the flow's cached route was
+ * computed with (fp_ct_done() keeps them together): a new conntrack entry
+ * for the same tuple. The kernel takes this packet; the way goes stale and
+ * keeps the new NAT, so the next packet is routed for it.
+ */
+static __always_inline __u32 fp_ct_nat_moved(struct fp_ct_way *cw, const struct fp_nat *nat, __u32 idx, int way)
+{
+	struct fp_flow_set *s = bpf_map_lookup_elem(&fp_flows, &idx);
+
+	cw->nat = *nat;
+	cw->validated = 0;
+	if (s)
+		s->generation[way & (FP_FLOW_WAYS - 1)] = 0;
+	return FP_R_CT_NAT;
 }
 
 /*
@@ -277,6 +287,8 @@ fp_ct_gate(struct xdp_md *ctx, const struct fp_runtime *rt, const struct fp_flow
 		return r;
 	}
 	v->fresh = 1;
+	if (cw && !fp_nat_same(&cw->nat, &v->nat))
+		return fp_ct_nat_moved(cw, &v->nat, idx, way);
 	return FP_R_FORWARDED;
 }
 

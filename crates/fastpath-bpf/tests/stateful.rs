@@ -267,15 +267,20 @@ fn punt_cases() -> Vec<Case> {
         Case::punt("gre", entries(&[]), f4(&gre), FP_R_CT_UNSUPPORTED),
         Case::punt("tcp header cut short", entries(&[TCP_EST]), f4(&short_tcp), FP_R_CT_UNSUPPORTED),
         Case::punt("udp header cut short", entries(&[UDP_EST]), f4(&short_udp), FP_R_CT_UNSUPPORTED),
+        // NAT that forwards: stateful_nat.rs. ECMP would hash the rewritten header.
         Case::punt(
-            "snat entry",
-            entries(&[&format!("{TCP_EST} --src-nat 198.51.100.254")]),
-            f4(&data),
-            FP_R_CT_NAT,
-        ),
-        Case::punt(
-            "dnat entry",
-            entries(&[&format!("{TCP_EST} --dst-nat 198.51.100.7")]),
+            "dnat onto a multipath route",
+            {
+                let e = entries(&[&format!("{TCP_EST} --dst-nat 203.0.113.7")]);
+                move |w: &mut World| {
+                    e(w);
+                    for (k, r) in w.fib4.iter_mut() {
+                        if k.prefixlen == 24 && k.addr == u32::from_ne_bytes(v4("203.0.113.0")) {
+                            *r = route(fp_route_type::FP_RT_MULTIPATH, 1);
+                        }
+                    }
+                }
+            },
             f4(&data),
             FP_R_CT_NAT,
         ),

@@ -1,0 +1,252 @@
+//! BPF_PROG_RUN tests of NAT in stateful mode (`bpf/lib/nat.h` wired into
+//! the conntrack gate and `bpf/xdp_fwd.bpf.c`), against real conntrack
+//! entries made with `conntrack -I --src-nat/--dst-nat` in the test's own
+//! namespace, in the style of stateful.rs.
+//!
+//! A NATed established entry forwards with the rewrite applied (expected
+//! bytes built here with full checksums); the route is looked up for the
+//! post-DNAT destination (a port forward to the router's own address is
+//! routed to its target, not punted as local); the reply direction undoes
+//! the manip; a cache hit applies the cached rewrite; a new entry for the
+//! same tuple with another NAT is never sent along the old route.
+//! (Byte-exactness against the kernel's own nf_nat: tests/nat.rs.)
+//!
+//!   cargo test --release -p fastpath-bpf --test stateful_nat
+
+#[allow(dead_code)] // each test binary uses its own part of the support code
+mod support;
+
+use fastpath_bpf::intf::fp_flow_event::*;
+use fastpath_bpf::intf::fp_reason::{self, *};
+use fastpath_bpf::intf::*;
+
+use support::conntrack;
+use support::netns::{require_root, Lab};
+use support::packet::*;
+use support::runner::*;
+use support::world::*;
+
+const TCP: u8 = 6;
+const UDP: u8 = 17;
+const ACK: u8 = 0x10;
+
+const EST: &str = "--state ESTABLISHED --timeout 100 --status ASSURED,SEEN_REPLY --mark 1";
+
+/// Client 192.0.2.10:1000 to 203.0.113.20:80, leaving as 198.51.100.254:40000.
+fn snat_tcp() -> String {
+    format!("-p tcp -s 192.0.2.10 -d 203.0.113.20 --sport 1000 --dport 80 {EST} --src-nat 198.51.100.254:40000")
+}
+fn snat_udp() -> String {
+    "-p udp -s 192.0.2.10 -d 203.0.113.20 --sport 1000 --dport 53 --timeout 100 --status ASSURED,SEEN_REPLY \
+     --mark 1 --src-nat 198.51.100.254:40000"
+        .into()
+}
+/// Port forward: the client talks to the router (192.0.2.1:8080, a local
+/// address in the world's FIB), the entry sends it to 203.0.113.20:80.
+fn dnat_tcp(to: &str) -> String {
+    format!("-p tcp -s 192.0.2.10 -d 192.0.2.1 --sport 1000 --dport 8080 {EST} --dst-nat {to}")
+}
+/// A connection opened from outside to 198.51.100.77:5555, forwarded to the
+/// client: the client's packets are its reply direction (source restored).
+fn dnat_inbound() -> String {
+    format!("-p tcp -s 203.0.113.20 -d 198.51.100.77 --sport 80 --dport 5555 {EST} --dst-nat 192.0.2.10:1000")
+}
+fn snat6_tcp() -> String {
+    format!("-p tcp -s 2001:db8:a::10 -d 2001:db8:2::20 --sport 1000 --dport 80 {EST} --src-nat [2001:db8:b::99]:40000")
+}
+
+/// L4 header and payload with a correct checksum for these addresses.
+fn l4(proto: u8, src: &[u8], dst: &[u8], sport: u16, dport: u16) -> Vec<u8> {
+    let mut h = Vec::new();
+    h.extend_from_slice(&sport.to_be_bytes());
+    h.extend_from_slice(&dport.to_be_bytes());
+    if proto == TCP {
+        h.extend_from_slice(&0x1000_0000u32.to_be_bytes());
+        h.extend_from_slice(&0x2000_0000u32.to_be_bytes());
+        h.extend_from_slice(&[0x50, ACK, 0x01, 0x00, 0, 0, 0, 0]);
+    } else {
+        h.extend_from_slice(&[0, 0, 0, 0]);
+    }
+    h.extend_from_slice(b"fastpath nat!");
+    if proto == UDP {
+        let len = h.len() as u16;
+        h[4..6].copy_from_slice(&len.to_be_bytes());
+    }
+    let mut pseudo = [src, dst].concat();
+    if src.len() == 4 {
+        pseudo.extend_from_slice(&[0, proto]);
+        pseudo.extend_from_slice(&(h.len() as u16).to_be_bytes());
+    } else {
+        pseudo.extend_from_slice(&(h.len() as u32).to_be_bytes());
+        pseudo.extend_from_slice(&[0, 0, 0, proto]);
+    }
+    let mut c = csum(&[pseudo, h.clone()].concat());
+    if proto == UDP && c == 0 {
+        c = 0xFFFF;
+    }
+    let at = if proto == TCP { 16 } else { 6 };
+    h[at..at + 2].copy_from_slice(&c.to_be_bytes());
+    h
+}
+
+struct Flow4 {
+    proto: u8,
+    src: &'static str,
+    dst: &'static str,
+    sport: u16,
+    dport: u16,
+}
+
+impl Flow4 {
+    fn ip(&self, ttl: u8) -> Ip4 {
+        let (s, d) = (v4(self.src), v4(self.dst));
+        let mut p = Ip4::new(s, d);
+        p.proto = self.proto;
+        p.ttl = ttl;
+        p.payload = l4(self.proto, &s, &d, self.sport, self.dport);
+        p
+    }
+
+    /// As the client sends it on port a.
+    fn input(&self) -> Vec<u8> {
+        self.ip(64).frame(MAC_A, MAC_CLIENT)
+    }
+
+    /// As it must leave port b towards the 203.0.113.0/24 gateway.
+    fn output(&self) -> Vec<u8> {
+        self.ip(63).frame(MAC_GW4, MAC_B)
+    }
+}
+
+fn lab(test: &str) -> Option<(Lab, World)> {
+    if !require_root(test) {
+        return None;
+    }
+    let lab = Lab::new().expect("private netns with a veth pair");
+    support::cpu::pin_here().expect("pin the test thread");
+    let mut w = World::new(lab.a, lab.b);
+    w.stateful = true;
+    w.rt.ct_mark = 1;
+    w.rt.ct_revalidate_ms = FP_DEFAULT_CT_REVALIDATE_MS;
+    w.rt.ct_timeout_tcp = 5000;
+    w.rt.ct_timeout_udp = 33;
+    w.rt.ct_timeout_udp_stream = 777;
+    Some((lab, w))
+}
+
+fn entries(list: Vec<String>) -> impl Fn(&mut World) + 'static {
+    move |w: &mut World| w.conntrack = list.clone()
+}
+
+#[test]
+fn nated_entries_forward_rewritten() {
+    let Some((_lab, world)) = lab("nated_entries_forward_rewritten") else { return };
+    let client = |proto, dst, dport| Flow4 { proto, src: "192.0.2.10", dst, sport: 1000, dport };
+    let snat_out = |proto, dport| Flow4 { proto, src: "198.51.100.254", dst: "203.0.113.20", sport: 40000, dport };
+
+    let t6_in = {
+        let (s, d) = (v6("2001:db8:a::10"), v6("2001:db8:2::20"));
+        let mut p = Ip6::new(s, d);
+        p.nexthdr = TCP;
+        p.payload = l4(TCP, &s, &d, 1000, 80);
+        p
+    };
+    let t6_out = {
+        let (s, d) = (v6("2001:db8:b::99"), v6("2001:db8:2::20"));
+        let mut p = Ip6::new(s, d);
+        p.nexthdr = TCP;
+        p.hop = 63;
+        p.payload = l4(TCP, &s, &d, 40000, 80);
+        p
+    };
+
+    let cases = vec![
+        Case::forward(
+            "snat tcp, original direction",
+            entries(vec![snat_tcp()]),
+            client(TCP, "203.0.113.20", 80).input(),
+            snat_out(TCP, 80).output(),
+        ),
+        Case::forward(
+            "snat udp, original direction",
+            entries(vec![snat_udp()]),
+            client(UDP, "203.0.113.20", 53).input(),
+            snat_out(UDP, 53).output(),
+        ),
+        Case::forward(
+            "port forward to the router's address: routed for the new destination",
+            entries(vec![dnat_tcp("203.0.113.20:80")]),
+            client(TCP, "192.0.2.1", 8080).input(),
+            Flow4 { proto: TCP, src: "192.0.2.10", dst: "203.0.113.20", sport: 1000, dport: 80 }.output(),
+        ),
+        Case::forward(
+            "dnat, reply direction: the source is restored",
+            entries(vec![dnat_inbound()]),
+            client(TCP, "203.0.113.20", 80).input(),
+            Flow4 { proto: TCP, src: "198.51.100.77", dst: "203.0.113.20", sport: 5555, dport: 80 }.output(),
+        ),
+        Case::forward(
+            "ipv6 snat tcp",
+            entries(vec![snat6_tcp()]),
+            t6_in.frame(MAC_A, MAC_CLIENT),
+            t6_out.frame(MAC_GW6, MAC_B),
+        ),
+        // Without the entry the same packet is local to the router.
+        Case::punt("no entry: the router's own address", entries(vec![]), client(TCP, "192.0.2.1", 8080).input(), FP_R_CT_NEW),
+        // A port forward back out of the ingress interface is the kernel's (redirect).
+        Case::punt(
+            "dnat to the ingress side",
+            entries(vec![dnat_tcp("192.0.2.10:80")]),
+            client(TCP, "192.0.2.1", 8080).input(),
+            FP_R_SAME_IFACE,
+        ),
+    ];
+    run_all(&world, &cases);
+}
+
+fn forwards(l: &Loaded, w: &World, pkt: &[u8], want: &[u8]) {
+    let (verdict, out) = l.run(w.a, pkt).expect("run");
+    assert_eq!(verdict, XDP_REDIRECT, "not forwarded");
+    assert_eq!(out, want, "output bytes");
+}
+
+fn punts(l: &Loaded, w: &World, pkt: &[u8], reason: fp_reason) {
+    let before = l.stats(SLOT_A).expect("stats").packets[reason as usize];
+    let (verdict, out) = l.run(w.a, pkt).expect("run");
+    assert_eq!(verdict, XDP_PASS, "not punted");
+    assert_eq!(out, pkt, "a punt must not modify the frame");
+    let after = l.stats(SLOT_A).expect("stats").packets[reason as usize];
+    assert_eq!(after, before + 1, "not counted as {}", reason_name(reason as usize));
+}
+
+fn hits(l: &Loaded) -> u64 {
+    l.stats(SLOT_A).expect("stats").flow[FP_FC_HIT as usize]
+}
+
+/// The rewrite lives in the per-flow verdict cache: a hit applies it without
+/// a lookup. A new entry for the same tuple that NATs elsewhere is never
+/// sent along the route cached for the old one: that packet goes to the
+/// kernel, the next one is routed afresh.
+#[test]
+fn cached_nat_and_a_moved_target() {
+    let Some((_lab, mut w)) = lab("cached_nat_and_a_moved_target") else { return };
+    w.rt.flow_timeout = 30;
+    w.rt.ct_revalidate_ms = 600_000;
+    w.conntrack = vec![dnat_tcp("203.0.113.20:80")];
+    let l = Loaded::new(&w).expect("load");
+    let pkt = Flow4 { proto: TCP, src: "192.0.2.10", dst: "192.0.2.1", sport: 1000, dport: 8080 }.input();
+    let to_far = Flow4 { proto: TCP, src: "192.0.2.10", dst: "203.0.113.20", sport: 1000, dport: 80 }.output();
+    forwards(&l, &w, &pkt, &to_far);
+    forwards(&l, &w, &pkt, &to_far);
+    assert_eq!(hits(&l), 1, "the second packet is a cache hit");
+    conntrack::delete("-p tcp -s 192.0.2.10 -d 192.0.2.1 --sport 1000 --dport 8080").expect("conntrack -D");
+    conntrack::insert(&dnat_tcp("198.51.100.7:80")).expect("conntrack -I");
+    w.rt.ct_generation += 1;
+    l.set_rt(&w.rt).expect(".bss");
+    // The cached route (via the 203.0.113.0/24 gateway) is not the new target's.
+    punts(&l, &w, &pkt, FP_R_CT_NAT);
+    // Routed afresh: a host on port b's link.
+    let to_host = Flow4 { proto: TCP, src: "192.0.2.10", dst: "198.51.100.7", sport: 1000, dport: 80 }.ip(63);
+    forwards(&l, &w, &pkt, &to_host.frame(MAC_HOST_B, MAC_B));
+    forwards(&l, &w, &pkt, &to_host.frame(MAC_HOST_B, MAC_B));
+}
