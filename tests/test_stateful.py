@@ -396,10 +396,7 @@ def test_idle_but_alive_flows_do_not_expire(lab: Lab, fastpath_bin):
 
 
 @pytest.mark.parametrize("how", [
-    pytest.param("fin", marks=pytest.mark.xfail(strict=False, reason=(
-        "race in the data path: a punted FIN does not drop its flow's cached verdict, so the "
-        "final ACK can still go fast before the daemon's generation bump lands, leaving "
-        "conntrack in LAST_ACK (seen about 1 run in 6); fix: ct.h invalidates the way on FIN/RST"))),
+    "fin",
     "rst",
 ])
 def test_fin_and_rst_reach_conntrack(sf: Daemon, lab: Lab, how):

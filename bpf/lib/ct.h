@@ -163,7 +163,14 @@ fp_ct_eligible(const struct nf_conn *ct, __u32 dir, __u8 proto, const struct fp_
 		return FP_R_CT_NOT_ESTABLISHED;
 	if (proto == IPPROTO_TCP && ct->proto.tcp.state != TCP_CONNTRACK_ESTABLISHED)
 		return FP_R_CT_NOT_ESTABLISHED;
+	/* Replied but not yet assured: the kernel assures it on its next packet. */
+	if (proto == IPPROTO_UDP && !(status & IPS_ASSURED))
+		return FP_R_CT_NOT_ESTABLISHED;
+
+	if ((ct->mark & rt->ct_mark) != rt->ct_mark)
+		return FP_R_CT_UNMARKED;
 	/*
+	 * (After the mark: the daemon makes only marked entries liberal.)
 	 * Conntrack never sees the segments we carry: unless its window
 	 * tracking is liberal for this entry (both directions; the daemon sets
 	 * it as the kernel's flowtable does) or the whole netns, the next
@@ -173,12 +180,6 @@ fp_ct_eligible(const struct nf_conn *ct, __u32 dir, __u8 proto, const struct fp_
 	if (proto == IPPROTO_TCP && !rt->ct_tcp_liberal &&
 	    !(ct->proto.tcp.seen[0].flags & ct->proto.tcp.seen[1].flags & FP_CT_TCP_FLAG_BE_LIBERAL))
 		return FP_R_CT_NOT_ESTABLISHED;
-	/* Replied but not yet assured: the kernel assures it on its next packet. */
-	if (proto == IPPROTO_UDP && !(status & IPS_ASSURED))
-		return FP_R_CT_NOT_ESTABLISHED;
-
-	if ((ct->mark & rt->ct_mark) != rt->ct_mark)
-		return FP_R_CT_UNMARKED;
 
 	/* NAT: what the packet becomes, from the other direction's tuple. */
 	return fp_nat_from_ct(ct, dir, nat) ?: FP_R_FORWARDED;

@@ -599,7 +599,9 @@ pub struct CtTimeouts {
     pub tcp: u32,
     pub udp: u32,
     pub udp_stream: u32,
-    /// nf_conntrack_tcp_be_liberal: every TCP entry's window tracking is liberal.
+    /// nf_conntrack_tcp_be_liberal: every TCP entry's window tracking is
+    /// liberal (read with the timeouts; not one, so kept out of `timeouts_s`).
+    #[serde(skip)]
     pub tcp_liberal: bool,
 }
 
