@@ -264,6 +264,27 @@ impl Collector for Scrape {
         }
         counter(&mut e, "fastpath_neigh_keepalives", "Neighbours refreshed in the kernel because fast-pathed traffic used them.", s.neigh_keepalives)?;
         gauge(&mut e, "fastpath_generation", "Table generation (bumped by every route or neighbour change).", s.generation as f64)?;
+        if let Some(ct) = &s.conntrack {
+            let c = &ct.counters;
+            gauge(&mut e, "fastpath_ct_generation", "Stateful mode: conntrack generation (each bump re-checks every cached verdict).", f64::from(ct.generation))?;
+            let mut m = e.encode_descriptor(
+                "fastpath_ct_events",
+                "Stateful mode: conntrack and nftables events and what the daemon did about them.",
+                None,
+                prometheus_client::metrics::MetricType::Counter,
+            )?;
+            for (what, n) in [
+                ("events", c.events),
+                ("bumps", c.bumps),
+                ("overruns", c.overruns),
+                ("ruleset_changes", c.ruleset_changes),
+                ("marks_cleared", c.marks_cleared),
+                ("clear_errors", c.clear_errors),
+                ("liberal", c.liberal),
+            ] {
+                ConstCounter::new(n).encode(m.encode_family(&[("what", what)])?)?;
+            }
+        }
         Ok(())
     }
 }
@@ -281,6 +302,8 @@ mod tests {
         let mut flow = BTreeMap::new();
         flow.insert("hit".to_string(), 9);
         Status {
+            mode: "stateless".into(),
+            conntrack: None,
             generation: 4,
             netlink_resyncs: 1,
             neigh_keepalives: 0,
@@ -333,6 +356,25 @@ mod tests {
             assert!(out.lines().any(|l| l == line), "missing {line:?} in\n{out}");
         }
         assert!(out.ends_with("# EOF\n"), "{out}");
+        assert!(!out.contains("fastpath_ct_"), "stateless mode exports no conntrack series");
+    }
+
+    #[test]
+    fn stateful_mode_exports_conntrack_series() {
+        let mut st = status();
+        st.mode = "stateful".into();
+        let mut ct = crate::ctwatch::CtStatus { generation: 7, ..Default::default() };
+        ct.counters.bumps = 3;
+        ct.counters.liberal = 2;
+        st.conntrack = Some(ct);
+        let out = render(st, OpsStats::default(), Instant::now()).expect("encodes");
+        for line in [
+            "fastpath_ct_generation 7.0",
+            "fastpath_ct_events_total{what=\"bumps\"} 3",
+            "fastpath_ct_events_total{what=\"liberal\"} 2",
+        ] {
+            assert!(out.lines().any(|l| l == line), "missing {line:?} in\n{out}");
+        }
     }
 
     #[test]
