@@ -314,21 +314,6 @@ fn stateless_ignores_conntrack() {
     run_all(&world, &[Case::forward("syn, no entry", entries(&[]), f4(&data), out4(&data))]);
 }
 
-fn forwards(l: &Loaded, w: &World, pkt: &[u8], want: &[u8]) {
-    let (verdict, out) = l.run(w.a, pkt).expect("run");
-    assert_eq!(verdict, XDP_REDIRECT, "not forwarded");
-    assert_eq!(out, want, "output bytes");
-}
-
-fn punts(l: &Loaded, w: &World, pkt: &[u8], reason: fp_reason) {
-    let before = l.stats(SLOT_A).expect("stats").packets[reason as usize];
-    let (verdict, out) = l.run(w.a, pkt).expect("run");
-    assert_eq!(verdict, XDP_PASS, "not punted");
-    assert_eq!(out, pkt, "a punt must not modify the frame");
-    let after = l.stats(SLOT_A).expect("stats").packets[reason as usize];
-    assert_eq!(after, before + 1, "not counted as {}", reason_name(reason as usize));
-}
-
 fn set_rt(l: &Loaded, w: &World) {
     l.set_rt(&w.rt).expect(".bss");
 }

@@ -17,7 +17,7 @@
 mod support;
 
 use fastpath_bpf::intf::fp_flow_event::*;
-use fastpath_bpf::intf::fp_reason::{self, *};
+use fastpath_bpf::intf::fp_reason::*;
 use fastpath_bpf::intf::*;
 
 use support::conntrack;
@@ -202,21 +202,6 @@ fn nated_entries_forward_rewritten() {
         ),
     ];
     run_all(&world, &cases);
-}
-
-fn forwards(l: &Loaded, w: &World, pkt: &[u8], want: &[u8]) {
-    let (verdict, out) = l.run(w.a, pkt).expect("run");
-    assert_eq!(verdict, XDP_REDIRECT, "not forwarded");
-    assert_eq!(out, want, "output bytes");
-}
-
-fn punts(l: &Loaded, w: &World, pkt: &[u8], reason: fp_reason) {
-    let before = l.stats(SLOT_A).expect("stats").packets[reason as usize];
-    let (verdict, out) = l.run(w.a, pkt).expect("run");
-    assert_eq!(verdict, XDP_PASS, "not punted");
-    assert_eq!(out, pkt, "a punt must not modify the frame");
-    let after = l.stats(SLOT_A).expect("stats").packets[reason as usize];
-    assert_eq!(after, before + 1, "not counted as {}", reason_name(reason as usize));
 }
 
 fn hits(l: &Loaded) -> u64 {

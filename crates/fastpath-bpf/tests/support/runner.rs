@@ -193,3 +193,23 @@ pub fn run_all(base: &World, cases: &[Case]) {
     }
     assert!(failed.is_empty(), "{} of {} cases failed:\n{}", failed.len(), cases.len(), failed.join("\n"));
 }
+
+/// One packet through a program loaded once for a sequence (flow cache,
+/// conntrack state carried between packets): forwarded with these bytes.
+#[allow(dead_code)] // not every test binary runs sequences
+pub fn forwards(l: &Loaded, w: &World, pkt: &[u8], want: &[u8]) {
+    let (verdict, out) = l.run(w.a, pkt).expect("run");
+    assert_eq!(verdict, XDP_REDIRECT, "not forwarded");
+    assert_eq!(out, want, "output bytes");
+}
+
+/// As `forwards`: passed up unmodified and counted under @reason.
+#[allow(dead_code)]
+pub fn punts(l: &Loaded, w: &World, pkt: &[u8], reason: fp_reason) {
+    let before = l.stats(super::world::SLOT_A).expect("stats").packets[reason as usize];
+    let (verdict, out) = l.run(w.a, pkt).expect("run");
+    assert_eq!(verdict, XDP_PASS, "not punted");
+    assert_eq!(out, pkt, "a punt must not modify the frame");
+    let after = l.stats(super::world::SLOT_A).expect("stats").packets[reason as usize];
+    assert_eq!(after, before + 1, "not counted as {}", reason_name(reason as usize));
+}
