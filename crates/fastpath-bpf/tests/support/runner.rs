@@ -1,5 +1,8 @@
-//! Loads a fresh program per case, writes the case's tables, runs one packet
-//! through BPF_PROG_RUN and checks verdict, output bytes and counters.
+//! Runs one packet per case through BPF_PROG_RUN and checks verdict, output
+//! bytes and counters. Every case starts from an empty program: the loaded
+//! program is reused between cases of one test, but all its maps are emptied
+//! first (`Loaded::reset`), which is what a fresh load would give without the
+//! verifier's second per case.
 
 use std::mem::MaybeUninit;
 
@@ -8,8 +11,10 @@ use fastpath_bpf::intf::{
     fp_reason, fp_stats, reason_name, FP_DEFAULT_FLOW_ENTRIES, FP_FLOW_WAYS, FP_MAX_IFACES,
 };
 use fastpath_bpf::skel::xdp_fwd::{XdpFwdSkel, XdpFwdSkelBuilder};
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, OpenObject, ProgramInput};
+use std::cell::RefCell;
+
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, MapType, OpenObject, ProgramInput};
 
 use super::world::{from_raw, World};
 
@@ -61,13 +66,53 @@ impl Loaded {
         open.progs.fp_xdp_fwd_hw.set_autoload(false);
         let rodata = open.maps.rodata_data.as_deref_mut().context("no .rodata")?;
         rodata.fp_cfg.ingress_ifindex = world.a;
-        // The instance keeps its slot even when the test unmanages it.
-        rodata.fp_cfg.ingress_slot = world.slots.iter().find(|(i, _)| *i == world.a).map(|(_, s)| *s).unwrap_or(0);
+        rodata.fp_cfg.ingress_slot = ingress_slot(world);
         rodata.fp_cfg.flow_sets = FP_DEFAULT_FLOW_ENTRIES / FP_FLOW_WAYS;
         rodata.fp_cfg.stateful = u32::from(world.stateful);
         let skel = open.load().context("load xdp_fwd (verifier)")?;
         world.apply(&skel)?;
         Ok(Loaded { skel, _obj: obj })
+    }
+
+    /// Empties every writable map (tables, flow caches, counters, .bss): the
+    /// state of a fresh load. Goes over all maps of the object, so a map
+    /// added later cannot carry state from one case into the next.
+    pub fn reset(&self) -> Result<()> {
+        let cpus = libbpf_rs::num_possible_cpus().context("number of CPUs")?;
+        for map in self.skel.object().maps() {
+            let name = map.name().to_string_lossy().into_owned();
+            let zero = vec![0u8; map.value_size() as usize];
+            match map.map_type() {
+                // Frozen at load; the same for every case of one test (see `check`).
+                _ if name.ends_with(".rodata") => {}
+                MapType::Array => {
+                    for k in 0..map.max_entries() {
+                        map.update(&k.to_ne_bytes(), &zero, MapFlags::ANY).with_context(|| format!("zeroing {name}"))?;
+                    }
+                }
+                MapType::PercpuArray => {
+                    let zeros = vec![zero.clone(); cpus];
+                    for k in 0..map.max_entries() {
+                        map.update_percpu(&k.to_ne_bytes(), &zeros, MapFlags::ANY)
+                            .with_context(|| format!("zeroing {name}"))?;
+                    }
+                }
+                // An array whose slots can be deleted; an empty slot fails with ENOENT.
+                MapType::Devmap => {
+                    for k in 0..map.max_entries() {
+                        let _ = map.delete(&k.to_ne_bytes());
+                    }
+                }
+                MapType::Hash | MapType::LpmTrie | MapType::LruHash => {
+                    let keys: Vec<Vec<u8>> = map.keys().collect();
+                    for k in keys {
+                        map.delete(&k).with_context(|| format!("emptying {name}"))?;
+                    }
+                }
+                t => bail!("reset: map {name} has type {t:?}, which this runner does not know how to empty"),
+            }
+        }
+        Ok(())
     }
 
     /// Runs one frame arriving on `ingress`; returns (verdict, output frame).
@@ -151,11 +196,54 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect::<Vec<_>>().join(" ")
 }
 
-/// Runs one case from a fresh program and checks everything it promises.
+thread_local! {
+    /// The program the last case of this test (one test = one thread) ran
+    /// on, with the load-time settings it was loaded with.
+    static LOADED: RefCell<Option<(LoadKey, Loaded)>> = const { RefCell::new(None) };
+}
+
+/// Everything `Loaded::new` puts into .rodata: cases that agree on it can
+/// share one load.
+type LoadKey = (u32, u32, bool);
+
+fn load_key(w: &World) -> LoadKey {
+    (w.a, ingress_slot(w), w.stateful)
+}
+
+/// The instance keeps its slot even when the test unmanages it.
+fn ingress_slot(w: &World) -> u32 {
+    w.slots.iter().find(|(i, _)| *i == w.a).map(|(_, s)| *s).unwrap_or(0)
+}
+
+/// Runs `f` on a program in the state a fresh load of `world` would have.
+fn with_program<T>(world: &World, f: impl FnOnce(&Loaded) -> Result<T>) -> Result<T> {
+    LOADED.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let key = load_key(world);
+        match slot.as_ref() {
+            Some((k, l)) if *k == key => {
+                l.reset()?;
+                world.apply(&l.skel)?;
+            }
+            _ => {
+                *slot = None;
+                *slot = Some((key, Loaded::new(world)?));
+            }
+        }
+        let (_, l) = slot.as_ref().context("no program")?;
+        f(l)
+    })
+}
+
+/// Runs one case from a program in its just-loaded state and checks
+/// everything it promises.
 pub fn check(base: &World, case: &Case) -> Result<()> {
     let mut world = base.clone();
     (case.world)(&mut world);
-    let loaded = Loaded::new(&world)?;
+    with_program(&world, |loaded| check_loaded(&world, case, loaded))
+}
+
+fn check_loaded(world: &World, case: &Case, loaded: &Loaded) -> Result<()> {
     let (verdict, out) = loaded.run(world.a, &case.pkt)?;
     let slot = world.slot(world.a);
     let (want_verdict, want_out, want_reason) = match &case.expect {
@@ -177,7 +265,7 @@ pub fn check(base: &World, case: &Case) -> Result<()> {
     Ok(())
 }
 
-/// Runs all cases, each in its own program, once with the flow cache off and
+/// Runs all cases, each from a just-loaded program state, once with the flow cache off and
 /// once on (a first packet: the full path, then filling the cache), and
 /// reports every failure at once.
 pub fn run_all(base: &World, cases: &[Case]) {
@@ -191,7 +279,7 @@ pub fn run_all(base: &World, cases: &[Case]) {
             }
         }
     }
-    assert!(failed.is_empty(), "{} of {} cases failed:\n{}", failed.len(), cases.len(), failed.join("\n"));
+    assert!(failed.is_empty(), "{} of {} runs failed:\n{}", failed.len(), 2 * cases.len(), failed.join("\n"));
 }
 
 /// One packet through a program loaded once for a sequence (flow cache,
