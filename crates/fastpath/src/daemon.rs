@@ -93,9 +93,8 @@ pub fn run(loaded: Loaded) -> Result<()> {
     };
     // --pin: what a previous daemon left (maps to adopt, links to take over).
     let mut pins = if args.pin { Some(pin::Pins::open(&args, &mut ifaces, &caps, &opts)?) } else { None };
-    let instances = loader::load_all(&ifaces, &caps, &opts, pins.as_ref().and_then(|p| p.maps()))?;
-    let first = instances.first().context("no interface to run on")?;
-    let maps = Maps::from_skel(&first.skel).context("opening map handles")?;
+    let mut instances = loader::load_all(&ifaces, &caps, &opts, pins.as_ref().and_then(|p| p.maps()))?;
+    let maps = Maps::from_skel(&instances.first().context("no interface to run on")?.skel).context("opening map handles")?;
 
     let mut tx = TxPorts { maps: &maps, slots: Vec::new() };
     for i in &ifaces {
@@ -151,7 +150,9 @@ pub fn run(loaded: Loaded) -> Result<()> {
     // start it now rather than at the first tick.
     maps.set_neigh_clock(keepalive::neigh_clock_now()).context("starting the keep-alive clock")?;
     let takeover = pins.as_mut().map(|p| p.take_links(&ifaces)).unwrap_or_default();
-    let attachments = loader::attach_all(&instances, args.xdp_mode, takeover)?;
+    let plain = |k: usize, first: &loader::Instance| loader::load_plain(&ifaces[k], &caps, &opts, first);
+    let attachments = loader::attach_all(&mut instances, args.xdp_mode, takeover, &plain)?;
+    let first = instances.first().context("no interface to run on")?;
     if let Some(p) = &mut pins {
         p.commit(first, &instances, &attachments, &maps).context("pinning")?;
     }

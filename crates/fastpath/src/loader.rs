@@ -92,7 +92,8 @@ impl Instance {
         self.prog(v)
     }
 
-    /// The entry point of a variant (the plain one is always loaded).
+    /// The entry point of a variant. A `NicRxHash` instance has only the
+    /// device-bound one loaded (see `open_one`).
     fn prog(&self, v: HashVariant) -> &libbpf_rs::Program<'_> {
         match v {
             HashVariant::NicRxHash => &self.skel.progs.fp_xdp_fwd_hw,
@@ -192,11 +193,13 @@ fn open_one(iface: &Iface, caps: &Capacities, opts: &LoadOpts, variant: HashVari
     cfg.stateful = u32::from(opts.stateful);
     cfg.nic_hash_is_skb_hash = u32::from(hash_is_skb_hash(&iface.name));
     match variant {
-        // The plain entry point is loaded too: the kernel may still refuse
-        // to attach a device-bound program (generic mode), see attach_all.
+        // Only the device-bound entry point: each load is a full verifier
+        // run (seconds on a busy box), and the plain one is needed only when
+        // the kernel refuses to attach this one; attach_all loads it then.
         HashVariant::NicRxHash => {
             open.progs.fp_xdp_fwd_hw.set_ifindex(iface.ifindex);
             open.progs.fp_xdp_fwd_hw.set_flags(libbpf_sys::BPF_F_XDP_DEV_BOUND_ONLY);
+            open.progs.fp_xdp_fwd.set_autoload(false);
         }
         HashVariant::MetaOrSoftware => open.progs.fp_xdp_fwd_hw.set_autoload(false),
     }
@@ -223,6 +226,13 @@ fn open_one(iface: &Iface, caps: &Capacities, opts: &LoadOpts, variant: HashVari
     }
     let skel = open.load().with_context(|| format!("loading the XDP program for {}", iface.name))?;
     Ok(Instance { ifindex: iface.ifindex, name: iface.name.clone(), hash: variant, skel, _obj: obj })
+}
+
+/// The plain (meta hint / software hash) instance for `iface`, sharing the
+/// maps of `first`: what replaces a device-bound instance the kernel
+/// refused to attach.
+pub fn load_plain(iface: &Iface, caps: &Capacities, opts: &LoadOpts, first: &Instance) -> Result<Instance> {
+    open_one(iface, caps, opts, HashVariant::MetaOrSoftware, Share::Skel(&first.skel))
 }
 
 /// Loads one instance per interface, all sharing the first one's maps.
@@ -288,26 +298,35 @@ impl Drop for Attachment {
 /// An interface in `takeover` (a pinned link of a previous daemon) gets
 /// its program swapped atomically in that link instead: no moment without
 /// a program, and the link keeps its mode.
-pub fn attach_all(instances: &[Instance], mode: XdpMode, mut takeover: BTreeMap<u32, OwnedFd>) -> Result<Vec<Attachment>> {
+/// `plain(k, first)` loads the plain instance for `instances[k]` (see
+/// `load_plain`); it replaces a device-bound instance that does not attach.
+pub fn attach_all(
+    instances: &mut [Instance],
+    mode: XdpMode,
+    mut takeover: BTreeMap<u32, OwnedFd>,
+    plain: &dyn Fn(usize, &Instance) -> Result<Instance>,
+) -> Result<Vec<Attachment>> {
     let flags = match mode {
         XdpMode::Auto => 0,
         XdpMode::Native => libbpf_sys::XDP_FLAGS_DRV_MODE,
         XdpMode::Generic => libbpf_sys::XDP_FLAGS_SKB_MODE,
     };
     let mut done: Vec<Attachment> = Vec::new();
-    for i in instances {
-        let mut hash = i.hash;
-        let old = takeover.remove(&i.ifindex);
+    for k in 0..instances.len() {
+        let old = takeover.remove(&instances[k].ifindex);
         let attach = |prog: &libbpf_rs::Program<'_>| match &old {
             Some(link) => update_link(link, prog.as_fd().as_raw_fd()).and_then(|()| link.try_clone()),
-            None => link_xdp(prog.as_fd().as_raw_fd(), i.ifindex, flags),
+            None => link_xdp(prog.as_fd().as_raw_fd(), instances[k].ifindex, flags),
         };
-        let mut res = attach(i.prog(hash));
-        if let (Err(e), HashVariant::NicRxHash) = (&res, hash) {
-            log::info!("{}: device-bound RX-hash program not attachable ({e}); using the plain one", i.name);
-            hash = HashVariant::MetaOrSoftware;
-            res = attach(i.prog(hash));
+        let mut res = attach(instances[k].prog(instances[k].hash));
+        if let (Err(e), HashVariant::NicRxHash) = (&res, instances[k].hash) {
+            log::info!("{}: device-bound RX-hash program not attachable ({e}); using the plain one", instances[k].name);
+            let replacement = plain(k, &instances[0])?;
+            res = attach(replacement.prog(HashVariant::MetaOrSoftware));
+            instances[k] = replacement;
         }
+        let i = &instances[k];
+        let hash = i.hash;
         if old.is_some() && res.is_ok() {
             log::info!("{}: took over the pinned XDP link (program swapped in place)", i.name);
         }
