@@ -112,7 +112,7 @@ def differential(lab: Lab, traffic, rx: Sequence[Iface] | None = None, *,
     deterministic, and needs no daemon.
     """
     scenario = as_scenario(traffic)
-    rx = list(rx or [lab.s0, lab.c0] + ([lab.s1] if lab.second_path else []))
+    rx = default_rx(lab, rx)
     kernel = _run(lab, scenario, rx, None, prepare, restore, gap)
     if oracle_only:
         other = _run(lab, scenario, rx, None, prepare, restore, gap)
@@ -121,6 +121,51 @@ def differential(lab: Lab, traffic, rx: Sequence[Iface] | None = None, *,
             # the daemon resolves nothing itself; give it the settled kernel state
             time.sleep(0.05)
             other = _run(lab, scenario, rx, d, prepare, restore, gap)
+    compare(lab, rx, kernel, other)
+    return kernel, other
+
+
+@dataclass
+class Case:
+    """One scenario of `differential_many`, with what it needs around it."""
+    traffic: object
+    prepare: Callable[[], None] | None = None
+    restore: Callable[[], None] | None = None
+
+
+def differential_many(lab: Lab, cases: dict[str, Case], rx: Sequence[Iface] | None = None, *,
+                      gap: float = 0.002, daemon_args: Sequence[str] = ()
+                      ) -> dict[str, tuple[Run, Run] | AssertionError]:
+    """`differential` for many scenarios that leave the lab as they found it,
+    with one daemon start for all of them: every kernel-only run first, then
+    every run with fastpath. Each case gets its (kernel, fastpath) runs, or the
+    AssertionError saying how they disagree, for its own test to report.
+
+    One daemon across cases is also a harder test: flow-cache entries and
+    conntrack verdicts of earlier cases are still there.
+    """
+    rx = default_rx(lab, rx)
+    kernel = {k: _run(lab, as_scenario(c.traffic), rx, None, c.prepare, c.restore, gap)
+              for k, c in cases.items()}
+    out: dict[str, tuple[Run, Run] | AssertionError] = {}
+    with Daemon(lab, extra=daemon_args) as d:
+        time.sleep(0.05)
+        for k, c in cases.items():
+            other = _run(lab, as_scenario(c.traffic), rx, d, c.prepare, c.restore, gap)
+            try:
+                compare(lab, rx, kernel[k], other)
+                out[k] = (kernel[k], other)
+            except AssertionError as e:
+                out[k] = e
+    return out
+
+
+def default_rx(lab: Lab, rx: Sequence[Iface] | None) -> list[Iface]:
+    return list(rx or [lab.s0, lab.c0] + ([lab.s1] if lab.second_path else []))
+
+
+def compare(lab: Lab, rx: Sequence[Iface], kernel: Run, other: Run) -> None:
+    """Raises AssertionError with a frame-by-frame diff unless both runs match."""
     problems = []
     for i in rx:
         a = normalise(i, lab, kernel.frames[i.name])
@@ -130,7 +175,6 @@ def differential(lab: Lab, traffic, rx: Sequence[Iface] | None = None, *,
     if problems:
         raise AssertionError("kernel and fastpath disagree\n" + "\n".join(problems)
                              + f"\ncounters: {other.counters}")
-    return kernel, other
 
 
 def assert_counts(run: Run, iface: str, expect: dict[str, int], at_least: Sequence[str] = ()) -> None:

@@ -12,7 +12,7 @@ import pytest
 from scapy.layers.inet import IPOption_NOP, IPOption_RR
 
 from lab import Lab
-from oracle import assert_counts, differential
+from oracle import Case, assert_counts, differential, differential_many
 from pkts import (IP, UDP, Ether, IPv6, IPv6ExtHdrHopByHop, Padding, Raw, eth, frags4, frags6,
                   payload, ping4, ping6, tcp4, tcp6, udp4, udp6)
 
@@ -78,11 +78,21 @@ def plain_cases():
     ]
 
 
+@pytest.fixture(scope="module")
+def plain_runs(fastpath_bin):
+    """Every plain case through one lab and one daemon (a daemon start per
+    case cost most of this module's time)."""
+    with Lab() as lab:
+        yield differential_many(lab, {c[0]: Case(c[1](lab)) for c in plain_cases()})
+
+
 @pytest.mark.parametrize("case", plain_cases(), ids=[c[0] for c in plain_cases()])
-def test_differential(lab, fastpath_bin, case):
-    _, build, expect = case
-    _, fp = differential(lab, build(lab))
-    assert_counts(fp, "r0", expect)
+def test_differential(plain_runs, case):
+    name, _, expect = case
+    result = plain_runs[name]
+    if isinstance(result, AssertionError):
+        raise result
+    assert_counts(result[1], "r0", expect)
 
 
 @pytest.mark.parametrize("case", [c for c in plain_cases() if c[0] in
