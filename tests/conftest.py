@@ -59,6 +59,20 @@ def daemon(lab, fastpath_bin):
         yield d
 
 
+@pytest.fixture(scope="module")
+def module_lab():
+    """One lab for a whole module whose tests only send traffic and read
+    counter deltas (a lab and a daemon start per test cost seconds each)."""
+    with Lab() as l:
+        yield l
+
+
+@pytest.fixture(scope="module")
+def module_daemon(module_lab, fastpath_bin):
+    with Daemon(module_lab) as d:
+        yield d
+
+
 @pytest.fixture
 def daemon2(lab2, fastpath_bin):
     with Daemon(lab2) as d:

@@ -2,8 +2,23 @@
 
 from __future__ import annotations
 
+import pytest
+
 from lab import Lab, counter_delta, send_and_capture
 from pkts import frags4, ping4, udp4, udp6
+
+
+# The module's tests only send traffic and compare counter deltas: they share
+# one lab and one daemon.
+@pytest.fixture(scope="module")
+def lab(module_lab):
+    return module_lab
+
+
+@pytest.fixture(scope="module")
+def daemon(module_daemon):
+    return module_daemon
+
 
 REASON_KEYS = {"packets", "bytes"}
 

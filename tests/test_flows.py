@@ -3,10 +3,24 @@ and the flow-hash source in `fastpath status`."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 
 from lab import Daemon, Lab, send_and_expect
 from pkts import udp4, udp6
+
+
+# The module's tests only send traffic and compare counter deltas: they share
+# one lab and one daemon.
+@pytest.fixture(scope="module")
+def lab(module_lab):
+    return module_lab
+
+
+@pytest.fixture(scope="module")
+def daemon(module_daemon):
+    return module_daemon
 
 
 def test_flows_lists_the_cached_flows(daemon: Daemon, lab: Lab):
@@ -51,9 +65,9 @@ def test_status_names_the_flow_hash_source(daemon: Daemon, lab: Lab):
     assert "nic rx-hash" in daemon.cli("status").stdout
 
 
-def test_cache_off(lab: Lab, fastpath_bin):
-    lab.resolve_neighbours()
-    with Daemon(lab, extra=["--flow-timeout", "0", "--rx-hash", "off"]) as d:
+def test_cache_off(fastpath_bin):
+    with Lab() as lab, Daemon(lab, extra=["--flow-timeout", "0", "--rx-hash", "off"]) as d:
+        lab.resolve_neighbours()
         send_and_expect(lab.c0, [udp4(lab, seq=i) for i in range(5)], lab.s0)
         st = d.status()
         assert not st["flow_cache"]["enabled"]

@@ -11,6 +11,19 @@ import pytest
 from lab import Lab, counter_delta, ipv4_csum_ok, send_and_expect
 from pkts import IP, UDP, Ether, IPv6, payload, udp4, udp6
 
+
+# The module's tests only send traffic and compare counter deltas: they share
+# one lab and one daemon.
+@pytest.fixture(scope="module")
+def lab(module_lab):
+    return module_lab
+
+
+@pytest.fixture(scope="module")
+def daemon(module_daemon):
+    return module_daemon
+
+
 HERE = Path(__file__).resolve().parent
 
 
