@@ -40,11 +40,13 @@ def stateful_daemon(lab: Lab, *extra: str) -> Daemon:
     return Daemon(lab, extra=["--mode", "stateful", *extra])
 
 
-@pytest.fixture
-def sf(lab: Lab, fastpath_bin):
-    load_ruleset(lab)
-    lab.resolve_neighbours()
-    with stateful_daemon(lab) as d:
+@pytest.fixture(scope="module")
+def sf(module_lab: Lab, fastpath_bin):
+    """One stateful daemon for the tests that only add connections of their
+    own (each on its own ports); its lab is `sf.lab`."""
+    load_ruleset(module_lab)
+    module_lab.resolve_neighbours()
+    with stateful_daemon(module_lab) as d:
         yield d
 
 
@@ -216,8 +218,9 @@ def test_refuses_netdev_hooks(lab: Lab, fastpath_bin):
     assert not lab.xdp_attached()
 
 
-def test_dropped_connection_is_never_forwarded(sf: Daemon, lab: Lab):
+def test_dropped_connection_is_never_forwarded(sf: Daemon):
     """WAN -> LAN connections are not allowed: the SYN dies in the kernel."""
+    lab = sf.lab
     with in_netns(lab.client):
         ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     with in_netns(lab.server):
@@ -240,8 +243,9 @@ def test_dropped_connection_is_never_forwarded(sf: Daemon, lab: Lab):
         ls.close()
 
 
-def test_unmarked_connection_is_never_fast_pathed(sf: Daemon, lab: Lab):
+def test_unmarked_connection_is_never_fast_pathed(sf: Daemon):
     """Accepted before the marking rule (the kernel_only set): slow path only."""
+    lab = sf.lab
     lab.run(lab.router, "nft", "add", "element", "inet", "fastpath_fw", "kernel_only", "{ 5101 }")
     sf.wait_converged(0.3)
     before = sf.counters()
@@ -255,7 +259,8 @@ def test_unmarked_connection_is_never_fast_pathed(sf: Daemon, lab: Lab):
     assert entry and "ESTABLISHED" in entry and ct_field(entry, "mark") in (None, "0"), entry
 
 
-def test_marked_tcp_session_goes_fast(sf: Daemon, lab: Lab):
+def test_marked_tcp_session_goes_fast(sf: Daemon):
+    lab = sf.lab
     sess = TcpSession(lab, 5102)
     sess.echo(1000)  # through the kernel: handshake's last ACK, first data
     before = sf.counters()
@@ -268,7 +273,8 @@ def test_marked_tcp_session_goes_fast(sf: Daemon, lab: Lab):
     assert entry and "ESTABLISHED" in entry and ct_field(entry, "mark") == "1", entry
 
 
-def test_marked_udp_flow_goes_fast(sf: Daemon, lab: Lab):
+def test_marked_udp_flow_goes_fast(sf: Daemon):
+    lab = sf.lab
     flow = UdpFlow(lab, 40001, 5103)
     flow.establish()
     make_fast(sf, flow, 50)
@@ -276,7 +282,8 @@ def test_marked_udp_flow_goes_fast(sf: Daemon, lab: Lab):
     assert entry and "ASSURED" in entry and ct_field(entry, "mark") == "1", entry
 
 
-def test_flows_counts_match_the_packets_sent(sf: Daemon, lab: Lab):
+def test_flows_counts_match_the_packets_sent(sf: Daemon):
+    lab = sf.lab
     flow = UdpFlow(lab, 40002, 5104)
     flow.establish()
 
@@ -299,53 +306,70 @@ def test_flows_counts_match_the_packets_sent(sf: Daemon, lab: Lab):
 # ------------------------------------------------------------ revocation
 
 
-@pytest.mark.parametrize("action", ["conntrack-delete", "ruleset-flush", "mark-clear"])
-def test_revocation_reaches_the_kernel_within_a_second(lab: Lab, fastpath_bin, action):
+@pytest.fixture(scope="module")
+def revoker(fastpath_bin):
+    """A daemon that revalidates only once a minute, shared by the revocation
+    cases (each on its own ports; each reloads the ruleset a flush removed)."""
+    with Lab() as lab:
+        load_ruleset(lab)
+        lab.resolve_neighbours()
+        with stateful_daemon(lab, "--ct-revalidate-ms", "60000") as d:
+            yield d
+
+
+REVOCATIONS = ["conntrack-delete", "ruleset-flush", "mark-clear"]
+
+
+@pytest.mark.parametrize("action", REVOCATIONS)
+def test_revocation_reaches_the_kernel_within_a_second(revoker: Daemon, action):
     """With revalidation pushed out to a minute, only the event path can
     revoke in time: the next packets after the change must be punted."""
+    d, lab = revoker, revoker.lab
     load_ruleset(lab)
-    lab.resolve_neighbours()
-    with stateful_daemon(lab, "--ct-revalidate-ms", "60000") as d:
-        flow = UdpFlow(lab, 40003, 5105)
-        flow.establish()
-        make_fast(d, flow)
-        gen = d.status()["conntrack"]["generation"]
+    k = REVOCATIONS.index(action)
+    cport, sport = 40021 + k, 5121 + k
+    flow = UdpFlow(lab, cport, sport)
+    flow.establish()
+    make_fast(d, flow)
+    st0 = d.status()["conntrack"]
+    gen = st0["generation"]
 
-        sel = ["-p", "udp", "--orig-port-dst", "5105"]
-        if action == "conntrack-delete":
-            lab.run(lab.router, "conntrack", "-D", *sel)
-        elif action == "ruleset-flush":
-            lab.run(lab.router, "nft", "flush", "ruleset")
-        else:
-            # conntrack-tools 1.4.7 cannot update with a port filter (EOPNOTSUPP):
-            # select by address, all of the client's entries.
-            lab.run(lab.router, "conntrack", "-U", "-s", Lab.C4, "--mark", "0")
-        time.sleep(0.5)
-        before = d.counters("r0")
-        flow.send(5, gap=0.02)
-        delta = counter_delta(before, d.counters("r0"))
-        assert punted(delta) >= 1, f"{action}: the first packets after it were all still fast-pathed: {delta}"
-        st = d.status()["conntrack"]
-        assert st["generation"] > gen, st
+    sel = ["-p", "udp", "--orig-port-dst", str(sport)]
+    if action == "conntrack-delete":
+        lab.run(lab.router, "conntrack", "-D", *sel)
+    elif action == "ruleset-flush":
+        lab.run(lab.router, "nft", "flush", "ruleset")
+    else:
+        # conntrack-tools 1.4.7 cannot update with a port filter (EOPNOTSUPP):
+        # select by address, all of the client's entries.
+        lab.run(lab.router, "conntrack", "-U", "-s", Lab.C4, "--mark", "0")
+    time.sleep(0.5)
+    before = d.counters("r0")
+    flow.send(5, gap=0.02)
+    delta = counter_delta(before, d.counters("r0"))
+    assert punted(delta) >= 1, f"{action}: the first packets after it were all still fast-pathed: {delta}"
+    st = d.status()["conntrack"]
+    assert st["generation"] > gen, st
 
-        entry = ct_entry(lab, "udp", 5105)
-        if action == "conntrack-delete":
-            # Re-created by the kernel from the punted packet: a new, unreplied entry.
-            assert entry and "UNREPLIED" in entry, entry
-            assert delta.get("forwarded", 0) == 0, delta
-        elif action == "ruleset-flush":
-            # fastpath cleared the mark on the surviving entry; nothing re-marks it.
-            assert st["ruleset_changes"] >= 1 and st["marks_cleared"] >= 1, st
-            assert entry and ct_field(entry, "mark") in (None, "0"), entry
-            assert delta.get("forwarded", 0) == 0, delta
-        else:
-            # The kernel saw a packet of it again, and its ruleset marked it again.
-            assert entry and ct_field(entry, "mark") == "1", entry
+    entry = ct_entry(lab, "udp", sport)
+    if action == "conntrack-delete":
+        # Re-created by the kernel from the punted packet: a new, unreplied entry.
+        assert entry and "UNREPLIED" in entry, entry
+        assert delta.get("forwarded", 0) == 0, delta
+    elif action == "ruleset-flush":
+        # fastpath cleared the mark on the surviving entry; nothing re-marks it.
+        assert st["ruleset_changes"] > st0["ruleset_changes"] and st["marks_cleared"] > st0["marks_cleared"], st
+        assert entry and ct_field(entry, "mark") in (None, "0"), entry
+        assert delta.get("forwarded", 0) == 0, delta
+    else:
+        # The kernel saw a packet of it again, and its ruleset marked it again.
+        assert entry and ct_field(entry, "mark") == "1", entry
 
 
-def test_ruleset_change_clears_marks_everywhere(sf: Daemon, lab: Lab):
+def test_ruleset_change_clears_marks_everywhere(sf: Daemon):
     """Any commit (here: one set element) makes every connection pass the
     new ruleset once before going fast again."""
+    lab = sf.lab
     flow = UdpFlow(lab, 40004, 5106)
     flow.establish()
     make_fast(sf, flow)
@@ -399,7 +423,8 @@ def test_idle_but_alive_flows_do_not_expire(lab: Lab, fastpath_bin):
     "fin",
     "rst",
 ])
-def test_fin_and_rst_reach_conntrack(sf: Daemon, lab: Lab, how):
+def test_fin_and_rst_reach_conntrack(sf: Daemon, how):
+    lab = sf.lab
     port = 5109 if how == "fin" else 5110
     sess = TcpSession(lab, port)
     sess.echo(1000)
