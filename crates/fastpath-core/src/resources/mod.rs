@@ -23,7 +23,7 @@ use crate::model::Family;
 
 pub use asic::{AsicConfig, SimAsic};
 pub use bpf_target::{BpfTarget, BpfUsage};
-pub use models::{new_model, Model, ModelKind};
+pub use models::{new_model, CreditConfig, Model, ModelKind};
 
 /// One kernel object as a resource consumer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

@@ -37,6 +37,10 @@ impl Default for CreditConfig {
 struct State {
     credit: Vec<u64>,
     size: Vec<u64>,
+    /// A refill or give-back of this pool is between the device and the
+    /// bucket: its units are in neither, so a dry admission must wait for
+    /// it instead of concluding the pool is full.
+    moving: Vec<bool>,
     wake: bool,
     stop: bool,
 }
@@ -46,6 +50,8 @@ struct Inner {
     cfg: CreditConfig,
     state: Mutex<State>,
     cv: Condvar,
+    /// Signalled when a refill or give-back has landed.
+    landed: Condvar,
     counters: Counters,
 }
 
@@ -59,23 +65,26 @@ impl Inner {
     fn refill(&self) {
         let usage = self.target.query();
         for (pool, u) in usage.iter().enumerate() {
-            let (cur, size) = {
-                let mut st = lock(&self.state);
-                let cur = st.credit[pool];
-                let size = ((u.free() + cur) / self.cfg.share_div.max(1)).clamp(self.cfg.min, self.cfg.max.max(self.cfg.min));
-                st.size[pool] = size;
-                (cur, size)
-            };
+            let mut st = lock(&self.state);
+            let cur = st.credit[pool];
+            let size = ((u.free() + cur) / self.cfg.share_div.max(1)).clamp(self.cfg.min, self.cfg.max.max(self.cfg.min));
+            st.size[pool] = size;
             if cur < self.low_water(size) {
+                st.moving[pool] = true;
+                drop(st);
                 let g = self.target.reserve(pool, size - cur);
                 Counters::bump(&self.counters.refills);
-                lock(&self.state).credit[pool] += g;
-            } else if cur > size {
                 let mut st = lock(&self.state);
-                let excess = st.credit[pool].saturating_sub(size);
-                st.credit[pool] -= excess;
+                st.credit[pool] += g;
+                st.moving[pool] = false;
+                self.landed.notify_all();
+            } else if cur > size {
+                st.moving[pool] = true;
+                st.credit[pool] = size;
                 drop(st);
-                self.target.unreserve(pool, excess);
+                self.target.unreserve(pool, cur - size);
+                lock(&self.state).moving[pool] = false;
+                self.landed.notify_all();
             }
         }
     }
@@ -118,8 +127,14 @@ impl Credit {
         let inner = Arc::new(Inner {
             target,
             cfg,
-            state: Mutex::new(State { credit: vec![0; pools], size: vec![0; pools], ..Default::default() }),
+            state: Mutex::new(State {
+                credit: vec![0; pools],
+                size: vec![0; pools],
+                moving: vec![false; pools],
+                ..Default::default()
+            }),
             cv: Condvar::new(),
+            landed: Condvar::new(),
             counters: Counters::default(),
         });
         inner.refill();
@@ -152,6 +167,12 @@ impl Model for Credit {
         let c = inner.target.cost(e)?;
         {
             let mut st = lock(&inner.state);
+            while st.credit[c.pool] < c.units && st.moving[c.pool] {
+                st = match inner.landed.wait(st) {
+                    Ok(g) => g,
+                    Err(p) => p.into_inner(),
+                };
+            }
             if st.credit[c.pool] >= c.units {
                 st.credit[c.pool] -= c.units;
                 if st.credit[c.pool] < inner.low_water(st.size[c.pool]) {
@@ -168,6 +189,12 @@ impl Model for Credit {
         let mut st = lock(&inner.state);
         st.credit[c.pool] += g;
         inner.wake(&mut st);
+        while st.credit[c.pool] < c.units && st.moving[c.pool] {
+            st = match inner.landed.wait(st) {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+        }
         if st.credit[c.pool] >= c.units {
             st.credit[c.pool] -= c.units;
             return Ok(());
