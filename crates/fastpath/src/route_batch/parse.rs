@@ -32,9 +32,6 @@ pub struct Line {
 }
 
 impl Line {
-    pub fn family(&self) -> Family {
-        Family::of(&self.dst)
-    }
     /// `line N (`text`)`, how errors name the entry.
     pub fn name(&self) -> String {
         format!("line {} (`{}`)", self.no, self.text)
@@ -156,7 +153,7 @@ mod tests {
         assert_eq!(b[0].via, Via::Gateway { gw: "192.0.2.1".parse().unwrap(), dev: Some("r1".into()) });
         assert_eq!((b[1].len, &b[1].via), (25, &Via::Dev("r0".into())));
         assert_eq!((b[2].dst, b[2].len, &b[2].via), ("2001:db8:1::".parse().unwrap(), 48, &Via::Blackhole));
-        assert_eq!(b[3].family(), Family::V6);
+        assert_eq!(Family::of(&b[3].dst), Family::V6);
     }
 
     #[test]
