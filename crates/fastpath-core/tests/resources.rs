@@ -164,3 +164,16 @@ fn model_names_parse() {
     assert!("credit:0".parse::<ModelKind>().is_err());
     assert!("bogus".parse::<ModelKind>().is_err());
 }
+
+#[test]
+fn simulation_shows_where_each_model_waits() {
+    use fastpath_core::resources::simulate::{ipv4_routes, run};
+    let cfg = AsicConfig { lpm_units: 100, ..AsicConfig::default() }.instant();
+    let routes = ipv4_routes(120);
+    for kind in ModelKind::all_default() {
+        let r = run(&kind, &cfg, &routes);
+        let fits = if kind == (ModelKind::Predictive { flat: true }) { 33 } else { 100 };
+        assert_eq!((r.admitted, r.refused), (fits, 120 - fits), "{kind:?}");
+        assert!(r.written >= r.answered);
+    }
+}

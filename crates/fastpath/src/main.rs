@@ -58,7 +58,7 @@ enum Cmd {
     /// programs, maps and devmap entries (stop the daemon first).
     Detach(pin::DetachArgs),
     /// Size, used and reserved entries of every table (devlink-resource style).
-    Resources(ClientArgs),
+    Resources(resources_cli::ResourcesArgs),
     /// Add or delete a batch of kernel routes, all or nothing.
     Route(route_batch::RouteArgs),
 }
@@ -219,7 +219,7 @@ fn main() -> ExitCode {
         Cmd::Bench(args) => bench::run(args),
         Cmd::CheckConfig(args) => config::check(&args),
         Cmd::Detach(args) => pin::detach(&args),
-        Cmd::Resources(args) => resources_cli::client(&args),
+        Cmd::Resources(args) => resources_cli::main(&args),
         Cmd::Route(args) => route_batch::client(&args),
     };
     match res {

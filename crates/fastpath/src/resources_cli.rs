@@ -9,11 +9,49 @@
 //! ```
 //! `reserved`: admitted by a route batch, not yet in the maps.
 
+use std::time::Duration;
+
 use anyhow::{Context, Result};
-use fastpath_core::resources::{view, ResourceLine, View};
+use fastpath_core::resources::simulate::{self, SimResult};
+use fastpath_core::resources::{view, AsicConfig, ModelKind, ResourceLine, View};
 
 use crate::api::Snapshot;
 use crate::ClientArgs;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ResourcesArgs {
+    #[command(subcommand)]
+    pub sim: Option<Sub>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Sub {
+    /// Add N IPv4 routes to a simulated offload ASIC under each reservation
+    /// model (paper 000's experiment, control plane only; no daemon needed).
+    Simulate(SimArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SimArgs {
+    #[arg(long, default_value_t = 10_000)]
+    pub routes: usize,
+    /// Models to compare: lockstep, prefetch:N, credit[:MAX], predictive, predictive-flat.
+    #[arg(long = "model", value_name = "MODEL")]
+    pub models: Vec<ModelKind>,
+    /// LPM memory of the ASIC, in units (an IPv4 prefix costs 1).
+    #[arg(long, default_value_t = 64 * 1024)]
+    pub lpm_units: u64,
+    /// Device latency of one route write, in µs.
+    #[arg(long, default_value_t = 55)]
+    pub write_us: u64,
+    /// Device latency of one resource query or reservation, in µs.
+    #[arg(long, default_value_t = 350)]
+    pub query_us: u64,
+    #[arg(long)]
+    pub json: bool,
+}
 
 pub fn resources(snap: &Snapshot) -> Result<View> {
     let target = crate::route_batch::bpf_target(snap)?;
@@ -61,6 +99,58 @@ fn render(v: &ViewJson) -> String {
             let c: Vec<String> = r.costs.iter().map(|(k, n)| format!("{k}={n}")).collect();
             out += &format!("{:<20} costs per entry: {}\n", "", c.join(" "));
         }
+    }
+    out
+}
+
+pub fn main(args: &ResourcesArgs) -> Result<()> {
+    match &args.sim {
+        Some(Sub::Simulate(s)) => simulate(s),
+        None => client(&args.client),
+    }
+}
+
+fn simulate(a: &SimArgs) -> Result<()> {
+    let cfg = AsicConfig {
+        lpm_units: a.lpm_units,
+        write_latency: Duration::from_micros(a.write_us),
+        query_latency: Duration::from_micros(a.query_us),
+        ..AsicConfig::default()
+    };
+    let models = if a.models.is_empty() { ModelKind::all_default().to_vec() } else { a.models.clone() };
+    let routes = simulate::ipv4_routes(a.routes);
+    let results: Vec<SimResult> = models.iter().map(|m| simulate::run(m, &cfg, &routes)).collect();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+        return Ok(());
+    }
+    print!("{}", render_sim(&results, &cfg));
+    Ok(())
+}
+
+fn render_sim(results: &[SimResult], cfg: &AsicConfig) -> String {
+    let ms = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1e3);
+    let mut out = format!(
+        "simulated ASIC: write {} µs, query {} µs, LPM {} units; times in ms (sleeps are real: noisy)\n",
+        cfg.write_latency.as_micros(),
+        cfg.query_latency.as_micros(),
+        cfg.lpm_units
+    );
+    out += &format!(
+        "{:<16} {:>8} {:>8} {:>12} {:>12} {:>8} {:>8}\n",
+        "model", "admitted", "refused", "answered_ms", "written_ms", "inline", "stalls"
+    );
+    for r in results {
+        out += &format!(
+            "{:<16} {:>8} {:>8} {:>12} {:>12} {:>8} {:>8}\n",
+            r.model,
+            r.admitted,
+            r.refused,
+            ms(r.answered),
+            ms(r.written),
+            r.stats.inline_accesses,
+            r.stats.stalls
+        );
     }
     out
 }

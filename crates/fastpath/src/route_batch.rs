@@ -169,7 +169,12 @@ fn add(snap: &Snapshot, batch: &[Resolved], pending: &mut BTreeMap<Key, Instant>
                 continue;
             }
             model.admit(&k.entry()).map_err(|d| {
-                anyhow!("batch refused, nothing was changed: {}: {d} ({} entries reserved, {} before it in this batch)", r.line.name(), pending.len(), new.len())
+                anyhow!(
+                    "batch refused, nothing was changed: {}: {d} (the {} new entries before it in this batch fit; {} held by earlier batches not yet mirrored)",
+                    r.line.name(),
+                    new.len(),
+                    pending.len()
+                )
             })?;
             new.push(k);
         }

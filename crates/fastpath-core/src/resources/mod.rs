@@ -13,6 +13,7 @@
 pub mod asic;
 pub mod bpf_target;
 pub mod models;
+pub mod simulate;
 
 use std::collections::BTreeMap;
 
@@ -95,7 +96,7 @@ impl Usage {
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum Denied {
-    #[error("no space for {entry} in {pool} (needs {need} units, {free} free of {capacity}): ENOSPC")]
+    #[error("no space for {entry} in {pool} (needs {need}, {free} free of {capacity}): ENOSPC")]
     Full { entry: Entry, pool: String, need: u64, free: u64, capacity: u64 },
     #[error("{entry} cannot be held by this target")]
     Unsupported { entry: Entry },
@@ -147,7 +148,7 @@ pub struct ResourceLine {
     /// null when the table is not accounted (e.g. an LRU that evicts).
     pub used: Option<u64>,
     pub reserved: u64,
-    /// "entries" for a plain table, "units" for a shared pool.
+    /// "units" when entry kinds cost differently, else "entries".
     pub unit: &'static str,
     /// Shared pools: units per entry kind; empty for plain tables.
     pub costs: BTreeMap<&'static str, u64>,
@@ -171,13 +172,15 @@ pub fn view(target: &dyn Target, model: &str, held: &[u64]) -> View {
         .zip(usage)
         .enumerate()
         .map(|(i, (p, u))| {
+            // Several kinds of entry in one pool: show what each costs.
             let shared = p.costs.len() > 1 || p.costs.values().any(|c| *c != 1);
+            let weighted = p.costs.values().any(|c| *c != 1);
             ResourceLine {
                 name: p.name,
                 size: p.capacity,
                 used: Some(u.used),
                 reserved: u.reserved + held.get(i).copied().unwrap_or(0),
-                unit: if shared { "units" } else { "entries" },
+                unit: if weighted { "units" } else { "entries" },
                 costs: if shared { p.costs } else { BTreeMap::new() },
             }
         })
