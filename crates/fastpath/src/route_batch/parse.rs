@@ -87,7 +87,7 @@ fn line(no: usize, text: &str) -> Result<Line, String> {
         let (dst, len) = prefix(toks[1], None)?;
         return Ok(Line { no, text: text.into(), dst, len, via: Via::Blackhole });
     }
-    if toks.len() < 3 || toks.len() % 2 == 0 {
+    if toks.len() < 3 || toks.len().is_multiple_of(2) {
         return Err("want `PREFIX via ADDR [dev IF]`, `PREFIX dev IF` or `blackhole PREFIX`".into());
     }
     let dst_tok = toks.remove(0);
