@@ -148,3 +148,25 @@ def test_delete_frees_and_a_batch_then_succeeds(rd):
     assert p.returncode == 0, p.stderr
     settled_fib4(d, used=FIB4)
     assert set(new) <= fastpath_v4(d)
+
+
+def test_ipv6_blackhole_and_dev_routes(rd):
+    lab, d = rd
+    text = ("2001:db8:3:1::/64 via 2001:db8:2::2 dev r1\n"
+            "blackhole 2001:db8:3:2::/64\n"
+            "2001:db8:3:3::/64 dev r1\n")
+    used6 = resources(d)["fib6"]["used"]
+    p = batch(lab, d, "add", "v6", text)
+    assert p.returncode == 0, p.stderr
+    kernel = lab.ip(lab.router, "-6", "route", "show").stdout
+    assert "2001:db8:3:1::/64 via 2001:db8:2::2 dev r1" in kernel, kernel
+    assert "blackhole 2001:db8:3:2::/64" in kernel, kernel
+    assert "2001:db8:3:3::/64 dev r1" in kernel, kernel
+    deadline = time.monotonic() + 5
+    while resources(d)["fib6"]["used"] != used6 + 3:
+        assert time.monotonic() < deadline, resources(d)["fib6"]
+        time.sleep(0.02)
+    p = batch(lab, d, "del", "v6-del", text)
+    assert p.returncode == 0, p.stderr
+    kernel = lab.ip(lab.router, "-6", "route", "show").stdout
+    assert not any(f"2001:db8:3:{i}::" in kernel for i in (1, 2, 3)), kernel
