@@ -11,6 +11,7 @@ pub mod mphash;
 pub mod model;
 pub mod parse;
 pub mod reconcile;
+pub mod resources;
 mod route_fast;
 pub mod sysctl;
 pub mod tables;

@@ -1,7 +1,8 @@
 //! The daemon's API: a root-only unix socket speaking newline-delimited JSON,
 //! and the CLI clients that talk to it.
 //!
-//! Request (one line): `{"cmd":"status"}`, `{"cmd":"routes"}` or `{"cmd":"neighbours"}`.
+//! Request (one line): `{"cmd":"status"}`, `{"cmd":"routes"}` or `{"cmd":"neighbours"}`
+//! (`resources` and `route_batch`: see resources_cli.rs and route_batch.rs).
 //! Response (one line): `{"ok":true,"data":DATA}` or `{"ok":false,"error":"..."}`.
 //! Tests and the demo depend on these exact keys:
 //!
@@ -426,6 +427,8 @@ fn answer(line: &str, shared: &Shared, maps: &Maps) -> serde_json::Value {
             "routes" => serde_json::to_value(routes(&snap))?,
             "neighbours" | "neighbors" => serde_json::to_value(neighbours(&snap, maps))?,
             "flows" => serde_json::to_value(crate::flows::list(&snap, maps, req.limit.unwrap_or(20))?)?,
+            "resources" => serde_json::to_value(crate::resources_cli::resources(&snap)?)?,
+            "route_batch" => crate::route_batch::handle(line, &snap)?,
             other => bail!("unknown command {other:?}"),
         })
     })();

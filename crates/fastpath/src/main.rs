@@ -18,6 +18,8 @@ mod pin;
 mod preflight;
 mod reload;
 mod render;
+mod resources_cli;
+mod route_batch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -55,6 +57,10 @@ enum Cmd {
     /// Remove what `fastpath run --pin` left in the kernel: XDP links,
     /// programs, maps and devmap entries (stop the daemon first).
     Detach(pin::DetachArgs),
+    /// Size, used and reserved entries of every table (devlink-resource style).
+    Resources(resources_cli::ResourcesArgs),
+    /// Add or delete a batch of kernel routes, all or nothing.
+    Route(route_batch::RouteArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -213,6 +219,8 @@ fn main() -> ExitCode {
         Cmd::Bench(args) => bench::run(args),
         Cmd::CheckConfig(args) => config::check(&args),
         Cmd::Detach(args) => pin::detach(&args),
+        Cmd::Resources(args) => resources_cli::main(&args),
+        Cmd::Route(args) => route_batch::client(&args),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

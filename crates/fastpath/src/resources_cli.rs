@@ -1,0 +1,186 @@
+//! `fastpath resources [--json]`: every table's size, used and reserved
+//! entries, devlink-resource style (API command `{"cmd":"resources"}`).
+//!
+//! ```text
+//! {"target":"bpf", "model":"predictive",
+//!  "resources":[{"name":"fib4"|"fib6"|"nexthops"|"groups"|"buckets"|"neighbours"|"interfaces"|"flow_cache_per_cpu",
+//!                "size":n, "used":n|null (null: not accounted, an LRU), "reserved":n,
+//!                "unit":"entries"|"units", "costs":{"<kind>":n} (units per entry kind; shared pools only)}]}
+//! ```
+//! `reserved`: admitted by a route batch, not yet in the maps.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use fastpath_core::resources::simulate::{self, SimResult};
+use fastpath_core::resources::{view, AsicConfig, ModelKind, ResourceLine, View};
+
+use crate::api::Snapshot;
+use crate::ClientArgs;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ResourcesArgs {
+    #[command(subcommand)]
+    pub sim: Option<Sub>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Sub {
+    /// Add N IPv4 routes to a simulated offload ASIC under each reservation
+    /// model (paper 000's experiment, control plane only; no daemon needed).
+    Simulate(SimArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SimArgs {
+    #[arg(long, default_value_t = 10_000)]
+    pub routes: usize,
+    /// Models to compare: lockstep, prefetch:N, credit[:MAX], predictive, predictive-flat.
+    #[arg(long = "model", value_name = "MODEL")]
+    pub models: Vec<ModelKind>,
+    /// LPM memory of the ASIC, in units (an IPv4 prefix costs 1).
+    #[arg(long, default_value_t = 64 * 1024)]
+    pub lpm_units: u64,
+    /// Device latency of one route write, in µs.
+    #[arg(long, default_value_t = 55)]
+    pub write_us: u64,
+    /// Device latency of one resource query or reservation, in µs.
+    #[arg(long, default_value_t = 350)]
+    pub query_us: u64,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn resources(snap: &Snapshot) -> Result<View> {
+    let target = crate::route_batch::bpf_target(snap)?;
+    let mut v = view(&target, "predictive", &[]);
+    // An LRU per CPU: it evicts instead of refusing, so it is not accounted.
+    v.resources.push(ResourceLine {
+        name: "flow_cache_per_cpu".into(),
+        size: u64::from(snap.flow_entries),
+        used: None,
+        reserved: 0,
+        unit: "entries",
+        costs: Default::default(),
+    });
+    Ok(v)
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+struct LineJson {
+    name: String,
+    size: u64,
+    used: Option<u64>,
+    reserved: u64,
+    unit: String,
+    #[serde(default)]
+    costs: std::collections::BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+struct ViewJson {
+    target: String,
+    model: String,
+    resources: Vec<LineJson>,
+}
+
+fn render(v: &ViewJson) -> String {
+    let mut out = format!("target {}, reservation model {}\n", v.target, v.model);
+    out += &format!("{:<20} {:>10} {:>10} {:>10} {:>10}  unit\n", "resource", "size", "used", "reserved", "free");
+    for r in &v.resources {
+        let (used, free) = match r.used {
+            Some(u) => (u.to_string(), r.size.saturating_sub(u + r.reserved).to_string()),
+            None => ("-".into(), "-".into()),
+        };
+        out += &format!("{:<20} {:>10} {:>10} {:>10} {:>10}  {}\n", r.name, r.size, used, r.reserved, free, r.unit);
+        if !r.costs.is_empty() {
+            let c: Vec<String> = r.costs.iter().map(|(k, n)| format!("{k}={n}")).collect();
+            out += &format!("{:<20} costs per entry: {}\n", "", c.join(" "));
+        }
+    }
+    out
+}
+
+pub fn main(args: &ResourcesArgs) -> Result<()> {
+    match &args.sim {
+        Some(Sub::Simulate(s)) => simulate(s),
+        None => client(&args.client),
+    }
+}
+
+fn simulate(a: &SimArgs) -> Result<()> {
+    let cfg = AsicConfig {
+        lpm_units: a.lpm_units,
+        write_latency: Duration::from_micros(a.write_us),
+        query_latency: Duration::from_micros(a.query_us),
+        ..AsicConfig::default()
+    };
+    let models = if a.models.is_empty() { ModelKind::all_default().to_vec() } else { a.models.clone() };
+    let routes = simulate::ipv4_routes(a.routes);
+    let results: Vec<SimResult> = models.iter().map(|m| simulate::run(m, &cfg, &routes)).collect();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+        return Ok(());
+    }
+    print!("{}", render_sim(&results, &cfg));
+    Ok(())
+}
+
+fn render_sim(results: &[SimResult], cfg: &AsicConfig) -> String {
+    let ms = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1e3);
+    let mut out = format!(
+        "simulated ASIC: write {} µs, query {} µs, LPM {} units; times in ms (sleeps are real: noisy)\n",
+        cfg.write_latency.as_micros(),
+        cfg.query_latency.as_micros(),
+        cfg.lpm_units
+    );
+    out += &format!(
+        "{:<16} {:>8} {:>8} {:>12} {:>12} {:>8} {:>8}\n",
+        "model", "admitted", "refused", "answered_ms", "written_ms", "inline", "stalls"
+    );
+    for r in results {
+        out += &format!(
+            "{:<16} {:>8} {:>8} {:>12} {:>12} {:>8} {:>8}\n",
+            r.model,
+            r.admitted,
+            r.refused,
+            ms(r.answered),
+            ms(r.written),
+            r.stats.inline_accesses,
+            r.stats.stalls
+        );
+    }
+    out
+}
+
+pub fn client(args: &ClientArgs) -> Result<()> {
+    let data = crate::api::request(&args.socket, "resources")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&data)?);
+        return Ok(());
+    }
+    let v: ViewJson = serde_json::from_value(data).context("daemon sent unexpected resources")?;
+    print!("{}", render(&v));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_shows_free_and_costs() {
+        let v: ViewJson = serde_json::from_str(
+            r#"{"target":"sim-asic","model":"credit","resources":[
+                {"name":"lpm","size":100,"used":40,"reserved":10,"unit":"units","costs":{"ipv4":1,"ipv6_64":2}},
+                {"name":"flow_cache_per_cpu","size":1024,"used":null,"reserved":0,"unit":"entries","costs":{}}]}"#,
+        )
+        .unwrap();
+        let t = render(&v);
+        assert!(t.contains("lpm") && t.contains(" 50  units"), "{t}");
+        assert!(t.contains("costs per entry: ipv4=1 ipv6_64=2"), "{t}");
+        assert!(t.lines().any(|l| l.starts_with("flow_cache_per_cpu") && l.contains(" - ")), "{t}");
+    }
+}
