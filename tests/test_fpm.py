@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -136,9 +137,10 @@ class Frr:
 
     def __init__(self, lab: Lab, statics: list[str]):
         self.lab = lab
-        self.dir = lab.tmp / "frr"
-        self.dir.mkdir()
-        # The daemons drop to the frr user (root is not in the frrvty group).
+        # The daemons drop to the frr user (root is not in the frrvty group),
+        # which cannot enter the lab's private temp dir: a dir of their own.
+        self.dir = Path(tempfile.mkdtemp(prefix=f"{lab.prefix}-frr-"))
+        lab.defer(lambda: shutil.rmtree(self.dir, ignore_errors=True))
         shutil.chown(self.dir, "frr", "frr")
         (self.dir / "zebra.conf").write_text("hostname fpmtest\nfpm address 127.0.0.1\n")
         (self.dir / "staticd.conf").write_text("".join(f"{s}\n" for s in statics))
@@ -177,29 +179,31 @@ class Frr:
 
 
 @pytest.mark.skipif(not ZEBRA.exists() or not STATICD.exists(), reason="FRR not installed (scripts/setup.sh installs it)")
-def test_fpm_route_flow_from_real_zebra(lab, fastpath_bin):
-    fpm_lab(lab)
-    with Daemon(lab, extra=["--route-source", "fpm", "--fpm-grace", str(GRACE)]) as d:
-        frr = Frr(lab, [f"ip route {V4} {lab.S4}", f"ipv6 route {V6} {lab.S6}"])
-        frr.start("zebra", ZEBRA, "-M", "dplane_fpm_nl")
-        frr.start("staticd", STATICD)
-        try:
-            wait_for("zebra's routes via FPM",
-                     lambda: (route(d, V4) or {}).get("source") == "fpm" and route(d, V6), timeout=15)
-        except AssertionError:
-            raise AssertionError(f"{d.status().get('route_source')}\n{frr.logs()}\n{d.log_text()}")
-        r = route(d, V4)
-        assert r["action"] == "forward" and r["nexthop"]["gateway"] == lab.S4, r
-        # zebra also replays the connected routes.
-        assert (route(d, "198.51.100.0/24") or {}).get("source") == "fpm"
-        send_and_expect(lab.c0, [udp4(lab, seq=i) for i in range(3)], lab.s0)
-        send_and_expect(lab.c0, [udp6(lab, seq=i) for i in range(3)], lab.s0)
+def test_fpm_route_flow_from_real_zebra(fpm):
+    lab, d = fpm
+    # The module's daemon: the client's routes were flushed when it left.
+    frr = Frr(lab, [f"ip route {V4} {lab.S4}", f"ipv6 route {V6} {lab.S6}"])
+    frr.start("zebra", ZEBRA, "-M", "dplane_fpm_nl")
+    # staticd started before zebra serves its socket retries only after 10 s.
+    wait_for("zebra's zserv socket", (frr.dir / "zserv.api").exists, timeout=5)
+    frr.start("staticd", STATICD)
+    try:
+        wait_for("zebra's routes via FPM",
+                 lambda: (route(d, V4) or {}).get("source") == "fpm" and route(d, V6), timeout=15)
+    except AssertionError:
+        raise AssertionError(f"{d.status().get('route_source')}\n{frr.logs()}\n{d.log_text()}")
+    r = route(d, V4)
+    assert r["action"] == "forward" and r["nexthop"]["gateway"] == lab.S4, r
+    # zebra also replays the connected routes.
+    assert (route(d, "198.51.100.0/24") or {}).get("source") == "fpm"
+    send_and_expect(lab.c0, [udp4(lab, seq=i) for i in range(3)], lab.s0)
+    send_and_expect(lab.c0, [udp6(lab, seq=i) for i in range(3)], lab.s0)
 
-        # Deleted in FRR: gone from the fast path (zebra removes it from the kernel too).
-        frr.vtysh("configure terminal", f"no ip route {V4} {lab.S4}")
-        wait_for("the route deleted in zebra to leave the FIB", lambda: route(d, V4) is None, timeout=5)
-        assert route(d, V6)["source"] == "fpm"
-        st = d.status()["route_source"]
-        assert st["connected"] and st["counters"]["messages"] > 0 and st["counters"]["decode_errors"] == 0, st
-        frr.stop("staticd")
-        frr.stop("zebra")
+    # Deleted in FRR: gone from the fast path (zebra removes it from the kernel too).
+    frr.vtysh("configure terminal", f"no ip route {V4} {lab.S4}")
+    wait_for("the route deleted in zebra to leave the FIB", lambda: route(d, V4) is None, timeout=5)
+    assert route(d, V6)["source"] == "fpm"
+    st = d.status()["route_source"]
+    assert st["connected"] and st["counters"]["messages"] > 0 and st["counters"]["decode_errors"] == 0, st
+    frr.stop("staticd")
+    frr.stop("zebra")
