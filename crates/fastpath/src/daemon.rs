@@ -233,9 +233,16 @@ pub fn run(loaded: Loaded) -> Result<()> {
             }
         }
 
-        if fpm.as_mut().is_some_and(|f| f.take_changed()) {
-            dirty = true;
-            pending_since.get_or_insert_with(Instant::now);
+        if let Some(f) = &mut fpm {
+            let ch = f.take_changed();
+            if ch.table {
+                dirty = true;
+                pending_since.get_or_insert_with(Instant::now);
+            }
+            if ch.status {
+                lp.route_source = Some(Arc::new(f.published()));
+                lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
+            }
         }
 
         if let Some(c) = &mut ct {

@@ -122,6 +122,12 @@ pub struct Published {
     pub prefixes: HashSet<(IpAddr, u8)>,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Changes {
+    pub table: bool,
+    pub status: bool,
+}
+
 pub struct Server {
     table: Arc<Mutex<Table>>,
     stop: Arc<AtomicBool>,
@@ -185,11 +191,16 @@ impl Server {
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
     }
 
-    /// True when the table changed since the last `overlay`.
-    pub fn take_changed(&mut self) -> bool {
+    /// What happened since the last call: the table changed since the last
+    /// `overlay`, and/or the server woke the loop (a change, a connect or a
+    /// disconnect: the status to publish).
+    pub fn take_changed(&mut self) -> Changes {
         let mut buf = [0u8; 64];
-        while matches!((&self.wake).read(&mut buf), Ok(n) if n > 0) {}
-        lock(&self.table).version != self.overlaid
+        let mut woke = false;
+        while matches!((&self.wake).read(&mut buf), Ok(n) if n > 0) {
+            woke = true;
+        }
+        Changes { table: lock(&self.table).version != self.overlaid, status: woke }
     }
 
     /// Replaces the kernel's routes (all tables but local) and next-hop
@@ -298,6 +309,7 @@ fn serve(listener: TcpListener, table: &Mutex<Table>, stop: &AtomicBool, mut wak
         }
         // SAFETY: a valid array of pollfds and its length.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, TICK.as_millis() as libc::c_int) };
+        // Table changes, connects and disconnects all wake the daemon loop.
         let mut changed = false;
 
         if fds[0].revents & libc::POLLIN != 0 {
@@ -322,6 +334,7 @@ fn serve(listener: TcpListener, table: &Mutex<Table>, stop: &AtomicBool, mut wak
                         r.reported = None;
                     }
                     conn = Some((s, Decoder::default()));
+                    changed = true;
                 }
                 Err(e) => warn!("FPM: accept: {e}"),
             }
@@ -364,6 +377,7 @@ fn serve(listener: TcpListener, table: &Mutex<Table>, stop: &AtomicBool, mut wak
                 t.writer = None;
                 t.sweep_pending = false;
                 t.since = Some(Instant::now());
+                changed = true;
             }
         }
 
