@@ -203,6 +203,8 @@ pub fn run(loaded: Loaded) -> Result<()> {
                 c.wait(mirror.fd(), IDLE_POLL);
                 Duration::ZERO
             }
+            // In stateful mode an FPM change waits for the next poll
+            // round (IDLE_POLL at most).
             None => match &fpm {
                 Some(f) => {
                     f.wait(mirror.fd(), IDLE_POLL);
