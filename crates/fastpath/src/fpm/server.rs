@@ -555,6 +555,38 @@ mod tests {
         assert_eq!(srv.prefixes.len(), 2);
     }
 
+    fn unhex(h: &str) -> Vec<u8> {
+        (0..h.len()).step_by(2).map(|i| u8::from_str_radix(&h[i..i + 2], 16).expect("hex")).collect()
+    }
+
+    #[test]
+    fn what_zebra_8_4_4_sends_decodes() {
+        // Captured from zebra 8.4.4 -M dplane_fpm_nl (x86-64): next-hop
+        // objects first, then routes naming them by RTA_NH_ID.
+        let mut t = Table::default();
+        let msgs = [
+            (RTM_NEWNEXTHOP, 0x501, "02000b000000000008000100060000000800050002000000"),
+            (RTM_NEWNEXTHOP, 0x501, "0a000b0000000000080001000a00000014000600fe8000000000000000000000000000010800050003000000"),
+            (RTM_NEWROUTE, 0x501, "02180000fe0200010000000008000100c6336400080006001400000008001e0006000000"),
+            (RTM_NEWROUTE, 0x401, "0a400000fec40001000000001400010020010db8000300000000000000000000080006001400000008001e000a000000"),
+        ];
+        for (ty, flags, hex) in msgs {
+            assert!(apply(&mut t, &request(ty, flags, 0, &unhex(hex))), "{hex}");
+        }
+        assert_eq!(t.stats.decode_errors, 0);
+        let (nh6, _) = &t.nexthops[&6];
+        assert_eq!(nh6.hop.as_ref().map(|h| (h.ifindex, h.gateway)), Some((2, None)));
+        let (nh10, _) = &t.nexthops[&10];
+        let gw: IpAddr = "fe80::1".parse().expect("addr");
+        assert_eq!(nh10.hop.as_ref().map(|h| (h.ifindex, h.gateway)), Some((3, Some(gw))));
+        let v4 = &t.routes[&(Family::V4, RT_TABLE_MAIN, IpAddr::from([198, 51, 100, 0]), 24, 0)];
+        assert_eq!(v4.route.target, RouteTarget::Object(6));
+        let v6: IpAddr = "2001:db8:3::".parse().expect("addr");
+        let v6 = &t.routes[&(Family::V6, RT_TABLE_MAIN, v6, 64, 0)];
+        assert_eq!(v6.route.target, RouteTarget::Object(10));
+        assert_eq!(v6.route.key.priority, 20);
+    }
+
     #[test]
     fn replay_sweeps_what_was_not_repeated_and_grace_flushes() {
         let mut t = Table { conn: 1, connected: true, ..Default::default() };
