@@ -119,7 +119,8 @@ pub struct SourceStatus {
 #[derive(Debug, Clone)]
 pub struct Published {
     pub status: SourceStatus,
-    pub prefixes: HashSet<(IpAddr, u8)>,
+    /// Rebuilt by each overlay, shared (not copied) by every publish.
+    pub prefixes: Arc<HashSet<(IpAddr, u8)>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,7 +139,7 @@ pub struct Server {
     listen: SocketAddr,
     grace: Duration,
     seq: u32,
-    prefixes: HashSet<(IpAddr, u8)>,
+    prefixes: Arc<HashSet<(IpAddr, u8)>>,
     offloaded: usize,
     failed: usize,
 }
@@ -177,7 +178,7 @@ impl Server {
             listen,
             grace,
             seq: 0,
-            prefixes: HashSet::new(),
+            prefixes: Arc::default(),
             offloaded: 0,
             failed: 0,
         })
@@ -208,20 +209,21 @@ impl Server {
     pub fn overlay(&mut self, state: &mut KernelState) {
         let t = lock(&self.table);
         state.routes.retain(|(_, k), _| k.table == RT_TABLE_LOCAL);
-        self.prefixes.clear();
+        let mut prefixes = HashSet::with_capacity(t.routes.len());
         for s in t.routes.values() {
             // The local table follows the addresses, and the kernel owns those.
             if s.route.key.table == RT_TABLE_LOCAL {
                 continue;
             }
             if s.route.key.table == RT_TABLE_MAIN {
-                self.prefixes.insert((s.route.key.dst, s.route.key.prefix_len));
+                prefixes.insert((s.route.key.dst, s.route.key.prefix_len));
             }
             state.routes.insert((s.fam, s.route.key.clone()), s.route.clone());
         }
         state.nexthops = t.nexthops.iter().map(|(id, (nh, _))| (*id, nh.clone())).collect();
         // zebra's groups carry no bucket table: resilient ones punt.
         state.res_buckets.clear();
+        self.prefixes = Arc::new(prefixes);
         self.overlaid = t.version;
     }
 
@@ -283,7 +285,7 @@ impl Server {
                 offload_failed: self.failed,
                 counters: t.stats.clone(),
             },
-            prefixes: self.prefixes.clone(),
+            prefixes: Arc::clone(&self.prefixes),
         }
     }
 }
@@ -519,7 +521,7 @@ mod tests {
             listen: "127.0.0.1:0".parse().expect("addr"),
             grace: Duration::from_secs(1),
             seq: 0,
-            prefixes: HashSet::new(),
+            prefixes: Arc::default(),
             offloaded: 0,
             failed: 0,
         };
