@@ -13,6 +13,7 @@ pkgs=(
 	bpftool libelf-dev zlib1g-dev pkg-config build-essential
 	nftables conntrack ethtool tcpdump iperf3 iproute2 iputils-ping
 	python3-venv
+	frr                                # zebra for the FPM route-source test (tests/test_fpm.py)
 )
 
 say() { printf 'setup: %s\n' "$*"; }

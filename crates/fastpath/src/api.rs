@@ -94,6 +94,8 @@ pub struct Snapshot {
     pub ops: crate::metrics::OpsStats,
     /// Stateful mode (None: stateless).
     pub ct: Option<crate::ctwatch::CtStatus>,
+    /// --route-source fpm (None: routes from the kernel).
+    pub route_source: Option<Arc<crate::fpm::Published>>,
 }
 
 #[derive(Debug, Clone)]
@@ -198,6 +200,9 @@ pub struct Status {
     pub mode: String,
     #[serde(default)]
     pub conntrack: Option<crate::ctwatch::CtStatus>,
+    /// --route-source fpm only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_source: Option<crate::fpm::SourceStatus>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -218,6 +223,9 @@ pub struct RouteJson {
     pub nexthop: Option<NexthopJson>,
     #[serde(default)]
     pub group: Option<GroupJson>,
+    /// --route-source fpm only: "fpm" for zebra's routes, "kernel" for the local table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -342,6 +350,7 @@ pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
         },
         mode: if s.ct.is_some() { "stateful" } else { "stateless" }.into(),
         conntrack: s.ct,
+        route_source: s.route_source.as_ref().map(|r| r.status.clone()),
     })
 }
 
@@ -380,13 +389,25 @@ fn route_json(s: &Snapshot, family: &str, prefix: String, e: &RouteEntry) -> Rou
         RouteAction::Prohibit => ("prohibit", None, None),
         RouteAction::Punt { reason } => ("punt", Some(intf::reason_name(reason as usize).to_string()), None),
     };
-    RouteJson { family: family.into(), prefix, action: action.into(), reason, mtu: e.mtu, nexthop, group }
+    RouteJson { family: family.into(), prefix, action: action.into(), reason, mtu: e.mtu, nexthop, group, source: None }
+}
+
+/// --route-source fpm: whether zebra sent this prefix.
+fn with_source(s: &Snapshot, mut r: RouteJson, addr: std::net::IpAddr, len: u8) -> RouteJson {
+    if let Some(src) = &s.route_source {
+        r.source = Some(if src.prefixes.contains(&(addr, len)) { "fpm" } else { "kernel" }.into());
+    }
+    r
 }
 
 pub fn routes(s: &Snapshot) -> Vec<RouteJson> {
     let a = &s.applied;
-    let v4 = a.fib4.iter().map(|((addr, len), e)| route_json(s, "ipv4", format!("{addr}/{len}"), e));
-    let v6 = a.fib6.iter().map(|((addr, len), e)| route_json(s, "ipv6", format!("{addr}/{len}"), e));
+    let v4 = a.fib4.iter().map(|((addr, len), e)| {
+        with_source(s, route_json(s, "ipv4", format!("{addr}/{len}"), e), (*addr).into(), *len)
+    });
+    let v6 = a.fib6.iter().map(|((addr, len), e)| {
+        with_source(s, route_json(s, "ipv6", format!("{addr}/{len}"), e), (*addr).into(), *len)
+    });
     v4.chain(v6).collect()
 }
 

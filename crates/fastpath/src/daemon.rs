@@ -109,6 +109,9 @@ pub fn run(loaded: Loaded) -> Result<()> {
     let t = Instant::now();
     let mut state = mirror.dump().context("dumping kernel state")?;
     info!("dumped kernel state in {:.1} ms ({} routes)", t.elapsed().as_secs_f64() * 1e3, state.routes.len());
+    // --route-source fpm: zebra's routes and next hops replace the kernel's
+    // in `state` before every reconcile (see fpm::server).
+    let mut fpm = crate::fpm::start(&args)?;
     let managed: BTreeMap<u32, u32> = ifaces.iter().map(|i| (i.ifindex, i.slot)).collect();
     let mut lp = Loop {
         netfilter_block: nf_watch.blocking().to_vec(),
@@ -130,6 +133,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
         flow_entries: opts.flow_sets * intf::FP_FLOW_WAYS,
         ops: OpsStats { last_full_sync: Some(t), ..Default::default() },
         ct_status: None,
+        route_source: None,
     };
     // Stateful mode: subscribed and fp_runtime's ct fields set before the
     // first packet can be fast-pathed.
@@ -144,7 +148,11 @@ pub fn run(loaded: Loaded) -> Result<()> {
         p.adopt_tables(&maps, &mut lp.reconciler, &mut lp.writer, &mut lp.ids)?;
     }
     // Tables complete before the first packet can see them.
+    if let Some(f) = &mut fpm {
+        f.overlay(&mut state);
+    }
     lp.reconcile(&state).context("writing the initial tables")?;
+    lp.fpm_report(&mut fpm);
 
     // Packets stamp the keep-alive clock on neighbours and cached flows:
     // start it now rather than at the first tick.
@@ -196,7 +204,15 @@ pub fn run(loaded: Loaded) -> Result<()> {
                 c.wait(mirror.fd(), IDLE_POLL);
                 Duration::ZERO
             }
-            None => IDLE_POLL,
+            // In stateful mode an FPM change waits for the next poll
+            // round (IDLE_POLL at most).
+            None => match &fpm {
+                Some(f) => {
+                    f.wait(mirror.fd(), IDLE_POLL);
+                    Duration::ZERO
+                }
+                None => IDLE_POLL,
+            },
         };
         match mirror.poll(&mut state, wait) {
             Ok(PollOutcome::Idle) => last_poll_err = None,
@@ -217,6 +233,18 @@ pub fn run(loaded: Loaded) -> Result<()> {
                 }
                 last_poll_err = Some(msg);
                 std::thread::sleep(IDLE_POLL);
+            }
+        }
+
+        if let Some(f) = &mut fpm {
+            let ch = f.take_changed();
+            if ch.table {
+                dirty = true;
+                pending_since.get_or_insert_with(Instant::now);
+            }
+            if ch.status {
+                lp.route_source = Some(Arc::new(f.published()));
+                lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
             }
         }
 
@@ -253,8 +281,12 @@ pub fn run(loaded: Loaded) -> Result<()> {
         }
 
         if dirty && retry_at.is_none_or(|t| Instant::now() >= t) {
+            if let Some(f) = &mut fpm {
+                f.overlay(&mut state);
+            }
             match lp.reconcile(&state) {
                 Ok(()) => {
+                    lp.fpm_report(&mut fpm);
                     dirty = false;
                     retry_at = None;
                     if let Some(t) = pending_since.take() {
@@ -272,12 +304,16 @@ pub fn run(loaded: Loaded) -> Result<()> {
         }
 
         if periodic {
+            if let Some(f) = &fpm {
+                lp.route_source = Some(Arc::new(f.published()));
+            }
             lp.keepalives += keepalive::refresh(&maps, &state, KEEPALIVE_WINDOW);
             lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
         }
     }
 
     drop(metrics_server);
+    drop(fpm);
     let names: Vec<String> = attachments.iter().map(|a| a.name.clone()).collect();
     if args.pin {
         info!("signal received: leaving the pinned programs forwarding on {} (`fastpath detach` removes them); exiting", names.join(", "));
@@ -357,6 +393,8 @@ struct Loop {
     ops: OpsStats,
     /// Stateful mode, for status (None: stateless).
     ct_status: Option<ctwatch::CtStatus>,
+    /// --route-source fpm, for status and `routes` (None: kernel).
+    route_source: Option<Arc<crate::fpm::Published>>,
 }
 
 impl reload::Live for Loop {
@@ -420,6 +458,14 @@ impl Loop {
         ));
     }
 
+    /// After a successful reconcile: tell zebra what made it into the fast path.
+    fn fpm_report(&mut self, fpm: &mut Option<crate::fpm::Server>) {
+        if let Some(f) = fpm {
+            f.report(&crate::fpm::InFib(&self.applied));
+            self.route_source = Some(Arc::new(f.published()));
+        }
+    }
+
     fn log_problems(&mut self, d: &Desired) {
         let now: BTreeSet<String> = d.problems.iter().cloned().collect();
         for p in now.difference(&self.problems) {
@@ -454,6 +500,7 @@ impl Loop {
             flow_entries: self.flow_entries,
             ops: self.ops.clone(),
             ct: self.ct_status,
+            route_source: self.route_source.clone(),
         };
         match shared.lock() {
             Ok(mut g) => *g = Arc::new(snap),

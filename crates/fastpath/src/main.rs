@@ -8,6 +8,7 @@ mod config;
 mod ctwatch;
 mod daemon;
 mod flows;
+mod fpm;
 mod keepalive;
 mod links;
 mod loader;
@@ -161,6 +162,24 @@ pub struct RunArgs {
     /// kernel; 0 = forward on stale tables indefinitely.
     #[arg(long, value_name = "SECS", default_value_t = intf::FP_DEFAULT_ORPHAN_GRACE)]
     pub orphan_grace: u32,
+    /// Where routes and next hops come from: `kernel` (netlink) or `fpm`
+    /// (FRR zebra's dplane_fpm_nl connects to --fpm-listen; links,
+    /// addresses, neighbours and the local table still come from the kernel).
+    #[arg(long, value_enum, default_value_t = RouteSource::Kernel)]
+    pub route_source: RouteSource,
+    /// --route-source fpm: TCP address the FPM server listens on.
+    #[arg(long, value_name = "ADDR:PORT", default_value = fpm::DEFAULT_LISTEN)]
+    pub fpm_listen: std::net::SocketAddr,
+    /// --route-source fpm: seconds zebra's routes keep forwarding after its
+    /// connection is lost (it reconnects every 3 s and replays) before they are flushed.
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    pub fpm_grace: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RouteSource {
+    Kernel,
+    Fpm,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

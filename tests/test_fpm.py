@@ -1,0 +1,209 @@
+"""`fastpath run --route-source fpm`: routes and next hops from FRR zebra's
+dplane_fpm_nl instead of the kernel, and the offload status sent back.
+
+The status path is tested with tests/fpm_client.py (speaks FPM as FRR 8.5
+does; Debian's 8.4.4 reads and discards what the server sends), the route
+flow end to end with the real zebra + staticd. With the client, the router's
+kernel has no route to the remote prefixes: whatever reaches the server got
+there by a route FPM delivered. zebra installs its routes into the kernel as
+well, so there the proof is the route's `source` and its deletion in zebra."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from fpm_client import NLM_F_REQUEST, RTM_NEWROUTE, FpmClient
+from lab import Daemon, Lab, in_netns, send_and_expect, send_and_expect_none
+from pkts import udp4, udp6
+
+ZEBRA = Path("/usr/lib/frr/zebra")
+STATICD = Path("/usr/lib/frr/staticd")
+GRACE = 2
+V4, V6 = Lab.REMOTE4, Lab.REMOTE6
+
+
+def wait_for(what: str, cond, timeout: float = 5.0, step: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        time.sleep(step)
+
+
+def route(d: Daemon, prefix: str) -> dict | None:
+    return next((r for r in d.routes() if r["prefix"] == prefix), None)
+
+
+def ifindex(lab: Lab, dev: str) -> int:
+    return json.loads(lab.ip(lab.router, "-j", "link", "show", dev).stdout)[0]["ifindex"]
+
+
+def fpm_lab(lab: Lab) -> None:
+    """Only FPM may know the remote prefixes; the router knows its neighbours."""
+    lab.ip(lab.router, "route", "del", V4)
+    lab.ip(lab.router, "-6", "route", "del", V6)
+    lab.run(lab.router, "ping", "-c1", "-W1", "-q", lab.S4)
+    lab.run(lab.router, "ping", "-6", "-c1", "-W1", "-q", lab.S6)
+
+
+@pytest.fixture(scope="module")
+def fpm(fastpath_bin):
+    with Lab() as lab:
+        fpm_lab(lab)
+        with Daemon(lab, extra=["--route-source", "fpm", "--fpm-grace", str(GRACE)]) as d:
+            yield lab, d
+
+
+def connect(lab: Lab) -> FpmClient:
+    with in_netns(lab.router):
+        c = FpmClient.connect()
+    lab.defer(c.close)
+    return c
+
+
+def test_fpm_routes_forward_and_report_offload(fpm):
+    lab, d = fpm
+    r1 = ifindex(lab, "r1")
+    c = connect(lab)
+    c.add_nexthop(10, gateway=lab.S4, oif=r1)
+    c.add_route(V4, nh_id=10)
+    c.add_route(V6, gateway=lab.S6, oif=r1)
+    # A table the FIB does not serve (a VRF): not in the fast path.
+    c.add_route("192.0.2.128/25", gateway=lab.S4, oif=r1, table=100)
+
+    st = c.wait_status(V4, V6, "192.0.2.128/25")
+    for s in st.values():
+        assert s.msg_type == RTM_NEWROUTE and s.nl_flags & NLM_F_REQUEST
+    assert st[V4].offloaded and not st[V4].failed and st[V4].nh_id == 10, st[V4]
+    assert st[V6].offloaded and st[V6].gateway == lab.S6, st[V6]
+    assert st["192.0.2.128/25"].failed and not st["192.0.2.128/25"].offloaded
+    assert st["192.0.2.128/25"].table == 100
+
+    r = route(d, V4)
+    assert r and r["source"] == "fpm" and r["action"] == "forward", r
+    assert r["nexthop"]["gateway"] == lab.S4
+    assert route(d, V6)["source"] == "fpm"
+    # The local table still comes from the kernel.
+    assert route(d, f"{lab.R0_4}/32")["source"] == "kernel"
+    src = d.status()["route_source"]
+    assert src["kind"] == "fpm" and src["connected"] and src["routes"] == 3, src
+    assert src["offloaded"] == 2 and src["offload_failed"] == 1, src
+
+    # The kernel has no route there: only fastpath can deliver these.
+    send_and_expect(lab.c0, [udp4(lab, seq=i) for i in range(3)], lab.s0)
+    send_and_expect(lab.c0, [udp6(lab, seq=i) for i in range(3)], lab.s0)
+
+
+def test_fpm_delete_and_lost_connection(fpm):
+    lab, d = fpm
+    r1 = ifindex(lab, "r1")
+    c = connect(lab)  # replaces the previous connection; replay below
+    c.add_nexthop(10, gateway=lab.S4, oif=r1)
+    c.add_route(V4, nh_id=10)
+    c.add_route(V6, gateway=lab.S6, oif=r1)
+    c.wait_status(V4, V6)
+    wait_for("the replay to settle", lambda: route(d, "192.0.2.128/25") is None and d.status()["route_source"]["routes"] == 2, timeout=4)
+
+    c.del_route(V4, nh_id=10)
+    wait_for("the deleted route to leave the FIB", lambda: route(d, V4) is None)
+    send_and_expect_none(lab.c0, [udp4(lab)], lab.s0)
+    send_and_expect(lab.c0, [udp6(lab)], lab.s0)
+
+    c.close()
+    t = time.monotonic()
+    assert route(d, V6), "routes outlive a lost connection for the grace period"
+    wait_for("the disconnect", lambda: not d.status()["route_source"]["connected"], timeout=GRACE)
+    wait_for("the grace flush", lambda: route(d, V6) is None, timeout=GRACE + 5)
+    assert time.monotonic() - t >= GRACE * 0.9
+    send_and_expect_none(lab.c0, [udp6(lab)], lab.s0)
+
+
+# ---------------------------------------------------------------- real zebra
+
+class Frr:
+    """zebra (-M dplane_fpm_nl) and staticd in the router namespace, with their
+    own config, sockets and pid files in a temp dir; stopped by pid."""
+
+    def __init__(self, lab: Lab, statics: list[str]):
+        self.lab = lab
+        # The daemons drop to the frr user (root is not in the frrvty group),
+        # which cannot enter the lab's private temp dir: a dir of their own.
+        self.dir = Path(tempfile.mkdtemp(prefix=f"{lab.prefix}-frr-"))
+        lab.defer(lambda: shutil.rmtree(self.dir, ignore_errors=True))
+        shutil.chown(self.dir, "frr", "frr")
+        (self.dir / "zebra.conf").write_text("hostname fpmtest\nfpm address 127.0.0.1\n")
+        (self.dir / "staticd.conf").write_text("".join(f"{s}\n" for s in statics))
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str, binary: Path, *extra: str) -> None:
+        d = self.dir
+        cmd = ["ip", "netns", "exec", self.lab.router, str(binary), *extra, "-u", "frr", "-g", "frr",
+               "-i", str(d / f"{name}.pid"), "-z", str(d / "zserv.api"), "--vty_socket", str(d),
+               "-f", str(d / f"{name}.conf"), "--log", f"file:{d / name}.log"]
+        out = open(d / f"{name}.out", "wb")
+        # `ip netns exec` execs the daemon (foreground): this pid is its own.
+        self.procs[name] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        out.close()
+        self.lab.defer(lambda: self.stop(name))
+
+    def stop(self, name: str) -> None:
+        p = self.procs.get(name)
+        if p and p.poll() is None:
+            os.kill(p.pid, signal.SIGTERM)
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                os.kill(p.pid, signal.SIGKILL)
+                p.wait()
+
+    def vtysh(self, *cmds: str) -> str:
+        args = []
+        for c in cmds:
+            args += ["-c", c]
+        return self.lab.run(self.lab.router, "vtysh", "--vty_socket", str(self.dir), *args).stdout
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}"
+                         for p in sorted(self.dir.glob("*.log")) + sorted(self.dir.glob("*.out")))
+
+
+@pytest.mark.skipif(not ZEBRA.exists() or not STATICD.exists(), reason="FRR not installed (scripts/setup.sh installs it)")
+def test_fpm_route_flow_from_real_zebra(fpm):
+    lab, d = fpm
+    # The module's daemon: the client's routes were flushed when it left.
+    frr = Frr(lab, [f"ip route {V4} {lab.S4}", f"ipv6 route {V6} {lab.S6}"])
+    frr.start("zebra", ZEBRA, "-M", "dplane_fpm_nl")
+    # staticd started before zebra serves its socket retries only after 10 s.
+    wait_for("zebra's zserv socket", (frr.dir / "zserv.api").exists, timeout=5)
+    frr.start("staticd", STATICD)
+    try:
+        wait_for("zebra's routes via FPM",
+                 lambda: (route(d, V4) or {}).get("source") == "fpm" and route(d, V6), timeout=15)
+    except AssertionError:
+        raise AssertionError(f"{d.status().get('route_source')}\n{frr.logs()}\n{d.log_text()}")
+    r = route(d, V4)
+    assert r["action"] == "forward" and r["nexthop"]["gateway"] == lab.S4, r
+    # zebra also replays the connected routes.
+    assert (route(d, "198.51.100.0/24") or {}).get("source") == "fpm"
+    send_and_expect(lab.c0, [udp4(lab, seq=i) for i in range(3)], lab.s0)
+    send_and_expect(lab.c0, [udp6(lab, seq=i) for i in range(3)], lab.s0)
+
+    # Deleted in FRR: gone from the fast path (zebra removes it from the kernel too).
+    frr.vtysh("configure terminal", f"no ip route {V4} {lab.S4}")
+    wait_for("the route deleted in zebra to leave the FIB", lambda: route(d, V4) is None, timeout=5)
+    assert route(d, V6)["source"] == "fpm"
+    st = d.status()["route_source"]
+    assert st["connected"] and st["counters"]["messages"] > 0 and st["counters"]["decode_errors"] == 0, st
+    frr.stop("staticd")
+    frr.stop("zebra")
