@@ -184,6 +184,14 @@ impl Attached {
         }
     }
 
+    /// Time the AF_XDP loop spent on frames, not polling (AF_XDP only).
+    pub fn user_work_time(&self) -> Option<std::time::Duration> {
+        match self {
+            Attached::Xsk { xsk, .. } => Some(xsk.work_time()),
+            _ => None,
+        }
+    }
+
     /// Frames the point has handled since it was attached.
     pub fn packets(&self) -> Result<u64> {
         match self {
@@ -226,4 +234,106 @@ pub fn offload_attempt(t: &Topology) -> String {
         )
     })();
     res.unwrap_or_else(|e| format!("{e:#}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use libbpf_rs::ProgramInput;
+
+    const XDP_DROP: u32 = 1;
+    const TC_ACT_SHOT: u32 = 2;
+
+    fn root(test: &str) -> bool {
+        if nix::unistd::geteuid().is_root() {
+            return true;
+        }
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "{test}: needs root; CI=true makes a skip a failure"
+        );
+        eprintln!("{test}: skipped, needs root");
+        false
+    }
+
+    /// The BPF checksum loop computes what the AF_XDP loop computes, for
+    /// XDP and TC alike, then drops and counts the frame.
+    #[test]
+    fn csum_programs_match_the_user_space_loop_and_drop() {
+        if !root("csum_programs_match_the_user_space_loop_and_drop") {
+            return;
+        }
+        let frame = crate::bench::traffic::frame(64).unwrap();
+        let mut tweaked = frame.clone();
+        tweaked[22] = 7; // a different TTL: a sum that is not 0xffff
+        for rounds in [1u32, 3, 150] {
+            let mut obj = MaybeUninit::uninit();
+            let mut open = CsumDropSkelBuilder::default().open(&mut obj).unwrap();
+            open.maps.rodata_data.as_deref_mut().unwrap().csum_rounds = rounds;
+            let skel = open.load().unwrap();
+            for (prog, verdict) in [
+                (&skel.progs.fp_points_xdp_csum, XDP_DROP),
+                (&skel.progs.fp_points_tc_csum, TC_ACT_SHOT),
+            ] {
+                let input = ProgramInput {
+                    data_in: Some(&tweaked),
+                    ..Default::default()
+                };
+                assert_eq!(
+                    prog.test_run(input).unwrap().return_value,
+                    verdict,
+                    "rounds {rounds}"
+                );
+                let got: Vec<u32> = skel
+                    .maps
+                    .points_csum_sink
+                    .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+                    .unwrap()
+                    .unwrap()
+                    .iter()
+                    .map(|v| u32::from_ne_bytes(v[..4].try_into().unwrap()))
+                    .collect();
+                let want = super::super::xsk::csum_rounds(&tweaked, rounds);
+                assert!(
+                    got.contains(&want),
+                    "rounds {rounds}: BPF {got:?}, Rust {want}"
+                );
+            }
+            assert_eq!(
+                sum_percpu(&MapHandle::try_from(&skel.maps.points_count).unwrap()).unwrap(),
+                2
+            );
+        }
+    }
+
+    #[test]
+    fn drop_programs_drop_and_count() {
+        if !root("drop_programs_drop_and_count") {
+            return;
+        }
+        let frame = crate::bench::traffic::frame(64).unwrap();
+        let progs = load(0).unwrap();
+        let mut obj = MaybeUninit::uninit();
+        let skel = DropSkelBuilder::default()
+            .open(&mut obj)
+            .unwrap()
+            .load()
+            .unwrap();
+        for (prog, verdict) in [
+            (&skel.progs.fp_points_xdp_drop, XDP_DROP),
+            (&skel.progs.fp_points_tc_drop, TC_ACT_SHOT),
+        ] {
+            let input = ProgramInput {
+                data_in: Some(&frame),
+                ..Default::default()
+            };
+            assert_eq!(prog.test_run(input).unwrap().return_value, verdict);
+        }
+        assert_eq!(
+            sum_percpu(&MapHandle::try_from(&skel.maps.points_count).unwrap()).unwrap(),
+            2
+        );
+        assert_eq!(sum_percpu(&progs.count).unwrap(), 0);
+    }
 }

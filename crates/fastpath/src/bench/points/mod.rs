@@ -143,6 +143,8 @@ pub struct Cell {
     pub ns_per_packet_system: f64,
     pub ns_per_packet_softirq: f64,
     pub ns_per_packet_total: f64,
+    /// AF_XDP only: time its loop spent on frames (not polling) per frame.
+    pub afxdp_work_ns_per_packet: Option<f64>,
 }
 
 /// A cell that could not run here, and why (e.g. 2 cores on a 1-CPU box).
@@ -239,12 +241,14 @@ impl Lab<'_> {
         let (mut packets, mut sent, mut secs_total) = (0u64, 0u64, 0f64);
         let mut busy_s = [0f64; 4];
         let mut own_cpu_s = 0f64;
+        let mut work_s = 0f64;
         for _ in 0..self.reps {
             if self.stop.load(Ordering::Relaxed) {
                 bail!("interrupted");
             }
             let before = att.packets()?;
             let user0 = att.user_cpu_time()?;
+            let work0 = att.user_work_time();
             let s0 = cpustat::read()?;
             let runs =
                 gen.run_parallel(&self.topo.gen, self.g0, &places, self.duration, self.stop)?;
@@ -253,6 +257,9 @@ impl Lab<'_> {
             // Frames still in the rings (or on the AF_XDP RX ring) finish on their CPU just after.
             std::thread::sleep(Duration::from_millis(20));
             let pkts = att.packets()?.saturating_sub(before);
+            if let (Some(a), Some(b)) = (work0, att.user_work_time()) {
+                work_s += b.saturating_sub(a).as_secs_f64();
+            }
             own_cpu_s += runs.iter().map(|r| r.cpu_time.as_secs_f64()).sum::<f64>()
                 + user1.saturating_sub(user0).as_secs_f64();
             let secs = runs
@@ -297,11 +304,22 @@ impl Lab<'_> {
             ns_per_packet_system: per(busy_s[1]),
             ns_per_packet_softirq: per(busy_s[2]),
             ns_per_packet_total: per(busy_s[3]),
+            afxdp_work_ns_per_packet: (point == Point::Afxdp).then(|| per(work_s)),
         })
     }
 
     fn progress(&self, what: String) {
         self.bar.set_message(what);
+    }
+}
+
+/// A progress line above the bar; printed plainly when the bar is hidden
+/// (no terminal), where indicatif would swallow it.
+fn say(bar: &ProgressBar, line: String) {
+    if bar.is_hidden() {
+        println!("{line}");
+    } else {
+        bar.println(line);
     }
 }
 
@@ -493,7 +511,7 @@ pub fn run(args: &PointsArgs) -> Result<()> {
                             });
                         } else {
                             let c = lab.measure(Workload::Drop, point, 0, flows, cores)?;
-                            bar.println(report::cell_line(&c));
+                            say(&bar, report::cell_line(&c));
                             rep.drop.push(c);
                         }
                         bar.inc(1);
@@ -506,7 +524,7 @@ pub fn run(args: &PointsArgs) -> Result<()> {
                 for &n in &a.csum {
                     lab.progress(format!("csum N={n} {}", point.name()));
                     let c = lab.measure(Workload::Csum, point, n, 1, 1)?;
-                    bar.println(report::cell_line(&c));
+                    say(&bar, report::cell_line(&c));
                     rep.csum.push(c);
                     bar.inc(1);
                 }

@@ -104,6 +104,28 @@ pub fn print(r: &PointsReport) {
         }
         println!();
     }
+    let afxdp: Vec<&Cell> = r
+        .drop
+        .iter()
+        .chain(&r.csum)
+        .filter(|c| c.afxdp_work_ns_per_packet.is_some())
+        .collect();
+    if !afxdp.is_empty() {
+        println!(
+            "afxdp user loop, ns of work per frame (the rest of its CPU is polling): {}",
+            afxdp
+                .iter()
+                .map(|c| format!(
+                    "{} N={} {} flow(s): {:.0}",
+                    format!("{:?}", c.workload).to_lowercase(),
+                    c.n,
+                    c.flows,
+                    c.afxdp_work_ns_per_packet.unwrap_or(0.0)
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     if !r.drop.is_empty() || !r.csum.is_empty() {
         println!("Mpps: frames handled / wall time; Mpps/CPU: per second of CPU time the bench's threads got (generators");
         println!("incl. the softirq work in their context, plus the AF_XDP loop) — the fairer figure on a shared box.");

@@ -16,7 +16,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use xdpilone::{BufIdx, IfInfo, Socket, SocketConfig, Umem, UmemConfig};
@@ -32,6 +32,7 @@ const BATCH: u32 = 64;
 pub struct XskDrop {
     stop: Arc<AtomicBool>,
     count: Arc<AtomicU64>,
+    work_ns: Arc<AtomicU64>,
     thread: Option<JoinHandle<Result<()>>>,
     fd: RawFd,
 }
@@ -107,9 +108,10 @@ impl XskDrop {
     ) -> Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let count = Arc::new(AtomicU64::new(0));
+        let work_ns = Arc::new(AtomicU64::new(0));
         let (tx, rx) = mpsc::channel::<Result<RawFd>>();
         let ns = ns.to_string();
-        let (stop2, count2) = (Arc::clone(&stop), Arc::clone(&count));
+        let (stop2, count2, work2) = (Arc::clone(&stop), Arc::clone(&count), Arc::clone(&work_ns));
         let thread = std::thread::spawn(move || -> Result<()> {
             let setup = || -> Result<_> {
                 topo::enter_netns(&ns)?;
@@ -125,7 +127,7 @@ impl XskDrop {
                 }
             };
             let _ = tx.send(Ok(sock.fd));
-            run_loop(sock, rounds, &stop2, &count2)
+            run_loop(sock, rounds, &stop2, &count2, &work2)
         });
         let fd = match rx.recv() {
             Ok(Ok(fd)) => fd,
@@ -144,6 +146,7 @@ impl XskDrop {
         Ok(XskDrop {
             stop,
             count,
+            work_ns,
             thread: Some(thread),
             fd,
         })
@@ -177,6 +180,12 @@ impl XskDrop {
                 .context("clock_gettime of the AF_XDP loop");
         }
         Ok(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+    }
+
+    /// Time the loop spent on frames (receive, checksums, refill) rather
+    /// than polling empty rings.
+    pub fn work_time(&self) -> Duration {
+        Duration::from_nanos(self.work_ns.load(Ordering::Relaxed))
     }
 
     /// Frames taken off the RX ring so far.
@@ -266,14 +275,24 @@ fn open(ifindex: u32, queue: u32) -> Result<Sock> {
     })
 }
 
-fn run_loop(mut s: Sock, rounds: u32, stop: &AtomicBool, count: &AtomicU64) -> Result<()> {
+fn run_loop(
+    mut s: Sock,
+    rounds: u32,
+    stop: &AtomicBool,
+    count: &AtomicU64,
+    work_ns: &AtomicU64,
+) -> Result<()> {
     let base = s._area.ptr.as_ptr();
     let mut done: Vec<u64> = Vec::with_capacity(BATCH as usize);
     let mut sink = 0u32;
     let mut idle = 0u32;
     while !stop.load(Ordering::Relaxed) {
+        let mut t0 = None;
         {
             let mut r = s.rx.receive(BATCH);
+            if r.capacity() > 0 {
+                t0 = Some(Instant::now());
+            }
             while let Some(d) = r.read() {
                 if rounds > 0 {
                     // SAFETY: the kernel wrote d.len bytes at d.addr inside
@@ -302,6 +321,9 @@ fn run_loop(mut s: Sock, rounds: u32, stop: &AtomicBool, count: &AtomicU64) -> R
         w.commit();
         drop(w);
         done.drain(..n as usize);
+        if let Some(t0) = t0 {
+            work_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
     }
     std::hint::black_box(sink);
     let _ = &s.umem;
