@@ -208,10 +208,7 @@ impl Drop for Attached {
             // next TC cell creates a fresh one.
             hook.attach_point(TC_INGRESS | TC_EGRESS);
             let r = topo::in_netns(ns, || hook.destroy());
-            if let Err(e) = r
-                .map_err(anyhow::Error::from)
-                .and_then(|r| r.map_err(anyhow::Error::from))
-            {
+            if let Err(e) = r.and_then(|r| r.map_err(anyhow::Error::from)) {
                 log::warn!("removing the clsact qdisc from r0: {e:#}");
             }
         }

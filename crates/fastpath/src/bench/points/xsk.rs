@@ -308,7 +308,7 @@ fn run_loop(
         }
         if done.is_empty() {
             idle += 1;
-            if idle % 1024 == 0 && s.fq.needs_wakeup() {
+            if idle & 1023 == 0 && s.fq.needs_wakeup() {
                 s.fq.wake();
             }
             std::hint::spin_loop();
