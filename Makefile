@@ -17,7 +17,7 @@ endif
 # rustup installs into ~/.cargo/bin, which non-login root shells often lack.
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: setup build test test-rust test-e2e soak demo bench bench-stateful clean
+.PHONY: setup build test test-rust test-e2e soak demo bench bench-stateful bench-points clean
 # `test` runs its layers in order (setup, build, Rust, end to end), also under make -j.
 .NOTPARALLEL:
 
@@ -56,6 +56,10 @@ bench: setup build
 # Stateful firewall bench (issue #4), ~2 minutes: separate from `bench` to keep that one short.
 bench-stateful: setup build
 	$(BIN) bench stateful
+
+# Execution-point study (issue #6, paper 003), ~3.5 minutes.
+bench-points: setup build
+	$(BIN) bench points
 
 clean:
 	$(CARGO) clean

@@ -14,6 +14,7 @@ mod ctlab;
 pub mod fulltable;
 mod fullrate;
 mod hints;
+mod points;
 mod report;
 mod router;
 mod stateful;
@@ -90,6 +91,8 @@ pub enum BenchCmd {
     Hints(HintsArgs),
     /// Stateful firewall: kernel + conntrack ruleset vs conntrack-lookup XDP vs fastpath --mode stateful vs raw; TCP connections/s.
     Stateful(stateful::StatefulArgs),
+    /// Execution-point study (paper 003): drop, N checksums, map updates and CPU split at native XDP, generic XDP, TC, AF_XDP.
+    Points(points::PointsArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -197,6 +200,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if let Some(BenchCmd::Stateful(st)) = &args.cmd {
         let (stop, exe, work) = table_bench_setup(&args)?;
         return stateful::run(st, &exe, work.path(), &stop);
+    }
+    if let Some(BenchCmd::Points(p)) = &args.cmd {
+        return points::run(p);
     }
     if let Some(BenchCmd::Hints(h)) = &args.cmd {
         let place = Placement::check(h.cpu, !h.no_rt)?;

@@ -215,6 +215,41 @@ impl<'obj> Generator<'obj> {
             .map_err(|_| anyhow::anyhow!("generator thread panicked"))?
         })
     }
+
+    /// As `run`, with one generator thread per placement at the same time
+    /// (`fastpath bench points` on 2 cores: a veth picks the receiving queue
+    /// by the sending CPU, so each thread feeds its own queue and CPU).
+    pub fn run_parallel(
+        &self,
+        gen_ns: &str,
+        g0_ifindex: u32,
+        places: &[Placement],
+        duration: Duration,
+        stop: &AtomicBool,
+    ) -> Result<Vec<GenRun>> {
+        let fd = if self.per_flow_dst {
+            self.skel.progs.fp_bench_gen_dst.as_fd()
+        } else {
+            self.skel.progs.fp_bench_gen.as_fd()
+        };
+        let frame = self.frame.as_slice();
+        std::thread::scope(|s| {
+            let threads: Vec<_> = places
+                .iter()
+                .map(|&place| {
+                    s.spawn(move || -> Result<GenRun> {
+                        topo::enter_netns(gen_ns)?;
+                        place.apply()?;
+                        generate(fd, frame, g0_ifindex, duration, stop)
+                    })
+                })
+                .collect();
+            threads
+                .into_iter()
+                .map(|t| t.join().map_err(|_| anyhow::anyhow!("generator thread panicked"))?)
+                .collect()
+        })
+    }
 }
 
 /// Where the generator thread (and with it the whole path) runs.
