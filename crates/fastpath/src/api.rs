@@ -37,8 +37,15 @@
 //!   "reason":str|null (the punt reason), "mtu":n (0 = device MTU),
 //!   "nexthop":{"id":n,"ifindex":n,"dev":str|null,"gateway":str|null}|null,
 //!   "group":{"id":n, "kind":"hash-threshold"|"resilient", "buckets":n (resilient: count),
-//!            "paths":[{"upper_bound":n (-1 = dead), "nexthop":NEXTHOP|null (null: punted)}]}|null}]
+//!            "paths":[{"upper_bound":n (-1 = dead), "nexthop":NEXTHOP|null (null: punted)}]}|null,
+//!   "offload":"ok"|"failed"|"punted-cover"}]
 //! ```
+//! `offload`: "failed" = the route found no slot (in a table that is full)
+//! and its traffic goes to the kernel; such a route is listed with
+//! `"action":"none"` when not in the map, or as a punt when only its next
+//! hop or group found no slot. "punted-cover" = an installed route turned
+//! into a punt because a failed route lies inside it. Status also has
+//! `"routes_offload_failed":n`.
 //! flows (busiest first; `limit` in the request, default 20, 0 = all):
 //! ```text
 //! {"total":n, "flows":[{"family":"ipv4"|"ipv6", "proto":n, "src":str, "dst":str,
@@ -197,6 +204,9 @@ pub struct Status {
     pub mode: String,
     #[serde(default)]
     pub conntrack: Option<crate::ctwatch::CtStatus>,
+    /// Routes that found no slot (see `fastpath_core::overflow`).
+    #[serde(default)]
+    pub routes_offload_failed: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -217,6 +227,9 @@ pub struct RouteJson {
     pub nexthop: Option<NexthopJson>,
     #[serde(default)]
     pub group: Option<GroupJson>,
+    /// "ok" | "failed" | "punted-cover"
+    #[serde(default)]
+    pub offload: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -341,6 +354,7 @@ pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
         },
         mode: if s.ct.is_some() { "stateful" } else { "stateless" }.into(),
         conntrack: s.ct,
+        routes_offload_failed: a.offload.failed() as u64,
     })
 }
 
@@ -353,7 +367,7 @@ fn nexthop_json(s: &Snapshot, nh_id: u32) -> Option<NexthopJson> {
     })
 }
 
-fn route_json(s: &Snapshot, family: &str, prefix: String, e: &RouteEntry) -> RouteJson {
+fn route_json(s: &Snapshot, family: &str, prefix: String, e: &RouteEntry, offload: &str) -> RouteJson {
     let mut group = None;
     let (action, reason, nexthop) = match e.action {
         RouteAction::Forward { nh_id } => ("forward", None, nexthop_json(s, nh_id)),
@@ -379,14 +393,53 @@ fn route_json(s: &Snapshot, family: &str, prefix: String, e: &RouteEntry) -> Rou
         RouteAction::Prohibit => ("prohibit", None, None),
         RouteAction::Punt { reason } => ("punt", Some(intf::reason_name(reason as usize).to_string()), None),
     };
-    RouteJson { family: family.into(), prefix, action: action.into(), reason, mtu: e.mtu, nexthop, group }
+    RouteJson {
+        family: family.into(),
+        prefix,
+        action: action.into(),
+        reason,
+        mtu: e.mtu,
+        nexthop,
+        group,
+        offload: offload.into(),
+    }
 }
 
+/// A route that is not in the map at all: it found no slot.
+fn missing_json(family: &str, prefix: String) -> RouteJson {
+    RouteJson {
+        family: family.into(),
+        prefix,
+        action: "none".into(),
+        reason: None,
+        mtu: 0,
+        nexthop: None,
+        group: None,
+        offload: fastpath_core::overflow::FAILED.into(),
+    }
+}
+
+/// Map entries and failed routes not in the map, each family sorted by prefix.
 pub fn routes(s: &Snapshot) -> Vec<RouteJson> {
     let a = &s.applied;
-    let v4 = a.fib4.iter().map(|((addr, len), e)| route_json(s, "ipv4", format!("{addr}/{len}"), e));
-    let v6 = a.fib6.iter().map(|((addr, len), e)| route_json(s, "ipv6", format!("{addr}/{len}"), e));
-    v4.chain(v6).collect()
+    let o = &a.offload;
+    let mut v4: BTreeMap<(std::net::Ipv4Addr, u8), RouteJson> = a
+        .fib4
+        .iter()
+        .map(|(k @ (addr, len), e)| (*k, route_json(s, "ipv4", format!("{addr}/{len}"), e, o.status4(k))))
+        .collect();
+    for k @ (addr, len) in o.failed4.iter().filter(|k| !a.fib4.contains_key(k)) {
+        v4.insert(*k, missing_json("ipv4", format!("{addr}/{len}")));
+    }
+    let mut v6: BTreeMap<(std::net::Ipv6Addr, u8), RouteJson> = a
+        .fib6
+        .iter()
+        .map(|(k @ (addr, len), e)| (*k, route_json(s, "ipv6", format!("{addr}/{len}"), e, o.status6(k))))
+        .collect();
+    for k @ (addr, len) in o.failed6.iter().filter(|k| !a.fib6.contains_key(k)) {
+        v6.insert(*k, missing_json("ipv6", format!("{addr}/{len}")));
+    }
+    v4.into_values().chain(v6.into_values()).collect()
 }
 
 pub fn neighbours(s: &Snapshot, maps: &Maps) -> Vec<NeighbourJson> {
