@@ -646,6 +646,30 @@ mod tests {
     }
 
     #[test]
+    fn routes_carry_offload_status_and_list_failed_routes_not_in_the_map() {
+        let mut d = Desired::default();
+        let k = |a: &str, l: u8| (a.parse::<std::net::Ipv4Addr>().expect("v4"), l);
+        let punt = RouteEntry { action: RouteAction::Punt { reason: 15 }, mtu: 0 };
+        d.fib4.insert(k("203.0.113.0", 24), punt);
+        d.fib4.insert(k("198.51.100.0", 24), RouteEntry { action: RouteAction::Local, mtu: 0 });
+        d.offload.failed4.insert(k("203.0.113.77", 32));
+        d.offload.covers4.insert(k("203.0.113.0", 24));
+        d.offload.failed6.insert(("2001:db8::".parse().expect("v6"), 64));
+        let s = Snapshot { applied: Arc::new(d), ..Default::default() };
+        let got: Vec<(String, String, String)> =
+            routes(&s).into_iter().map(|r| (r.prefix, r.action, r.offload)).collect();
+        let want = [
+            ("198.51.100.0/24", "local", "ok"),
+            ("203.0.113.0/24", "punt", "punted-cover"),
+            ("203.0.113.77/32", "none", "failed"),
+            ("2001:db8::/64", "none", "failed"),
+        ];
+        let want: Vec<(String, String, String)> =
+            want.iter().map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string())).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
     fn mac_format() {
         assert_eq!(fmt_mac(&[0xaa, 0xbb, 0, 1, 2, 0xff]), "aa:bb:00:01:02:ff");
     }

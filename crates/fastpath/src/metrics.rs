@@ -237,12 +237,13 @@ impl Collector for Scrape {
             ConstGauge::new(i64::from(f.fast_path)).encode(m.encode_family(&[("family", fam)])?)?;
         }
 
-        gauge(
-            &mut e,
+        let g = ConstGauge::new(s.routes_offload_failed as i64);
+        g.encode(e.encode_descriptor(
             "fastpath_routes_offload_failed",
             "Routes that found no slot in a full table: their traffic goes to the kernel (offload failed).",
-            s.routes_offload_failed as f64,
-        )?;
+            None,
+            g.metric_type(),
+        )?)?;
 
         let o = &self.ops;
         gauge(
