@@ -2420,6 +2420,31 @@ mod tests {
     }
 
     #[test]
+    fn overflow_source_check_follows_the_kernel_fib() {
+        let mut st = base();
+        add(&mut st, via(rt("198.51.100.0", 24), 2, Some("192.0.2.1")));
+        add(&mut st, via(rt("203.0.113.0", 24), 2, Some("192.0.2.1")));
+        add(&mut st, kind(rt("198.51.100.7", 32), RouteKind::Blackhole));
+        let c = Capacities { fib4: 2, ..caps() };
+        let d = compute(&st, &managed(), &c, &mut Ids::new(100, 64));
+        // the left-out blackhole still refuses its source, by the deny set
+        assert_eq!(d.offload.failed4.len(), 1);
+        assert_eq!(d.switches.src_lpm, 0);
+        assert_eq!(d.src_deny4.get(&"198.51.100.7".parse().unwrap()), Some(&reason::RP_FILTER));
+        assert_eq!(d.switches.table_full, 0);
+
+        // LPM mode (a shorter reject route) and a left-out reject route with
+        // no installed cover: a miss would accept its sources, so IPv4 punts
+        add(&mut st, kind(rt("10.0.0.0", 8), RouteKind::Unreachable));
+        add(&mut st, kind(rt("192.0.2.128", 25), RouteKind::Prohibit));
+        let c = Capacities { fib4: 3, ..caps() };
+        let d = compute(&st, &managed(), &c, &mut Ids::new(100, 64));
+        assert_eq!(d.switches.src_lpm, 1);
+        assert_eq!(d.switches.table_full, Family::V4.bit());
+        assert!(d.problems.iter().any(|p| p.starts_with("IPv4 FIB overflow left out 192.0.2.128/25")), "{:?}", d.problems);
+    }
+
+    #[test]
     fn overflow_never_forwards_by_a_less_specific_route() {
         // random FIBs trimmed to random sizes: every probe address is either
         // punted or forwarded to the same next hop as with room for all
