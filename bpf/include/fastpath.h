@@ -35,7 +35,7 @@ enum fp_reason {
 	FP_R_FORWARDING_DISABLED,  /* forwarding sysctl off for this family on the ingress */
 	FP_R_RP_FILTER,            /* reverse-path check failed or not decidable here */
 	FP_R_POLICY_ROUTING,       /* non-default ip rules for this family: kernel decides */
-	FP_R_TABLE_FULL,           /* a table overflowed: whole family punted until it fits */
+	FP_R_TABLE_FULL,           /* a route did not fit: its nearest installed cover (or itself) punts */
 	FP_R_LOCAL,                /* destination is this host (local/anycast route) */
 	FP_R_NO_ROUTE,             /* no FIB entry */
 	FP_R_BLACKHOLE,            /* blackhole route: the kernel drops */

@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use crate::overflow;
 use crate::model::{
     Family, KernelState, NextHop, Route, RouteKind, RouteTarget, Rule, NUD_USABLE, RT_TABLE_LOCAL,
     RT_TABLE_MAIN,
@@ -250,9 +251,9 @@ impl Ids {
 /// A prefix of either family, address bits left-aligned in a u128 so that
 /// IPv4 and IPv6 share the containment arithmetic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-struct Prefix {
-    bits: u128,
-    len: u8,
+pub(crate) struct Prefix {
+    pub(crate) bits: u128,
+    pub(crate) len: u8,
 }
 
 fn mask(bits: u128, len: u8) -> u128 {
@@ -264,7 +265,7 @@ fn mask(bits: u128, len: u8) -> u128 {
 }
 
 impl Prefix {
-    fn new(fam: Family, addr: &IpAddr, len: u8) -> Option<Prefix> {
+    pub(crate) fn new(fam: Family, addr: &IpAddr, len: u8) -> Option<Prefix> {
         let (bits, width) = match (fam, addr) {
             (Family::V4, IpAddr::V4(a)) => (u128::from(u32::from(*a)) << 96, 32),
             (Family::V6, IpAddr::V6(a)) => (u128::from(*a), 128),
@@ -279,7 +280,7 @@ impl Prefix {
         })
     }
 
-    fn truncate(self, len: u8) -> Prefix {
+    pub(crate) fn truncate(self, len: u8) -> Prefix {
         Prefix {
             bits: mask(self.bits, len),
             len,
@@ -782,12 +783,7 @@ const SRC_PUNTED4: &[(u32, u8)] = &[
 /// are unicast; local refuses as martian; anything else, including other
 /// punts (broadcast, throw, TOS-specific, ...), as rp_filter.
 fn src_check4(fib4: &BTreeMap<(Ipv4Addr, u8), RouteEntry>, state: &KernelState) -> (BTreeMap<Ipv4Addr, u8>, bool) {
-    let refusal = |e: &RouteEntry| match e.action {
-        RouteAction::Forward { .. } | RouteAction::Multipath { .. } => None,
-        RouteAction::Punt { reason: r } if r == reason::ECMP => None,
-        RouteAction::Local => Some(reason::MARTIAN),
-        _ => Some(reason::RP_FILTER),
-    };
+    let refusal = |e: &RouteEntry| src_refusal(&e.action);
     let mut deny = BTreeMap::new();
     let mut needs_lpm = false;
     for ((addr, len), e) in fib4 {
@@ -812,6 +808,50 @@ fn src_check4(fib4: &BTreeMap<(Ipv4Addr, u8), RouteEntry>, state: &KernelState) 
         }
     }
     (deny, needs_lpm)
+}
+
+/// How the source check treats a source whose route is `a` (see
+/// `src_check4`): None accepts, else the refusal reason.
+fn src_refusal(a: &RouteAction) -> Option<u8> {
+    match a {
+        RouteAction::Forward { .. } | RouteAction::Multipath { .. } => None,
+        RouteAction::Punt { reason: r } if *r == reason::ECMP => None,
+        RouteAction::Local => Some(reason::MARTIAN),
+        _ => Some(reason::RP_FILTER),
+    }
+}
+
+/// The action class of an intent, ids left out: enough for `src_check4`.
+fn intent_class(i: &Intent) -> RouteEntry {
+    let action = match i {
+        Intent::Forward { .. } => RouteAction::Forward { nh_id: 0 },
+        Intent::Multipath { .. } => RouteAction::Multipath { group: 0 },
+        Intent::Act(a) => *a,
+    };
+    RouteEntry { action, mtu: 0 }
+}
+
+/// The IPv4 FIB as the kernel has it, for the source check, from the
+/// trimmed one and what trimming took out of it.
+fn source_classes(fib4: &[(Prefix, Intent)], t: &overflow::Trimmed<Intent>) -> BTreeMap<(Ipv4Addr, u8), RouteEntry> {
+    let mut out: BTreeMap<(Ipv4Addr, u8), RouteEntry> = fib4.iter().map(|(p, i)| (p.v4(), intent_class(i))).collect();
+    for (p, i) in t.left_out.iter().chain(t.covers.iter()) {
+        out.insert(p.v4(), intent_class(i));
+    }
+    out
+}
+
+/// A left-out IPv4 prefix whose sources the kernel refuses and that no
+/// installed prefix covers, if there is one.
+fn uncovered_refusal(t: &overflow::Trimmed<Intent>, fib4: &BTreeMap<(Ipv4Addr, u8), RouteEntry>) -> Option<String> {
+    let (p, _) = t.left_out.iter().find(|(p, i)| {
+        src_refusal(&intent_class(i).action).is_some()
+            && !(0..p.len).any(|l| fib4.contains_key(&p.truncate(l).v4()))
+    })?;
+    let (a, l) = p.v4();
+    Some(format!(
+        "IPv4 FIB overflow left out {a}/{l}, whose sources the kernel refuses, with no installed route covering it: IPv4 punted"
+    ))
 }
 
 /// `managed`: ifindex -> fp_stats slot of every interface fastpath runs on.
@@ -845,8 +885,22 @@ pub fn compute(
         );
     }
 
-    let fib4 = fib_intents(state, Family::V4);
-    let fib6 = fib_intents(state, Family::V6);
+    let mut fib4 = fib_intents(state, Family::V4);
+    let mut fib6 = fib_intents(state, Family::V6);
+    let (need4, need6) = (fib4.len(), fib6.len());
+    // Over capacity: some prefixes stay out and their installed covers punt,
+    // before next hops are counted, so left-out routes take no next-hop id.
+    let punt_cover = |i: &mut Intent| match i {
+        Intent::Forward { .. } | Intent::Multipath { .. } => {
+            Some(std::mem::replace(i, punt(reason::TABLE_FULL)))
+        }
+        Intent::Act(_) => None,
+    };
+    let trim4 = overflow::trim(&mut fib4, caps.fib4 as usize, punt_cover);
+    let trim6 = overflow::trim(&mut fib6, caps.fib6 as usize, punt_cover);
+    // A next-hop or group id beyond the map cannot be written.
+    ids.nexthops.capacity = ids.nexthops.capacity.min(caps.nexthops);
+    ids.groups.capacity = ids.groups.capacity.min(caps.groups);
     // Few distinct next hops behind many prefixes: dedup by hash first.
     let mut hops: HashSet<&NexthopEntry> = HashSet::new();
     for (_, i) in fib4.iter().chain(fib6.iter()) {
@@ -888,16 +942,37 @@ pub fn compute(
         }
     }
     let group_set: BTreeSet<GroupEntry> = groups.keys().cloned().collect();
-    let group_ids = ids.groups.assign(&group_set);
-    for (entry, gid) in &group_ids {
-        if let Some(g) = groups.get(entry) {
-            for (index, pos) in &g.buckets {
-                let nh = entry.paths.get(*pos).map(|p| p.nh_id).unwrap_or(0);
-                if nh != 0 {
-                    d.res_buckets.insert(bucket_key(*gid, *index), nh);
-                }
-            }
+    let mut group_ids = ids.groups.assign(&group_set);
+    // Resilient groups whose buckets do not all fit are not used (their
+    // routes punt); the rest keep every bucket, in id order.
+    let mut buckets_need = 0usize;
+    let mut bucket_less = Vec::new();
+    let by_gid: BTreeMap<u32, GroupEntry> = group_ids.iter().map(|(e, g)| (*g, e.clone())).collect();
+    for (gid, entry) in &by_gid {
+        let gid = *gid;
+        let Some(g) = groups.get(entry) else { continue };
+        if g.buckets.is_empty() {
+            continue;
         }
+        let mine: Vec<(u32, u32)> = g
+            .buckets
+            .iter()
+            .filter_map(|(index, pos)| {
+                let nh = entry.paths.get(*pos).map(|p| p.nh_id).unwrap_or(0);
+                (nh != 0).then(|| (bucket_key(gid, *index), nh))
+            })
+            .collect();
+        buckets_need += mine.len();
+        if d.res_buckets.len() + mine.len() > caps.buckets as usize {
+            bucket_less.push(entry.clone());
+            continue;
+        }
+        d.res_buckets.extend(mine);
+    }
+    for e in &bucket_less {
+        group_ids.remove(e);
+    }
+    for (entry, gid) in &group_ids {
         d.groups.insert(*gid, entry.clone());
     }
     let table_full = RouteEntry {
@@ -926,28 +1001,88 @@ pub fn compute(
             Intent::Act(action) => RouteEntry { action, mtu: 0 },
         }
     };
-    d.fib4 = fib4.into_iter().map(|(p, i)| (p.v4(), entry(i))).collect();
-    d.fib6 = fib6.into_iter().map(|(p, i)| (p.v6(), entry(i))).collect();
-    let (deny, needs_lpm) = src_check4(&d.fib4, state);
+    // The source check must follow the kernel's FIB, not the trimmed one.
+    let truth4 = (!trim4.left_out.is_empty()).then(|| source_classes(&fib4, &trim4));
+    let covers4: HashSet<Prefix> = trim4.covers.iter().map(|(p, _)| *p).collect();
+    let covers6: HashSet<Prefix> = trim6.covers.iter().map(|(p, _)| *p).collect();
+    let mut o = overflow::Offload::default();
+    for (p, i) in fib4 {
+        let e = entry(i);
+        if e == table_full && !covers4.contains(&p) {
+            o.failed4.insert(p.v4());
+        }
+        d.fib4.insert(p.v4(), e);
+    }
+    for (p, i) in fib6 {
+        let e = entry(i);
+        if e == table_full && !covers6.contains(&p) {
+            o.failed6.insert(p.v6());
+        }
+        d.fib6.insert(p.v6(), e);
+    }
+    o.failed4.extend(trim4.left_out.iter().map(|(p, _)| p.v4()));
+    o.failed6.extend(trim6.left_out.iter().map(|(p, _)| p.v6()));
+    o.covers4 = trim4.covers.iter().map(|(p, _)| p.v4()).collect();
+    o.covers6 = trim6.covers.iter().map(|(p, _)| p.v6()).collect();
+    let (deny, needs_lpm) = src_check4(truth4.as_ref().unwrap_or(&d.fib4), state);
     // The map is sized like fib4. With LPM checks the set is not read, so
     // it is not kept either.
     if needs_lpm || deny.len() > caps.fib4 as usize {
         d.switches.src_lpm |= Family::V4.bit();
+        // An LPM check that misses accepts the source; a left-out prefix
+        // the kernel refuses sources of, with no installed cover to punt
+        // them, would be accepted wrongly. Rare enough to punt the family.
+        if let Some(why) = uncovered_refusal(&trim4, &d.fib4) {
+            d.switches.table_full |= Family::V4.bit();
+            d.problems.push(why);
+        }
     } else {
         d.src_deny4 = deny;
     }
-    if ids.nexthops.starved() {
+    for (name, need, cap, failed) in [
+        ("IPv4 FIB", need4, caps.fib4, trim4.left_out.len()),
+        ("IPv6 FIB", need6, caps.fib6, trim6.left_out.len()),
+    ] {
+        if failed > 0 {
+            d.problems.push(format!(
+                "{name} needs {need} entries, capacity {cap}: {failed} routes not offloaded (their traffic goes to the kernel)"
+            ));
+        }
+    }
+    // Every distinct next hop counts, including those that found no id;
+    // +1 because id 0 is never used.
+    if hops.len() + 1 > caps.nexthops as usize {
+        d.problems.push(format!(
+            "next-hop table needs {} entries, capacity {}: routes whose next hop found no slot are punted (offload failed)",
+            hops.len() + 1,
+            caps.nexthops
+        ));
+    } else if ids.nexthops.starved() {
         d.problems.push(format!(
             "next-hop ids exhausted (capacity {}): some routes punted until ids are released",
             ids.nexthops.capacity()
         ));
     }
-    if ids.groups.starved() {
+    if group_set.len() + 1 > caps.groups as usize {
+        d.problems.push(format!(
+            "ECMP group table needs {} entries, capacity {}: multipath routes whose group found no slot are punted (offload failed)",
+            group_set.len() + 1,
+            caps.groups
+        ));
+    } else if ids.groups.starved() {
         d.problems.push(format!(
             "ECMP group ids exhausted (capacity {}): some multipath routes punted until ids are released",
             ids.groups.capacity()
         ));
     }
+    if !bucket_less.is_empty() {
+        d.problems.push(format!(
+            "resilient bucket table needs {buckets_need} entries, capacity {}: {} groups' routes punted",
+            caps.buckets,
+            bucket_less.len()
+        ));
+    }
+    d.offload = o;
     d.switches.mp_policy4 = state.sysctl.mp_policy4;
     d.switches.mp_policy6 = state.sysctl.mp_policy6;
     d.switches.mp_seed = state.sysctl.mp_seed;
@@ -1006,66 +1141,25 @@ pub fn compute(
         }
     }
 
-    // Every distinct next hop counts, including those that found no id;
-    // +1 because id 0 is never used.
-    let checks = [
-        (
-            Family::V4.bit(),
-            "IPv4 FIB",
-            d.fib4.len(),
-            caps.fib4,
-            "IPv4",
-        ),
-        (
-            Family::V6.bit(),
-            "IPv6 FIB",
-            d.fib6.len(),
-            caps.fib6,
-            "IPv6",
-        ),
-        (
-            BOTH,
-            "next-hop table",
-            hops.len() + 1,
-            caps.nexthops,
-            "IPv4 and IPv6",
-        ),
-        (
-            BOTH,
-            "ECMP group table",
-            group_set.len() + 1,
-            caps.groups,
-            "IPv4 and IPv6",
-        ),
-        (
-            BOTH,
-            "resilient bucket table",
-            d.res_buckets.len(),
-            caps.buckets,
-            "IPv4 and IPv6",
-        ),
-        (
-            BOTH,
-            "neighbour table",
-            d.neigh.len(),
+    // A missing neighbour punts (no_neigh) and the kernel, which has it,
+    // forwards: the ones that do not fit are left out.
+    let need = d.neigh.len();
+    if need > caps.neigh as usize {
+        d.neigh = std::mem::take(&mut d.neigh).into_iter().take(caps.neigh as usize).collect();
+        d.problems.push(format!(
+            "neighbour table needs {need} entries, capacity {}: {} neighbours left out (traffic to them is punted)",
             caps.neigh,
-            "IPv4 and IPv6",
-        ),
-        (
-            BOTH,
-            "interface table",
+            need - caps.neigh as usize
+        ));
+    }
+    // Interfaces are not per route: too many and both families punt.
+    if d.ifaces.len() > caps.ifaces as usize {
+        d.switches.table_full |= BOTH;
+        d.problems.push(format!(
+            "interface table needs {} entries, capacity {}: IPv4 and IPv6 punted",
             d.ifaces.len(),
-            caps.ifaces,
-            "IPv4 and IPv6",
-        ),
-    ];
-    for (bits, what, need, cap, punted) in checks {
-        if need > cap as usize {
-            d.switches.table_full |= bits;
-            d.problems.push(format!(
-                "{what} needs {need} entries, capacity {cap}: {punted} punted"
-            ));
-        }
+            caps.ifaces
+        ));
     }
     d
 }
@@ -1074,6 +1168,7 @@ pub fn compute(
 mod tests {
     use super::*;
     use crate::fixtures::{ip, main_route, plain_rule};
+    use crate::overflow::Offload;
     use crate::model::{
         IfSysctl, Link, Neighbour, NexthopObject, NUD_DELAY, NUD_FAILED, NUD_INCOMPLETE,
         NUD_NOARP, NUD_PERMANENT, NUD_PROBE, NUD_REACHABLE, NUD_STALE, RT_TABLE_DEFAULT,
@@ -2172,33 +2267,39 @@ mod tests {
         };
         let d = compute(&st, &managed(), &c, &mut Ids::new(5, 64));
         assert_eq!(d.switches.table_full, 0, "{:?}", d.problems);
+        assert_eq!(d.offload, Offload::default());
 
+        // one /24 too many: the last one stays out; nothing covers it, so
+        // nothing else changes (a miss punts)
         let c9 = Capacities { fib4: 9, ..c };
         let d = compute(&st, &managed(), &c9, &mut Ids::new(5, 64));
-        assert_eq!(d.switches.table_full, Family::V4.bit());
+        assert_eq!(d.switches.table_full, 0);
         assert_eq!(
             d.problems,
-            vec!["IPv4 FIB needs 10 entries, capacity 9: IPv4 punted".to_string()]
+            vec!["IPv4 FIB needs 10 entries, capacity 9: 1 routes not offloaded (their traffic goes to the kernel)".to_string()]
         );
-        assert_eq!(d.fib4.len(), 10, "the full table is still computed");
+        assert_eq!(d.fib4.len(), 9);
+        assert!(r4(&d, "10.0.9.0", 24).is_none());
+        assert_eq!(d.offload.failed4, [(Ipv4Addr::new(10, 0, 9, 0), 24)].into_iter().collect());
+        assert!(d.offload.covers4.is_empty());
+        assert_eq!(d.fib6.len(), 4, "the other family is untouched");
 
         let c3 = Capacities { fib6: 3, ..c };
         let d = compute(&st, &managed(), &c3, &mut Ids::new(5, 64));
-        assert_eq!(d.switches.table_full, Family::V6.bit());
-        assert_eq!(
-            d.problems,
-            vec!["IPv6 FIB needs 4 entries, capacity 3: IPv6 punted".to_string()]
-        );
+        assert_eq!(d.switches.table_full, 0);
+        assert_eq!(d.fib6.len(), 3);
+        assert_eq!(d.offload.failed6.len(), 1);
+        assert_eq!(d.offload.failed(), 1);
 
-        // 4 next hops + the unused id 0 do not fit 4
+        // 4 next hops + the unused id 0 do not fit 4: the routes of the
+        // next hop without an id punt by themselves, nothing else does
         let c4 = Capacities { nexthops: 4, ..c };
         let d = compute(&st, &managed(), &c4, &mut Ids::new(4, 64));
-        assert_eq!(d.switches.table_full, 3);
+        assert_eq!(d.switches.table_full, 0);
         assert!(d
             .problems
             .iter()
-            .any(|p| p == "next-hop table needs 5 entries, capacity 4: IPv4 and IPv6 punted"));
-        // routes whose next hop found no id punt by themselves too
+            .any(|p| p == "next-hop table needs 5 entries, capacity 4: routes whose next hop found no slot are punted (offload failed)"));
         let punted = d
             .fib4
             .values()
@@ -2206,8 +2307,14 @@ mod tests {
             .filter(|e| e.action == p(reason::TABLE_FULL))
             .count();
         assert!(punted > 0);
+        assert_eq!(d.offload.failed(), punted);
         assert!(d.nexthops.keys().all(|id| *id >= 1 && *id < 4));
+        assert!(d.fib4.values().chain(d.fib6.values()).all(|e| match e.action {
+            RouteAction::Forward { nh_id } => d.nexthops.contains_key(&nh_id),
+            _ => true,
+        }));
 
+        // neighbours beyond the table are left out (a missing one punts)
         for i in 0..3u8 {
             let a = ip(&format!("192.0.2.{}", i + 1));
             st.neighbours.insert(
@@ -2222,12 +2329,176 @@ mod tests {
             );
         }
         let d = compute(&st, &managed(), &c, &mut Ids::new(5, 64));
-        assert_eq!(d.switches.table_full, 3);
+        assert_eq!(d.switches.table_full, 0);
         assert_eq!(
             d.problems,
-            vec!["neighbour table needs 3 entries, capacity 2: IPv4 and IPv6 punted".to_string()]
+            vec!["neighbour table needs 3 entries, capacity 2: 1 neighbours left out (traffic to them is punted)".to_string()]
         );
-        assert_eq!(d.neigh.len(), 3);
+        assert_eq!(d.neigh.len(), 2);
+
+        // interfaces are the one table that still punts whole families
+        let c1 = Capacities { ifaces: 1, ..c };
+        let d = compute(&st, &managed(), &c1, &mut Ids::new(5, 64));
+        assert_eq!(d.switches.table_full, 3);
+    }
+
+    /// Every address decided by the full FIB and by `d` (trimmed): `d`
+    /// punts it or forwards it the same way. None = punt.
+    fn way(d: &Desired, a: IpAddr) -> Option<RouteAction> {
+        let e = match a {
+            IpAddr::V4(_) => (0..=32u8).rev().find_map(|l| d.fib4.get(&Prefix::new(Family::V4, &a, l).unwrap().v4())),
+            IpAddr::V6(_) => (0..=128u8).rev().find_map(|l| d.fib6.get(&Prefix::new(Family::V6, &a, l).unwrap().v6())),
+        }?;
+        match e.action {
+            RouteAction::Forward { nh_id } => Some(RouteAction::Forward { nh_id }),
+            RouteAction::Multipath { group } => Some(RouteAction::Multipath { group }),
+            _ => None,
+        }
+    }
+
+    fn nh_of(d: &Desired, a: Option<RouteAction>) -> Option<NexthopEntry> {
+        match a? {
+            RouteAction::Forward { nh_id } => d.nexthops.get(&nh_id).cloned(),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn overflow_punts_the_nearest_cover_and_recovers_after_a_delete() {
+        let mut st = base();
+        add(&mut st, via(rt("0.0.0.0", 0), 2, Some("192.0.2.1")));
+        add(&mut st, via(rt("198.51.100.0", 24), 2, Some("192.0.2.2")));
+        add(&mut st, via(rt("198.51.100.0", 25), 3, Some("203.0.113.1")));
+        add(&mut st, via(rt("198.51.100.0", 26), 3, Some("203.0.113.2")));
+        add(&mut st, via(rt("203.0.113.0", 24), 3, None));
+        add(&mut st, via(rt("2001:db8::", 32), 2, Some("fe80::1")));
+        add(&mut st, via(rt("2001:db8:1::", 48), 3, Some("fe80::2")));
+        add(&mut st, via(rt("2001:db8:1:1::", 64), 3, Some("fe80::3")));
+        let c = Capacities { fib4: 3, fib6: 2, ..caps() };
+        let mut ids = Ids::new(100, 64);
+        let d = compute(&st, &managed(), &c, &mut ids);
+        let k4 = |a: &str, l: u8| (a.parse::<Ipv4Addr>().unwrap(), l);
+        let k6 = |a: &str, l: u8| (a.parse::<Ipv6Addr>().unwrap(), l);
+        // shortest first: 0/0 and both /24s stay; the /25 and /26 share the /24 as cover
+        assert_eq!(d.fib4.len(), 3);
+        assert_eq!(d.offload.failed4, [k4("198.51.100.0", 25), k4("198.51.100.0", 26)].into_iter().collect());
+        assert_eq!(d.offload.covers4, [k4("198.51.100.0", 24)].into_iter().collect());
+        assert_eq!(act(&d, "198.51.100.0", 24), p(reason::TABLE_FULL));
+        assert_eq!(fwd(&d, "0.0.0.0", 0), nh(2, Some("192.0.2.1")), "only the nearest cover punts");
+        assert_eq!(fwd(&d, "203.0.113.0", 24), nh(3, None));
+        assert_eq!(d.offload.status4(&k4("198.51.100.0", 24)), overflow::PUNTED_COVER);
+        assert_eq!(d.offload.status4(&k4("198.51.100.0", 25)), overflow::FAILED);
+        assert_eq!(d.offload.status4(&k4("203.0.113.0", 24)), overflow::OK);
+        // left-out routes take no next-hop id
+        assert!(!d.nexthops.values().any(|n| n.gateway == Some(ip("203.0.113.1"))));
+        // v6: nested covers, the /48 is the nearest installed cover of the /64
+        assert_eq!(d.offload.failed6, [k6("2001:db8:1:1::", 64)].into_iter().collect());
+        assert_eq!(d.offload.covers6, [k6("2001:db8:1::", 48)].into_iter().collect());
+        assert_eq!(act(&d, "2001:db8:1::", 48), p(reason::TABLE_FULL));
+        assert_eq!(fwd(&d, "2001:db8::", 32), nh(2, Some("fe80::1")));
+        assert!(d.problems.iter().any(|p| p.starts_with("IPv4 FIB needs 5 entries, capacity 3: 2 routes")));
+        // the source check still follows the kernel: no refusal anywhere
+        assert_eq!(d.switches.src_lpm, 0);
+        ids.release_unused(&d);
+
+        // a delete makes room: the /25 goes in, its cover stays punted for the /26
+        st.routes.retain(|_, r| !(r.key.dst == ip("203.0.113.0") && r.key.prefix_len == 24));
+        let d = compute(&st, &managed(), &c, &mut ids);
+        assert_eq!(act(&d, "198.51.100.0", 25), p(reason::TABLE_FULL));
+        assert_eq!(d.offload.failed4, [k4("198.51.100.0", 26)].into_iter().collect());
+        assert_eq!(d.offload.covers4, [k4("198.51.100.0", 25)].into_iter().collect());
+        assert_eq!(fwd(&d, "198.51.100.0", 24), nh(2, Some("192.0.2.2")), "cover restored");
+        ids.release_unused(&d);
+
+        // another: everything fits, every cover restored
+        st.routes.retain(|_, r| !(r.key.dst == ip("0.0.0.0") && r.key.prefix_len == 0));
+        let d = compute(&st, &managed(), &c, &mut ids);
+        assert!(d.offload.failed4.is_empty() && d.offload.covers4.is_empty());
+        assert_eq!(fwd(&d, "198.51.100.0", 26), nh(3, Some("203.0.113.2")));
+        assert_eq!(fwd(&d, "198.51.100.0", 25), nh(3, Some("203.0.113.1")));
+        assert!(!d.problems.iter().any(|p| p.contains("IPv4 FIB needs")));
+    }
+
+    #[test]
+    fn overflow_source_check_follows_the_kernel_fib() {
+        let mut st = base();
+        add(&mut st, via(rt("198.51.100.0", 24), 2, Some("192.0.2.1")));
+        add(&mut st, via(rt("203.0.113.0", 24), 2, Some("192.0.2.1")));
+        add(&mut st, kind(rt("198.51.100.7", 32), RouteKind::Blackhole));
+        let c = Capacities { fib4: 2, ..caps() };
+        let d = compute(&st, &managed(), &c, &mut Ids::new(100, 64));
+        // the left-out blackhole still refuses its source, by the deny set
+        assert_eq!(d.offload.failed4.len(), 1);
+        assert_eq!(d.switches.src_lpm, 0);
+        assert_eq!(d.src_deny4.get(&"198.51.100.7".parse().unwrap()), Some(&reason::RP_FILTER));
+        assert_eq!(d.switches.table_full, 0);
+
+        // LPM mode (a shorter reject route) and a left-out reject route with
+        // no installed cover: a miss would accept its sources, so IPv4 punts
+        add(&mut st, kind(rt("10.0.0.0", 8), RouteKind::Unreachable));
+        add(&mut st, kind(rt("192.0.2.128", 25), RouteKind::Prohibit));
+        let c = Capacities { fib4: 3, ..caps() };
+        let d = compute(&st, &managed(), &c, &mut Ids::new(100, 64));
+        assert_eq!(d.switches.src_lpm, 1);
+        assert_eq!(d.switches.table_full, Family::V4.bit());
+        assert!(d.problems.iter().any(|p| p.starts_with("IPv4 FIB overflow left out 192.0.2.128/25")), "{:?}", d.problems);
+    }
+
+    #[test]
+    fn overflow_never_forwards_by_a_less_specific_route() {
+        // random FIBs trimmed to random sizes: every probe address is either
+        // punted or forwarded to the same next hop as with room for all
+        let mut seed = 0x9e37_79b9_u64;
+        let mut next = move || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) as u32
+        };
+        for _ in 0..40 {
+            let mut st = base();
+            for _ in 0..60 {
+                let len = [0u8, 8, 16, 24, 25, 26, 32][(next() % 7) as usize];
+                let a = Ipv4Addr::new(198, 51, (next() % 2) as u8, (next() % 256) as u8);
+                let r = rt(&a.to_string(), len);
+                let r = match next() % 5 {
+                    0 => kind(r, RouteKind::Blackhole),
+                    1 => via(r, 3, None),
+                    n => via(r, 2, Some(&format!("192.0.2.{n}"))),
+                };
+                add(&mut st, r);
+                let v6 = format!("2001:db8:{:x}::{:x}", next() % 4, next() % 4);
+                add(&mut st, via(rt(&v6, [32u8, 48, 64, 127, 128][(next() % 5) as usize]), 2, Some(&format!("fe80::{}", next() % 3 + 1))));
+            }
+            let full = run(&st);
+            let cap4 = (next() as usize % full.fib4.len().max(1)) as u32;
+            let cap6 = (next() as usize % full.fib6.len().max(1)) as u32;
+            let c = Capacities { fib4: cap4, fib6: cap6, ..caps() };
+            let d = compute(&st, &managed(), &c, &mut Ids::new(100, 64));
+            assert!(d.fib4.len() <= cap4 as usize && d.fib6.len() <= cap6 as usize);
+            assert_eq!(d.offload.failed4.len(), full.fib4.len() - d.fib4.len());
+            assert_eq!(d.offload.failed6.len(), full.fib6.len() - d.fib6.len());
+            let mut probes = BTreeSet::new();
+            for (a, l) in full.fib4.keys() {
+                let x = u32::from(*a);
+                let last = x | u32::MAX.checked_shr(u32::from(*l)).unwrap_or(0);
+                for y in [x, x.wrapping_add(1), last, last.wrapping_add(1)] {
+                    probes.insert(IpAddr::V4(Ipv4Addr::from(y)));
+                }
+            }
+            for (a, l) in full.fib6.keys() {
+                let x = u128::from(*a);
+                let last = x | u128::MAX.checked_shr(u32::from(*l)).unwrap_or(0);
+                for y in [x, x.wrapping_add(1), last, last.wrapping_add(1)] {
+                    probes.insert(IpAddr::V6(Ipv6Addr::from(y)));
+                }
+            }
+            for a in probes {
+                let got = way(&d, a);
+                if got.is_none() {
+                    continue;
+                }
+                assert_eq!(nh_of(&d, got), nh_of(&full, way(&full, a)), "{a} with caps {cap4}/{cap6}");
+            }
+        }
     }
 
     // ---- next-hop ids ----
@@ -2746,15 +3017,21 @@ mod tests {
         assert!(ids.starved());
         assert_eq!(d.groups.len(), 2);
         assert_eq!(d.fib4.values().filter(|e| e.action == p(reason::TABLE_FULL)).count(), 1);
-        assert_eq!(d.switches.table_full, 3);
-        assert!(d.problems.iter().any(|p| p == "ECMP group table needs 4 entries, capacity 3: IPv4 and IPv6 punted"));
-        assert!(d.problems.iter().any(|p| p.starts_with("ECMP group ids exhausted")));
+        assert_eq!(d.switches.table_full, 0, "only the route without a group punts");
+        assert_eq!(d.offload.failed4.len(), 1);
+        assert!(d.problems.iter().any(|p| p
+            == "ECMP group table needs 4 entries, capacity 3: multipath routes whose group found no slot are punted (offload failed)"));
 
         let mut st = ecmp_base();
         group_objects(&mut st);
         let c = Capacities { buckets: 3, ..caps() };
         let d = compute(&st, &managed(), &c, &mut Ids::new(100, 64));
-        assert_eq!(d.switches.table_full, 3);
-        assert!(d.problems.iter().any(|p| p == "resilient bucket table needs 4 entries, capacity 3: IPv4 and IPv6 punted"));
+        assert_eq!(d.switches.table_full, 0);
+        assert!(d.problems.iter().any(|p| p == "resilient bucket table needs 4 entries, capacity 3: 1 groups' routes punted"));
+        // the resilient group's route punts whole, the hash-threshold one is untouched
+        assert_eq!(act(&d, "2001:db8:1::", 64), p(reason::TABLE_FULL));
+        assert!(d.res_buckets.is_empty());
+        assert!(matches!(act(&d, "198.51.100.0", 24), RouteAction::Multipath { .. }));
+        assert_eq!(d.offload.failed6.len(), 1);
     }
 }

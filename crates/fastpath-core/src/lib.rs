@@ -9,6 +9,7 @@ mod fixtures;
 pub mod mirror;
 pub mod mphash;
 pub mod model;
+pub mod overflow;
 pub mod parse;
 pub mod reconcile;
 pub mod resources;

@@ -745,6 +745,15 @@ mod tests {
         }
     }
 
+    fn lpm_hit_is_table_full(t: &Desired, a: Ipv4Addr) -> bool {
+        let x = u32::from(a);
+        let hit = (0..=32u8).rev().find_map(|l| {
+            let m = if l == 0 { 0 } else { x & (u32::MAX << (32 - l)) };
+            t.fib4.get(&(Ipv4Addr::from(m), l))
+        });
+        hit.map(|e| e.action) == Some(RouteAction::Punt { reason: crate::desired::reason::TABLE_FULL })
+    }
+
     /// Addresses around every prefix of `t`: first, second, last, one past the last.
     fn probes(t: &Desired, out: &mut BTreeSet<IpAddr>) {
         for a in t.src_deny4.keys() {
@@ -809,7 +818,9 @@ mod tests {
             }
             let (b, f) = (src_accepts(before, a), src_accepts(after, a));
             if now.switches.src_lpm & V4 == 0 {
-                let w = src_lpm_accepts(now, a);
+                // A table-full punt stands for routes the FIB could not
+                // hold; the deny set follows the kernel's full FIB there.
+                let w = src_lpm_accepts(now, a) || lpm_hit_is_table_full(now, a);
                 assert!(w && (b || f), "after {op:?}: source {a} accepted by the deny set, refused by the written FIB ({w}) or before ({b}) and after ({f})");
             } else {
                 assert!(b || f, "after {op:?}: source {a} accepted by LPM, refused before and after");
@@ -1586,7 +1597,7 @@ mod tests {
     #[test]
     fn randomized_compute_and_reconcile_keep_every_invariant() {
         let managed: BTreeMap<u32, u32> = [(2, 1), (3, 2), (4, 3)].into_iter().collect();
-        let (mut saw_groups, mut saw_buckets) = (0, 0);
+        let (mut saw_groups, mut saw_buckets, mut saw_failed) = (0, 0, 0);
         for seed in 1..=20u64 {
             let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ seed);
             // small next-hop and FIB capacities so that overflow and id reuse happen
@@ -1634,6 +1645,8 @@ mod tests {
                     }
                 };
                 let want = compute(&st, &managed, &caps, &mut ids);
+                saw_failed += usize::from(want.offload.failed() > 0);
+                no_blackhole(&st, &managed, &want, &format!("seed {seed} round {round}"));
                 saw_groups += usize::from(!want.groups.is_empty());
                 saw_buckets += usize::from(!want.res_buckets.is_empty());
                 for (id, e) in &want.nexthops {
@@ -1686,6 +1699,31 @@ mod tests {
             }
         }
         assert!(saw_groups > 100 && saw_buckets > 20, "{saw_groups} {saw_buckets}");
+        assert!(saw_failed > 100, "{saw_failed}");
+    }
+
+    /// Whatever did not fit, `want` forwards no address differently from
+    /// the tables computed with room for everything: it punts it, or (for a
+    /// group) punts some of its paths.
+    fn no_blackhole(st: &KernelState, managed: &BTreeMap<u32, u32>, want: &Desired, what: &str) {
+        let roomy = Capacities { fib4: 1 << 16, fib6: 1 << 16, nexthops: 1 << 12, neigh: 1 << 12, ifaces: 64, groups: 1 << 12, buckets: 1 << 16 };
+        let full = compute(st, managed, &roomy, &mut Ids::new(roomy.nexthops, roomy.groups));
+        let mut addrs = BTreeSet::new();
+        probes(&full, &mut addrs);
+        for a in addrs {
+            let Some((w, mtu)) = decide(want, a) else { continue };
+            let f = decide(&full, a);
+            let ok = match (&w, &f) {
+                (_, Some((fw, fmtu))) if *fw == w => *fmtu == mtu,
+                (Way::Group { paths, .. }, Some((Way::Group { paths: fp, .. }, fmtu))) => {
+                    *fmtu == mtu
+                        && paths.len() == fp.len()
+                        && paths.iter().zip(fp).all(|(p, q)| p.0 == q.0 && (p.1.is_none() || p.1 == q.1))
+                }
+                _ => false,
+            };
+            assert!(ok, "{what}: {a} forwarded via {w:?}, the kernel's FIB says {f:?}");
+        }
     }
 
     /// A daemon restarting on pinned maps: the new reconciler and id

@@ -107,7 +107,9 @@ pub struct NeighEntry {
 /// Runtime switches (fp_runtime minus the generation, which reconcile owns).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Switches {
-    /// FP_FAM_* bits punted because a table would overflow.
+    /// FP_FAM_* bits punted because a table would overflow: only the
+    /// interface table does that now; routes that do not fit are handled
+    /// one by one (see `overflow`).
     pub table_full: u32,
     /// FP_FAM_* bits punted because of non-default ip rules.
     pub policy_punt: u32,
@@ -160,6 +162,9 @@ pub struct Desired {
     pub switches: Switches,
     /// Human-readable reasons for every switch set (for logs and `fastpath status`).
     pub problems: Vec<String>,
+    /// Routes that did not fit and the covers punted for them; like
+    /// `problems`, not part of the maps.
+    pub offload: crate::overflow::Offload,
 }
 
 /// One map write, in the order it must happen.

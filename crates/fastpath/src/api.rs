@@ -21,7 +21,7 @@
 //!            "groups":{..}, "buckets":{..}, "neighbours":{..}, "interfaces":{..}},
 //!  "families":{"ipv4":{"fast_path":bool,"problems":[str]}, "ipv6":{..}},
 //!  "totals":{"<reason>":{"packets":n,"bytes":n}, ... every reason},
-//!  "mode":"stateless"|"stateful",
+//!  "mode":"stateless"|"stateful", "routes_offload_failed":n,
 //!  "conntrack":null | {"mark":n, "revalidate_ms":n, "generation":n (ct_generation),
 //!               "timeouts_s":{"tcp":n,"udp":n,"udp_stream":n}, "events_enabled":bool,
 //!               "events":n, "bumps":n, "overruns":n, "ruleset_changes":n,
@@ -38,8 +38,15 @@
 //!   "reason":str|null (the punt reason), "mtu":n (0 = device MTU),
 //!   "nexthop":{"id":n,"ifindex":n,"dev":str|null,"gateway":str|null}|null,
 //!   "group":{"id":n, "kind":"hash-threshold"|"resilient", "buckets":n (resilient: count),
-//!            "paths":[{"upper_bound":n (-1 = dead), "nexthop":NEXTHOP|null (null: punted)}]}|null}]
+//!            "paths":[{"upper_bound":n (-1 = dead), "nexthop":NEXTHOP|null (null: punted)}]}|null,
+//!   "offload":"ok"|"failed"|"punted-cover"}]
 //! ```
+//! `offload`: "failed" = the route found no slot (in a table that is full)
+//! and its traffic goes to the kernel; such a route is listed with
+//! `"action":"none"` when not in the map, or as a punt when only its next
+//! hop or group found no slot. "punted-cover" = an installed route turned
+//! into a punt because a failed route lies inside it. Status also has
+//! `"routes_offload_failed":n`.
 //! flows (busiest first; `limit` in the request, default 20, 0 = all):
 //! ```text
 //! {"total":n, "flows":[{"family":"ipv4"|"ipv6", "proto":n, "src":str, "dst":str,
@@ -203,6 +210,9 @@ pub struct Status {
     /// --route-source fpm only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route_source: Option<crate::fpm::SourceStatus>,
+    /// Routes that found no slot (see `fastpath_core::overflow`).
+    #[serde(default)]
+    pub routes_offload_failed: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -226,6 +236,9 @@ pub struct RouteJson {
     /// --route-source fpm only: "fpm" for zebra's routes, "kernel" for the local table.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// "ok" | "failed" | "punted-cover"
+    #[serde(default)]
+    pub offload: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -351,6 +364,7 @@ pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
         mode: if s.ct.is_some() { "stateful" } else { "stateless" }.into(),
         conntrack: s.ct,
         route_source: s.route_source.as_ref().map(|r| r.status.clone()),
+        routes_offload_failed: a.offload.failed() as u64,
     })
 }
 
@@ -363,7 +377,7 @@ fn nexthop_json(s: &Snapshot, nh_id: u32) -> Option<NexthopJson> {
     })
 }
 
-fn route_json(s: &Snapshot, family: &str, prefix: String, e: &RouteEntry) -> RouteJson {
+fn route_json(s: &Snapshot, family: &str, prefix: String, e: &RouteEntry, offload: &str) -> RouteJson {
     let mut group = None;
     let (action, reason, nexthop) = match e.action {
         RouteAction::Forward { nh_id } => ("forward", None, nexthop_json(s, nh_id)),
@@ -389,7 +403,17 @@ fn route_json(s: &Snapshot, family: &str, prefix: String, e: &RouteEntry) -> Rou
         RouteAction::Prohibit => ("prohibit", None, None),
         RouteAction::Punt { reason } => ("punt", Some(intf::reason_name(reason as usize).to_string()), None),
     };
-    RouteJson { family: family.into(), prefix, action: action.into(), reason, mtu: e.mtu, nexthop, group, source: None }
+    RouteJson {
+        family: family.into(),
+        prefix,
+        action: action.into(),
+        reason,
+        mtu: e.mtu,
+        nexthop,
+        group,
+        source: None,
+        offload: offload.into(),
+    }
 }
 
 /// --route-source fpm: whether zebra sent this prefix.
@@ -400,15 +424,48 @@ fn with_source(s: &Snapshot, mut r: RouteJson, addr: std::net::IpAddr, len: u8) 
     r
 }
 
+/// A route that is not in the map at all: it found no slot.
+fn missing_json(family: &str, prefix: String) -> RouteJson {
+    RouteJson {
+        family: family.into(),
+        prefix,
+        action: "none".into(),
+        reason: None,
+        mtu: 0,
+        nexthop: None,
+        group: None,
+        source: None,
+        offload: fastpath_core::overflow::FAILED.into(),
+    }
+}
+
+/// Map entries and failed routes not in the map, each family sorted by prefix.
 pub fn routes(s: &Snapshot) -> Vec<RouteJson> {
     let a = &s.applied;
-    let v4 = a.fib4.iter().map(|((addr, len), e)| {
-        with_source(s, route_json(s, "ipv4", format!("{addr}/{len}"), e), (*addr).into(), *len)
-    });
-    let v6 = a.fib6.iter().map(|((addr, len), e)| {
-        with_source(s, route_json(s, "ipv6", format!("{addr}/{len}"), e), (*addr).into(), *len)
-    });
-    v4.chain(v6).collect()
+    let o = &a.offload;
+    let mut v4: BTreeMap<(std::net::Ipv4Addr, u8), RouteJson> = a
+        .fib4
+        .iter()
+        .map(|(k @ (addr, len), e)| {
+            let r = route_json(s, "ipv4", format!("{addr}/{len}"), e, o.status4(k));
+            (*k, with_source(s, r, (*addr).into(), *len))
+        })
+        .collect();
+    for k @ (addr, len) in o.failed4.iter().filter(|k| !a.fib4.contains_key(k)) {
+        v4.insert(*k, with_source(s, missing_json("ipv4", format!("{addr}/{len}")), (*addr).into(), *len));
+    }
+    let mut v6: BTreeMap<(std::net::Ipv6Addr, u8), RouteJson> = a
+        .fib6
+        .iter()
+        .map(|(k @ (addr, len), e)| {
+            let r = route_json(s, "ipv6", format!("{addr}/{len}"), e, o.status6(k));
+            (*k, with_source(s, r, (*addr).into(), *len))
+        })
+        .collect();
+    for k @ (addr, len) in o.failed6.iter().filter(|k| !a.fib6.contains_key(k)) {
+        v6.insert(*k, with_source(s, missing_json("ipv6", format!("{addr}/{len}")), (*addr).into(), *len));
+    }
+    v4.into_values().chain(v6.into_values()).collect()
 }
 
 pub fn neighbours(s: &Snapshot, maps: &Maps) -> Vec<NeighbourJson> {
@@ -614,6 +671,30 @@ mod tests {
         assert_eq!(problem_families("fib6 full: IPv6 punted"), (false, true));
         assert_eq!(problem_families("IPv4: non-default ip rules"), (true, false));
         assert_eq!(problem_families("next-hop table full"), (true, true));
+    }
+
+    #[test]
+    fn routes_carry_offload_status_and_list_failed_routes_not_in_the_map() {
+        let mut d = Desired::default();
+        let k = |a: &str, l: u8| (a.parse::<std::net::Ipv4Addr>().expect("v4"), l);
+        let punt = RouteEntry { action: RouteAction::Punt { reason: 15 }, mtu: 0 };
+        d.fib4.insert(k("203.0.113.0", 24), punt);
+        d.fib4.insert(k("198.51.100.0", 24), RouteEntry { action: RouteAction::Local, mtu: 0 });
+        d.offload.failed4.insert(k("203.0.113.77", 32));
+        d.offload.covers4.insert(k("203.0.113.0", 24));
+        d.offload.failed6.insert(("2001:db8::".parse().expect("v6"), 64));
+        let s = Snapshot { applied: Arc::new(d), ..Default::default() };
+        let got: Vec<(String, String, String)> =
+            routes(&s).into_iter().map(|r| (r.prefix, r.action, r.offload)).collect();
+        let want = [
+            ("198.51.100.0/24", "local", "ok"),
+            ("203.0.113.0/24", "punt", "punted-cover"),
+            ("203.0.113.77/32", "none", "failed"),
+            ("2001:db8::/64", "none", "failed"),
+        ];
+        let want: Vec<(String, String, String)> =
+            want.iter().map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string())).collect();
+        assert_eq!(got, want);
     }
 
     #[test]

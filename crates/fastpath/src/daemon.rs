@@ -126,6 +126,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
         caps,
         managed,
         problems: BTreeSet::new(),
+        failed_log: Default::default(),
         applied: Arc::new(Desired::default()),
         keepalives: 0,
         gone: BTreeSet::new(),
@@ -383,6 +384,8 @@ struct Loop {
     managed: BTreeMap<u32, u32>,
     /// Problems already logged, so each is logged once when it appears and once when it clears.
     problems: BTreeSet<String>,
+    /// Routes already logged as offload failed.
+    failed_log: fastpath_core::overflow::FailedLog,
     applied: Arc<Desired>,
     keepalives: u64,
     /// Managed interfaces already reported deleted.
@@ -436,8 +439,11 @@ impl Loop {
             }
         };
         self.log_problems(&desired);
+        self.failed_log.update(&desired.offload);
         let t = Instant::now();
-        self.applied = Arc::new(self.reconciler.applied().clone());
+        let mut applied = self.reconciler.applied().clone();
+        applied.offload = desired.offload;
+        self.applied = Arc::new(applied);
         timing.publish = t.elapsed();
         let n = res.context("reconciling the BPF maps")?;
         timing.log(n, self.reconciler.generation());

@@ -9,6 +9,8 @@
 //! - `fastpath_flow_cache_events` {interface, event=hit|miss|stale|expired|evict}
 //! - `fastpath_table_entries`, `fastpath_table_capacity` {table}
 //! - `fastpath_family_fast_path` {family} (0: the whole family is punted)
+//! - `fastpath_routes_offload_failed`: routes that found no slot (their
+//!   traffic is punted to the kernel, see `fastpath routes`)
 //! - `fastpath_mirror_lag_last_seconds`, `fastpath_mirror_lag_max_seconds`:
 //!   from the daemon receiving a netlink change to the maps holding it
 //! - `fastpath_full_sync_age_seconds`: since the last full dump (start or resync)
@@ -235,6 +237,14 @@ impl Collector for Scrape {
             ConstGauge::new(i64::from(f.fast_path)).encode(m.encode_family(&[("family", fam)])?)?;
         }
 
+        let g = ConstGauge::new(s.routes_offload_failed as i64);
+        g.encode(e.encode_descriptor(
+            "fastpath_routes_offload_failed",
+            "Routes that found no slot in a full table: their traffic goes to the kernel (offload failed).",
+            None,
+            g.metric_type(),
+        )?)?;
+
         let o = &self.ops;
         gauge(
             &mut e,
@@ -326,6 +336,7 @@ mod tests {
             families: Families { ipv4: FamilyStatus { fast_path: true, problems: vec![] }, ipv6: FamilyStatus::default() },
             totals: BTreeMap::new(),
             flow_cache: FlowCacheStatus::default(),
+            routes_offload_failed: 2,
         }
     }
 
@@ -344,6 +355,7 @@ mod tests {
             "fastpath_flow_cache_events_total{interface=\"r0\",event=\"hit\"} 9",
             "fastpath_table_entries{table=\"fib4\"} 3",
             "fastpath_table_capacity{table=\"fib4\"} 1024",
+            "fastpath_routes_offload_failed 2",
             "fastpath_family_fast_path{family=\"ipv4\"} 1",
             "fastpath_family_fast_path{family=\"ipv6\"} 0",
             "fastpath_mirror_lag_last_seconds 0.01",

@@ -196,7 +196,8 @@ pub fn routes(r: &[RouteJson]) -> String {
             };
         }
         let mtu = if r.mtu == 0 { "-".to_string() } else { r.mtu.to_string() };
-        rows.push(vec![r.prefix.clone(), action, via, dev, mtu]);
+        let offload = if r.offload.is_empty() { "ok".to_string() } else { r.offload.clone() };
+        rows.push(vec![r.prefix.clone(), action, via, dev, mtu, offload]);
         for (i, p) in r.group.iter().flat_map(|g| g.paths.iter().map(move |p| (g, p))).enumerate() {
             let (g, p) = p;
             let (via, dev) = via_dev(&p.nexthop);
@@ -209,13 +210,13 @@ pub fn routes(r: &[RouteJson]) -> String {
             } else {
                 format!("upto {}", p.upper_bound)
             };
-            rows.push(vec![format!("  path {i}"), what, via, dev, String::new()]);
+            rows.push(vec![format!("  path {i}"), what, via, dev, String::new(), String::new()]);
         }
     }
     if rows.is_empty() {
         return "no routes\n".into();
     }
-    table(&["PREFIX", "ACTION", "VIA", "DEV", "MTU"], &rows)
+    table(&["PREFIX", "ACTION", "VIA", "DEV", "MTU", "OFFLOAD"], &rows)
 }
 
 pub fn neighbours(n: &[NeighbourJson]) -> String {

@@ -52,9 +52,13 @@ impl OffloadCheck for InFib<'_> {
         if table != fastpath_core::model::RT_TABLE_MAIN {
             return Offload::Failed;
         }
+        // A route the overflow handling left out (or punts for want of a
+        // next-hop slot) is failed even when its prefix has an entry. A
+        // punted cover still has its own entry: it stays offloaded.
+        let o = &self.0.offload;
         let present = match dst {
-            IpAddr::V4(a) => self.0.fib4.contains_key(&(a, prefix_len)),
-            IpAddr::V6(a) => self.0.fib6.contains_key(&(a, prefix_len)),
+            IpAddr::V4(a) => self.0.fib4.contains_key(&(a, prefix_len)) && !o.failed4.contains(&(a, prefix_len)),
+            IpAddr::V6(a) => self.0.fib6.contains_key(&(a, prefix_len)) && !o.failed6.contains(&(a, prefix_len)),
         };
         if present {
             Offload::Offloaded
