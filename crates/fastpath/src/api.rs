@@ -93,6 +93,8 @@ pub struct Snapshot {
     pub ops: crate::metrics::OpsStats,
     /// Stateful mode (None: stateless).
     pub ct: Option<crate::ctwatch::CtStatus>,
+    /// AF_XDP data path (None: XDP).
+    pub afxdp: Option<crate::afxdp::StatsSource>,
 }
 
 #[derive(Debug, Clone)]
@@ -197,6 +199,9 @@ pub struct Status {
     pub mode: String,
     #[serde(default)]
     pub conntrack: Option<crate::ctwatch::CtStatus>,
+    /// `--datapath afxdp`: the user-space forwarder's counters.
+    #[serde(default)]
+    pub afxdp: Option<crate::afxdp::Stats>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -341,6 +346,7 @@ pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
         },
         mode: if s.ct.is_some() { "stateful" } else { "stateless" }.into(),
         conntrack: s.ct,
+        afxdp: s.afxdp.as_ref().map(|a| a.stats()),
     })
 }
 

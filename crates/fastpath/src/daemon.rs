@@ -86,10 +86,15 @@ pub fn run(loaded: Loaded) -> Result<()> {
         groups: args.group_entries,
         buckets: args.bucket_entries,
     };
+    let afxdp_on = args.datapath == crate::Datapath::Afxdp;
+    if afxdp_on && (stateful || args.pin) {
+        anyhow::bail!("--datapath afxdp works in stateless mode without --pin only");
+    }
     let opts = loader::LoadOpts {
         flow_sets: if args.flow_timeout == 0 { 0 } else { loader::flow_sets(args.flow_entries) },
         nic_hash: args.rx_hash == crate::RxHash::Auto && args.xdp_mode != crate::XdpMode::Generic,
         stateful,
+        afxdp: afxdp_on,
     };
     // --pin: what a previous daemon left (maps to adopt, links to take over).
     let mut pins = if args.pin { Some(pin::Pins::open(&args, &mut ifaces, &caps, &opts)?) } else { None };
@@ -131,6 +136,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
         flow_entries: opts.flow_sets * intf::FP_FLOW_WAYS,
         ops: OpsStats { last_full_sync: Some(t), ..Default::default() },
         ct_status: None,
+        afxdp: None,
     };
     // Stateful mode: subscribed and fp_runtime's ct fields set before the
     // first packet can be fast-pathed.
@@ -150,6 +156,9 @@ pub fn run(loaded: Loaded) -> Result<()> {
     // Packets stamp the keep-alive clock on neighbours and cached flows:
     // start it now rather than at the first tick.
     maps.set_neigh_clock(keepalive::neigh_clock_now()).context("starting the keep-alive clock")?;
+    // AF_XDP: sockets registered before the program can redirect to them.
+    let afxdp = if afxdp_on { Some(crate::afxdp::start(&args, &ifaces, first)?) } else { None };
+    lp.afxdp = afxdp.as_ref().map(|f| f.stats_source());
     let takeover = pins.as_mut().map(|p| p.take_links(&ifaces)).unwrap_or_default();
     let attachments = loader::attach_all(&instances, args.xdp_mode, takeover)?;
     if let Some(p) = &mut pins {
@@ -285,6 +294,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
     }
     drop(server);
     drop(attachments);
+    drop(afxdp);
     drop(tx);
     if !args.pin {
         info!("detached from {}; exiting", names.join(", "));
@@ -356,6 +366,8 @@ struct Loop {
     ops: OpsStats,
     /// Stateful mode, for status (None: stateless).
     ct_status: Option<ctwatch::CtStatus>,
+    /// AF_XDP data path counters, for status (None: XDP data path).
+    afxdp: Option<crate::afxdp::StatsSource>,
 }
 
 impl reload::Live for Loop {
@@ -453,6 +465,7 @@ impl Loop {
             flow_entries: self.flow_entries,
             ops: self.ops.clone(),
             ct: self.ct_status,
+            afxdp: self.afxdp.clone(),
         };
         match shared.lock() {
             Ok(mut g) => *g = Arc::new(snap),

@@ -304,6 +304,7 @@ mod tests {
         Status {
             mode: "stateless".into(),
             conntrack: None,
+            afxdp: None,
             generation: 4,
             netlink_resyncs: 1,
             neigh_keepalives: 0,
