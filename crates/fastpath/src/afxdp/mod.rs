@@ -18,7 +18,6 @@ mod ring;
 mod socket;
 mod umem;
 
-use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -219,7 +218,7 @@ fn open_queue(cfg: &Config, ports: &[(u32, u32)], queue: u32) -> Result<Queue> {
 
 /// Starts the forwarder: one thread per RX queue (up to FP_XSK_MAX_QUEUES),
 /// each with a socket per port on that queue, registered in `xskmap`.
-pub fn run_forwarder(cfg: &Config, ports: &[Port], xskmap: BorrowedFd<'_>) -> Result<Forwarder> {
+pub fn run_forwarder(cfg: &Config, ports: &[Port], xskmap: &libbpf_rs::MapHandle) -> Result<Forwarder> {
     let queues = ports.iter().map(|p| rx_queues(&p.name)).max().unwrap_or(1).min(intf::FP_XSK_MAX_QUEUES);
     let stop = Arc::new(AtomicBool::new(false));
     let counters = Arc::new(Counters::default());
@@ -410,7 +409,7 @@ pub struct DropStats {
 /// (`ifindex`, `queue`) registered in `xskmap` at `key` (the caller's XDP
 /// program redirects there), every frame received is counted and its
 /// chunk goes straight back to the fill ring, until `stop` is set.
-pub fn drop_loop(cfg: &Config, ifindex: u32, queue: u32, xskmap: BorrowedFd<'_>, key: u32, stop: &AtomicBool) -> Result<DropStats> {
+pub fn drop_loop(cfg: &Config, ifindex: u32, queue: u32, xskmap: &libbpf_rs::MapHandle, key: u32, stop: &AtomicBool) -> Result<DropStats> {
     let mut umem = Umem::new(cfg.ring_size * 2).context("allocating the UMEM")?;
     let sizes = RingSizes { rx: cfg.ring_size, tx: 64, fill: cfg.ring_size, comp: 64 };
     let mut x = match Xsk::open(&umem, None, ifindex, queue, sizes, cfg.zero_copy) {
@@ -465,8 +464,8 @@ pub fn drop_loop(cfg: &Config, ifindex: u32, queue: u32, xskmap: BorrowedFd<'_>,
 /// `fastpath run --datapath afxdp`: the forwarder on every managed
 /// interface, its sockets in the program's fp_xsks.
 pub fn start(args: &crate::RunArgs, ifaces: &[crate::preflight::Iface], first: &crate::loader::Instance) -> Result<Forwarder> {
-    use std::os::fd::AsFd;
     let cfg = Config { batch: args.afxdp_batch.max(1), prefetch: args.afxdp_prefetch, busy_poll: args.busy_poll, ..Config::default() };
     let ports: Vec<Port> = ifaces.iter().map(|i| Port { slot: i.slot, ifindex: i.ifindex, name: i.name.clone() }).collect();
-    run_forwarder(&cfg, &ports, first.skel.maps.fp_xsks.as_fd()).context("starting the AF_XDP data path")
+    let map = libbpf_rs::MapHandle::try_from(&first.skel.maps.fp_xsks).context("opening fp_xsks")?;
+    run_forwarder(&cfg, &ports, &map).context("starting the AF_XDP data path")
 }

@@ -172,19 +172,10 @@ impl Xsk {
 }
 
 /// Registers `xsk` in the XSKMAP at `key` (the program redirects there).
-pub fn register(xskmap: BorrowedFd<'_>, key: u32, xsk: &Xsk) -> Result<()> {
+pub fn register(xskmap: &libbpf_rs::MapHandle, key: u32, xsk: &Xsk) -> Result<()> {
+    use libbpf_rs::MapCore;
     let val = xsk.fd.as_raw_fd() as u32;
-    // SAFETY: key and value are live u32s, the sizes fp_xsks declares.
-    let rc = unsafe {
-        libbpf_rs::libbpf_sys::bpf_map_update_elem(
-            xskmap.as_raw_fd(),
-            &key as *const u32 as *const libc::c_void,
-            &val as *const u32 as *const libc::c_void,
-            0,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::from_raw_os_error(-rc)).with_context(|| format!("adding the AF_XDP socket to the XSKMAP at {key}"));
-    }
-    Ok(())
+    xskmap
+        .update(&key.to_ne_bytes(), &val.to_ne_bytes(), libbpf_rs::MapFlags::ANY)
+        .with_context(|| format!("adding the AF_XDP socket to the XSKMAP at {key}"))
 }
