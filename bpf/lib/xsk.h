@@ -39,8 +39,13 @@ fp_xsk_commit(struct xdp_md *ctx, __u32 in_slot, __u32 out_slot, __u32 *len, __u
 	key = in_slot * FP_XSK_MAX_QUEUES + q;
 	if (bpf_redirect_map(&fp_xsks, key, 0) != XDP_REDIRECT)
 		return FP_R_REDIRECT_FAILED;
-	/* The XDP_PASS the caller returns on failure overrides the redirect. */
-	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(*m)))
+	/*
+	 * Exactly our struct in front of the frame, where user space looks:
+	 * metadata an upstream program left (a hint, already taken) is
+	 * replaced, since growing the area would put ours in front of it.
+	 * The XDP_PASS the caller returns on failure overrides the redirect.
+	 */
+	if (bpf_xdp_adjust_meta(ctx, (int)(ctx->data - ctx->data_meta) - (int)sizeof(*m)))
 		return FP_R_REDIRECT_FAILED;
 	m = (void *)(long)ctx->data_meta;
 	data = (void *)(long)ctx->data;
