@@ -45,6 +45,10 @@
  * address checks and before the FIB, on a cache hit after the per-packet
  * checks. Stateless instances have the gate compiled in but never run it
  * (fp_cfg is read-only: the verifier drops the dead branch).
+ *
+ * AF_XDP mode (fp_cfg.afxdp, xsk.h): the same decisions, but a packet to
+ * forward goes untouched to the user-space forwarder's socket with the
+ * rewrite data in its metadata; user space rewrites and transmits it.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -61,6 +65,7 @@
 #include "stats.h"
 #include "watchdog.h"
 #include "ct.h"
+#include "xsk.h"
 
 /* Per instance, set before load. */
 const volatile struct fp_config fp_cfg = {};
@@ -399,7 +404,11 @@ full:
 	dmac = tx.dmac;
 	smac = tx.smac;
 send:
-	r = fp_tx_commit(ctx, slot, &p->len, FP_ETH_HLEN + tot_len);
+	if (fp_cfg.afxdp)
+		r = fp_xsk_commit(ctx, fp_cfg.ingress_slot, slot, &p->len, FP_ETH_HLEN + tot_len, dmac, smac,
+				  FP_AF_INET);
+	else
+		r = fp_tx_commit(ctx, slot, &p->len, FP_ETH_HLEN + tot_len);
 	if (r != FP_R_FORWARDED)
 		return r;
 	if (f) {
@@ -411,6 +420,9 @@ send:
 	}
 	if (fp_cfg.stateful)
 		fp_ct_done(&ctv, f ? pos.way : filled, !f, tot_len);
+	/* AF_XDP: user space rewrites (the daemon refuses it with stateful). */
+	if (fp_cfg.afxdp)
+		return FP_R_FORWARDED;
 
 	/* The trim invalidated every packet pointer. */
 	data = (void *)(long)ctx->data;
@@ -524,7 +536,11 @@ full:
 	dmac = tx.dmac;
 	smac = tx.smac;
 send:
-	r = fp_tx_commit(ctx, slot, &p->len, FP_ETH_HLEN + ip_len);
+	if (fp_cfg.afxdp)
+		r = fp_xsk_commit(ctx, fp_cfg.ingress_slot, slot, &p->len, FP_ETH_HLEN + ip_len, dmac, smac,
+				  FP_AF_INET6);
+	else
+		r = fp_tx_commit(ctx, slot, &p->len, FP_ETH_HLEN + ip_len);
 	if (r != FP_R_FORWARDED)
 		return r;
 	if (f) {
@@ -538,6 +554,8 @@ send:
 	}
 	if (fp_cfg.stateful)
 		fp_ct_done(&ctv, f ? pos.way : filled, !f, ip_len);
+	if (fp_cfg.afxdp)
+		return FP_R_FORWARDED;
 
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;

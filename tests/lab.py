@@ -484,13 +484,19 @@ class Daemon:
     """`fastpath run` inside the router namespace, stopped by SIGTERM by pid."""
 
     def __init__(self, lab: Lab, ifaces: Sequence[str] | None = None,
-                 extra: Sequence[str] = (), binary: Path = FASTPATH):
+                 extra: Sequence[str] = (), binary: Path = FASTPATH,
+                 datapath: str | None = None):
         self.lab = lab
         self.ifaces = list(ifaces or lab.router_ifaces())
         self.binary = binary
         self.sock = lab.tmp / "fp.sock"
         self.log = lab.tmp / "fastpath.log"
         self.extra = list(extra)
+        # `--datapath afxdp` (user-space forwarding), per test or for a whole
+        # run with FASTPATH_DATAPATH=afxdp.
+        self.datapath = datapath or os.environ.get("FASTPATH_DATAPATH", "xdp")
+        if self.datapath != "xdp" and "--datapath" not in self.extra:
+            self.extra += ["--datapath", self.datapath]
         self.proc: subprocess.Popen | None = None
 
     def cli(self, *args: str, check: bool = True, timeout: float = 10) -> subprocess.CompletedProcess:

@@ -8,23 +8,34 @@ from pathlib import Path
 
 import pytest
 
-from lab import Lab, counter_delta, ipv4_csum_ok, send_and_expect
+from lab import Daemon, Lab, counter_delta, ipv4_csum_ok, send_and_expect
 from pkts import IP, UDP, Ether, IPv6, payload, udp4, udp6
 
 
 # The module's tests only send traffic and compare counter deltas: they share
-# one lab and one daemon.
+# one lab, and one daemon per data path.
 @pytest.fixture(scope="module")
 def lab(module_lab):
     return module_lab
 
 
-@pytest.fixture(scope="module")
-def daemon(module_daemon):
-    return module_daemon
-
-
 HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def datapath(request):
+    """`xdp` unless a test asks for more with indirect parametrisation
+    (pytest groups the tests by it and stops one daemon before the next)."""
+    return getattr(request, "param", "xdp")
+
+
+@pytest.fixture(scope="module")
+def daemon(lab, fastpath_bin, datapath):
+    with Daemon(lab, datapath=datapath) as d:
+        yield d
+
+
+BOTH = pytest.mark.parametrize("datapath", ["xdp", "afxdp"], indirect=True, scope="module")
 
 
 def fwd(delta: dict) -> int:
@@ -50,6 +61,7 @@ def test_ping(lab, daemon, dst):
     assert fwd(d["r0"]) >= 10 and fwd(d["r1"]) >= 10, d
 
 
+@BOTH
 @pytest.mark.parametrize("family", [4, 6])
 def test_udp_rewrite(lab, daemon, family):
     """Exact output: MACs rewritten, TTL/hop limit - 1, checksum valid, payload intact."""
@@ -72,9 +84,13 @@ def test_udp_rewrite(lab, daemon, family):
         assert e[UDP].load == payload(k, 64 + k)
     d = deltas(daemon, before)
     assert fwd(d["r0"]) == 10, d
+    if daemon.datapath == "afxdp":
+        a = daemon.status()["afxdp"]
+        assert a["forwarded"] >= 10 and a["drop_meta"] + a["drop_parse"] + a["drop_ttl"] == 0, a
 
 
-@pytest.mark.parametrize("dst", [Lab.FAR4, Lab.FAR6, Lab.S4])
+@pytest.mark.parametrize("dst,datapath", [(Lab.FAR4, "xdp"), (Lab.FAR6, "xdp"), (Lab.S4, "xdp"),
+                                          (Lab.FAR6, "afxdp")], indirect=["datapath"], scope="module")
 def test_tcp_transfer(lab, daemon, dst):
     """A real connection: 2 MB echoed back through the router, checked byte for byte."""
     lab.resolve_neighbours()

@@ -143,6 +143,8 @@ struct fp_config {
 	__u32 nic_hash_is_skb_hash;
 	/* 1 = stateful mode: forward only conntrack entries that are established and carry fp_runtime.ct_mark. */
 	__u32 stateful;
+	/* 1 = AF_XDP data path: what would be forwarded goes to user space (fp_xsks), see struct fp_xsk_meta. */
+	__u32 afxdp;
 };
 
 /* fp_fib4 key: LPM trie, prefixlen first as the trie requires. */
@@ -436,5 +438,29 @@ struct fp_ct_set {
 #define FP_DEFAULT_CT_REVALIDATE_MS 1000
 #define FP_MAX_IFACES              256
 #define FP_DEFAULT_ORPHAN_GRACE    30       /* seconds without a daemon heartbeat before everything is punted */
+
+/*
+ * AF_XDP data path (`fastpath run --datapath afxdp`). The program still
+ * decides punt vs forward (a punt must reach the kernel unmodified, which
+ * user space cannot do), but instead of rewriting and redirecting to the
+ * devmap it redirects the untouched frame into fp_xsks and leaves this in
+ * the metadata area, right in front of the frame. User space parses the
+ * frame, checks it against this, rewrites (MACs, TTL/hop limit, checksum,
+ * padding) and transmits it on its socket of the egress slot.
+ * fp_xsks key: slot * FP_XSK_MAX_QUEUES + RX queue index.
+ */
+#define FP_XSK_MAX_QUEUES   16
+#define FP_XSK_FRAME_SIZE   4096     /* UMEM chunk */
+#define FP_XSK_HEADROOM     256      /* XDP_PACKET_HEADROOM the kernel keeps in front of a copied frame */
+#define FP_XSK_MAX_FRAME    (FP_XSK_FRAME_SIZE - FP_XSK_HEADROOM)  /* larger frames are punted */
+#define FP_XSK_META_MAGIC   0xfa57c0deU
+
+struct fp_xsk_meta {
+	__u8  dmac[FP_ETH_ALEN]; /* the neighbour's MAC */
+	__u8  smac[FP_ETH_ALEN]; /* the egress port's MAC */
+	__u16 egress_slot;       /* fp_ifaces slot to transmit on */
+	__u16 family;            /* FP_AF_INET / FP_AF_INET6 (parse.h values) */
+	__u32 magic;             /* FP_XSK_META_MAGIC */
+};
 
 #endif /* FASTPATH_H */

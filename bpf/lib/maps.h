@@ -136,6 +136,17 @@ struct {
 	__type(value, struct bpf_devmap_val);
 } fp_tx_ports SEC(".maps");
 
+/*
+ * AF_XDP data path: the user-space forwarder's sockets, key = slot *
+ * FP_XSK_MAX_QUEUES + queue (see struct fp_xsk_meta). Empty otherwise.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, FP_MAX_IFACES * FP_XSK_MAX_QUEUES);
+	__type(key, __u32);
+	__type(value, __u32);
+} fp_xsks SEC(".maps");
+
 /* Per-CPU packet/byte counters per ingress slot and reason. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

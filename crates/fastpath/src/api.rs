@@ -103,6 +103,8 @@ pub struct Snapshot {
     pub ct: Option<crate::ctwatch::CtStatus>,
     /// --route-source fpm (None: routes from the kernel).
     pub route_source: Option<Arc<crate::fpm::Published>>,
+    /// AF_XDP data path (None: XDP).
+    pub afxdp: Option<crate::afxdp::StatsSource>,
 }
 
 #[derive(Debug, Clone)]
@@ -213,6 +215,9 @@ pub struct Status {
     /// Routes that found no slot (see `fastpath_core::overflow`).
     #[serde(default)]
     pub routes_offload_failed: u64,
+    /// `--datapath afxdp`: the user-space forwarder's counters.
+    #[serde(default)]
+    pub afxdp: Option<crate::afxdp::Stats>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -365,6 +370,7 @@ pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
         conntrack: s.ct,
         route_source: s.route_source.as_ref().map(|r| r.status.clone()),
         routes_offload_failed: a.offload.failed() as u64,
+        afxdp: s.afxdp.as_ref().map(|a| a.stats()),
     })
 }
 

@@ -86,10 +86,15 @@ pub fn run(loaded: Loaded) -> Result<()> {
         groups: args.group_entries,
         buckets: args.bucket_entries,
     };
+    let afxdp_on = args.datapath == crate::Datapath::Afxdp;
+    if afxdp_on && (stateful || args.pin) {
+        anyhow::bail!("--datapath afxdp works in stateless mode without --pin only");
+    }
     let opts = loader::LoadOpts {
         flow_sets: if args.flow_timeout == 0 { 0 } else { loader::flow_sets(args.flow_entries) },
         nic_hash: args.rx_hash == crate::RxHash::Auto && args.xdp_mode != crate::XdpMode::Generic,
         stateful,
+        afxdp: afxdp_on,
     };
     // --pin: what a previous daemon left (maps to adopt, links to take over).
     let mut pins = if args.pin { Some(pin::Pins::open(&args, &mut ifaces, &caps, &opts)?) } else { None };
@@ -135,6 +140,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
         ops: OpsStats { last_full_sync: Some(t), ..Default::default() },
         ct_status: None,
         route_source: None,
+        afxdp: None,
     };
     // Stateful mode: subscribed and fp_runtime's ct fields set before the
     // first packet can be fast-pathed.
@@ -158,6 +164,13 @@ pub fn run(loaded: Loaded) -> Result<()> {
     // Packets stamp the keep-alive clock on neighbours and cached flows:
     // start it now rather than at the first tick.
     maps.set_neigh_clock(keepalive::neigh_clock_now()).context("starting the keep-alive clock")?;
+    // AF_XDP: sockets registered before the program can redirect to them.
+    // (A plain instance attach_all may swap in shares the first one's maps, the XSKMAP too.)
+    let afxdp = match (afxdp_on, instances.first()) {
+        (true, Some(first)) => Some(crate::afxdp::start(&args, &ifaces, first)?),
+        _ => None,
+    };
+    lp.afxdp = afxdp.as_ref().map(|f| f.stats_source());
     let takeover = pins.as_mut().map(|p| p.take_links(&ifaces)).unwrap_or_default();
     let plain = |k: usize, first: &loader::Instance| loader::load_plain(&ifaces[k], &caps, &opts, first);
     let attachments = loader::attach_all(&mut instances, args.xdp_mode, takeover, &plain)?;
@@ -323,6 +336,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
     }
     drop(server);
     drop(attachments);
+    drop(afxdp);
     drop(tx);
     if !args.pin {
         info!("detached from {}; exiting", names.join(", "));
@@ -398,6 +412,8 @@ struct Loop {
     ct_status: Option<ctwatch::CtStatus>,
     /// --route-source fpm, for status and `routes` (None: kernel).
     route_source: Option<Arc<crate::fpm::Published>>,
+    /// AF_XDP data path counters, for status (None: XDP data path).
+    afxdp: Option<crate::afxdp::StatsSource>,
 }
 
 impl reload::Live for Loop {
@@ -507,6 +523,7 @@ impl Loop {
             ops: self.ops.clone(),
             ct: self.ct_status,
             route_source: self.route_source.clone(),
+            afxdp: self.afxdp.clone(),
         };
         match shared.lock() {
             Ok(mut g) => *g = Arc::new(snap),

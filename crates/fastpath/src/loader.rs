@@ -45,6 +45,9 @@ pub struct LoadOpts {
     /// per-flow verdict cache (fp_ct_flows, sized like fp_flows). Without a
     /// flow cache it stays correct, looking conntrack up for every packet.
     pub stateful: bool,
+    /// AF_XDP data path (fp_config.afxdp): forwarded packets go to the
+    /// user-space forwarder (crate::afxdp) instead of the devmap.
+    pub afxdp: bool,
 }
 
 /// Sets per CPU for at least `entries` flows: FP_FLOW_WAYS per set, a
@@ -191,6 +194,7 @@ fn open_one(iface: &Iface, caps: &Capacities, opts: &LoadOpts, variant: HashVari
     cfg.ingress_slot = iface.slot;
     cfg.flow_sets = opts.flow_sets;
     cfg.stateful = u32::from(opts.stateful);
+    cfg.afxdp = u32::from(opts.afxdp);
     cfg.nic_hash_is_skb_hash = u32::from(hash_is_skb_hash(&iface.name));
     match variant {
         // Only the device-bound entry point: each load is a full verifier

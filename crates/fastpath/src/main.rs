@@ -1,6 +1,7 @@
 //! `fastpath`: the daemon (`fastpath run`) and its clients (`status`,
 //! `routes`, `neighbours`), plus the benchmark (`fastpath bench`).
 
+mod afxdp;
 mod api;
 mod batch;
 mod bench;
@@ -174,12 +175,32 @@ pub struct RunArgs {
     /// connection is lost (it reconnects every 3 s and replays) before they are flushed.
     #[arg(long, value_name = "SECS", default_value_t = 10)]
     pub fpm_grace: u32,
+    /// Where forwarded packets are rewritten and sent: `xdp` in the XDP
+    /// program; `afxdp` in user space (AF_XDP sockets, one thread per RX
+    /// queue) after the XDP program decided forward vs punt.
+    #[arg(long, value_enum, default_value_t = Datapath::Xdp)]
+    pub datapath: Datapath,
+    /// AF_XDP: busy-poll the sockets instead of sleeping in poll().
+    #[arg(long)]
+    pub busy_poll: bool,
+    /// AF_XDP: descriptors processed per ring round.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub afxdp_batch: u32,
+    /// AF_XDP: prefetch frame i+N while rewriting frame i (0 = off).
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub afxdp_prefetch: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum RouteSource {
     Kernel,
     Fpm,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Datapath {
+    Xdp,
+    Afxdp,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

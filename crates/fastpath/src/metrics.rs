@@ -315,6 +315,7 @@ mod tests {
             mode: "stateless".into(),
             conntrack: None,
             route_source: None,
+            afxdp: None,
             generation: 4,
             netlink_resyncs: 1,
             neigh_keepalives: 0,

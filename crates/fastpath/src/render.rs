@@ -88,6 +88,14 @@ pub fn status(s: &Status, all: bool) -> String {
     } else {
         out.push_str("mode stateless\n");
     }
+    if let Some(a) = &s.afxdp {
+        let _ = writeln!(
+            out,
+            "datapath afxdp: {} sockets, {} queue(s), {} mode, batch {}, prefetch {}, busy poll {}: rx {}  forwarded {} ({} bytes)  dropped meta {} parse {} ttl {} tx-full {}",
+            a.sockets, a.queues, a.mode, a.batch, a.prefetch, if a.busy_poll { "on" } else { "off" }, a.rx, a.forwarded,
+            a.forwarded_bytes, a.drop_meta, a.drop_parse, a.drop_ttl, a.drop_tx_full
+        );
+    }
     for (fam, f) in [("ipv4", &s.families.ipv4), ("ipv6", &s.families.ipv6)] {
         let state = if f.fast_path { "fast path" } else { "PUNTED to the kernel" };
         let _ = writeln!(out, "{fam}: {state}");

@@ -363,7 +363,7 @@ fn measure_table(
                 let _raw = RawFwd::attach(&mut obj, bench.topo)?;
                 bench.measure_mode(mode, &mut cells, None)?;
             }
-            Mode::FastpathNocache | Mode::Fastpath | Mode::FastpathHint => {
+            Mode::FastpathNocache | Mode::Fastpath | Mode::FastpathHint | Mode::Afxdp => {
                 let mut extra = mode.daemon_args();
                 extra.extend(fib_args.iter().cloned());
                 let t0 = Instant::now();

@@ -258,7 +258,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 let _raw = RawFwd::attach(&mut obj, &topo)?;
                 bench.measure_mode(mode, &mut cells, None)?;
             }
-            Mode::FastpathNocache | Mode::Fastpath | Mode::FastpathHint => {
+            Mode::FastpathNocache | Mode::Fastpath | Mode::FastpathHint | Mode::Afxdp => {
                 let mut extra = mode.daemon_args();
                 if let Some(n) = plan.flow_entries {
                     extra.extend(["--flow-entries".to_string(), n.to_string()]);

@@ -50,6 +50,8 @@ pub enum Mode {
     FastpathStateful,
     /// MAC rewrite + devmap redirect, no lookups: the ceiling for any XDP router here.
     Raw,
+    /// `fastpath run --datapath afxdp`: XDP decides, user space (AF_XDP) rewrites and sends.
+    Afxdp,
 }
 
 impl Mode {
@@ -64,6 +66,7 @@ impl Mode {
             Mode::CtRef => "ct-ref",
             Mode::FastpathStateful => "fastpath-stateful",
             Mode::Raw => "raw",
+            Mode::Afxdp => "afxdp",
         }
     }
 
@@ -76,6 +79,7 @@ impl Mode {
     pub fn daemon_args(self) -> Vec<String> {
         match self {
             Mode::FastpathNocache => vec!["--flow-timeout".into(), "0".into()],
+            Mode::Afxdp => vec!["--datapath".into(), "afxdp".into()],
             _ => Vec::new(),
         }
     }
