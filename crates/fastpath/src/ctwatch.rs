@@ -40,6 +40,7 @@ use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 use serde::{Deserialize, Serialize};
 
 use crate::maps::MapWriter;
+use crate::CtAb;
 
 const NLMSG_HDRLEN: usize = 16;
 const NFGENMSG_LEN: usize = 4;
@@ -383,16 +384,20 @@ pub struct Watch {
     buf: Vec<u8>,
     /// Updates making marked TCP entries liberal, sent after the drain.
     liberal: Vec<(u8, Vec<u8>)>,
+    /// Bench A/B only: leave the liberal updates out.
+    skip_liberal: bool,
     pub counters: CtCounters,
 }
 
 impl Watch {
-    pub fn open(mask: u32, rcvbuf: usize) -> io::Result<Watch> {
+    pub fn open(mask: u32, rcvbuf: usize, ab: CtAb) -> io::Result<Watch> {
         let mut ct = Socket::new(NETLINK_NETFILTER)?;
         set_rcvbuf(&mut ct, rcvbuf)?;
         ct.bind_auto()?;
-        ct.add_membership(NFNLGRP_CONNTRACK_UPDATE)?;
-        ct.add_membership(NFNLGRP_CONNTRACK_DESTROY)?;
+        if ab != CtAb::NoEvents {
+            ct.add_membership(NFNLGRP_CONNTRACK_UPDATE)?;
+            ct.add_membership(NFNLGRP_CONNTRACK_DESTROY)?;
+        }
         let mut rules = Socket::new(NETLINK_NETFILTER)?;
         set_rcvbuf(&mut rules, 1 << 20)?;
         rules.bind_auto()?;
@@ -401,7 +406,7 @@ impl Watch {
         set_rcvbuf(&mut req, 4 << 20)?;
         req.bind_auto()?;
         set_recv_timeout(&req, REPLY_TIMEOUT)?;
-        Ok(Watch { ct, rules, req, mask, seq: 0, buf: vec![0; RECV_BUF], liberal: Vec::new(), counters: CtCounters::default() })
+        Ok(Watch { ct, rules, req, mask, seq: 0, buf: vec![0; RECV_BUF], liberal: Vec::new(), skip_liberal: ab == CtAb::NoLiberal, counters: CtCounters::default() })
     }
 
     /// Sleeps until `other` or one of our sockets is readable, or `timeout`.
@@ -459,7 +464,7 @@ impl Watch {
                     if ev.revokes(self.mask) {
                         r.revoke = true;
                     }
-                    if ev.needs_liberal(self.mask) {
+                    if !self.skip_liberal && ev.needs_liberal(self.mask) {
                         if let Some(tuple) = raw_attr(a, CTA_TUPLE_ORIG) {
                             self.liberal.push((payload[0], liberal_attrs(tuple, raw_attr(a, CTA_ZONE))));
                         }
@@ -655,9 +660,12 @@ impl Stateful {
     /// Subscribes first, so nothing that happens from here on is missed;
     /// then writes the ct settings into fp_runtime and clears the marks
     /// set before we watched (they vouch for a ruleset we never saw).
-    pub fn start(mark: u32, revalidate_ms: u32, rcvbuf: usize, writer: &mut MapWriter) -> anyhow::Result<Stateful> {
+    pub fn start(mark: u32, revalidate_ms: u32, rcvbuf: usize, ab: CtAb, writer: &mut MapWriter) -> anyhow::Result<Stateful> {
         use anyhow::Context;
-        let watch = Watch::open(mark, rcvbuf).context("subscribing to conntrack and nftables events")?;
+        if ab != CtAb::Full {
+            warn!("--ct-ab {ab:?}: conntrack work left out for a measurement; revocations are not guaranteed");
+        }
+        let watch = Watch::open(mark, rcvbuf, ab).context("subscribing to conntrack and nftables events")?;
         let root = Path::new(NETFILTER_SYSCTL);
         let timeouts = read_timeouts(root).unwrap_or_else(|| {
             warn!("cannot read the conntrack timeouts in {NETFILTER_SYSCTL}; using the kernel defaults");

@@ -135,7 +135,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
     // Stateful mode: subscribed and fp_runtime's ct fields set before the
     // first packet can be fast-pathed.
     let mut ct = if stateful {
-        let c = ctwatch::Stateful::start(args.ct_mark, args.ct_revalidate_ms, args.netlink_rcvbuf, &mut lp.writer)?;
+        let c = ctwatch::Stateful::start(args.ct_mark, args.ct_revalidate_ms, args.netlink_rcvbuf, args.ct_ab, &mut lp.writer)?;
         lp.ct_status = Some(c.status(&lp.writer));
         Some(c)
     } else {
