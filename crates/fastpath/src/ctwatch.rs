@@ -90,6 +90,10 @@ const RECV_BUF: usize = 256 << 10;
 /// Mark updates sent per datagram during a clear.
 const UPDATE_BATCH: usize = 128;
 const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+/// After a conntrack event wakes us, let more queue up before reading:
+/// short connections send several events each, and one wake-up per event
+/// costs the CPU the connections run on. Far below the revocation bound.
+const EVENT_COALESCE: Duration = Duration::from_millis(5);
 
 /// What one ctnetlink event says about its entry; attributes the kernel
 /// left out of the message are None (it omits the mark when it is 0 and
@@ -384,7 +388,8 @@ pub struct Watch {
     buf: Vec<u8>,
     /// Updates making marked TCP entries liberal, sent after the drain.
     liberal: Vec<(u8, Vec<u8>)>,
-    /// Bench A/B only: leave the liberal updates out.
+    /// No liberal updates: the netns is liberal already
+    /// (nf_conntrack_tcp_be_liberal), or a bench A/B leaves them out.
     skip_liberal: bool,
     pub counters: CtCounters,
 }
@@ -417,6 +422,11 @@ impl Watch {
         // SAFETY: a valid array of pollfds and its length. EINTR just ends
         // the wait early; the callers drain without blocking.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        // Only conntrack events are waiting: route and ruleset changes are
+        // never held back.
+        if fds[1].revents != 0 && fds[0].revents == 0 && fds[2].revents == 0 {
+            std::thread::sleep(EVENT_COALESCE);
+        }
     }
 
     /// Reads everything queued on both event sockets without blocking.
@@ -654,6 +664,7 @@ pub struct Stateful {
     mark: u32,
     revalidate_ms: u32,
     events_enabled: bool,
+    ab: CtAb,
 }
 
 impl Stateful {
@@ -676,7 +687,8 @@ impl Stateful {
             warn!("net.netfilter.nf_conntrack_events is 0: no conntrack events, revocations wait for the {revalidate_ms} ms revalidation");
         }
         writer.set_ct(mark, revalidate_ms, timeouts);
-        let mut s = Stateful { watch, timeouts, mark, revalidate_ms, events_enabled };
+        let mut s = Stateful { watch, timeouts, mark, revalidate_ms, events_enabled, ab };
+        s.watch.skip_liberal = s.skip_liberal();
         s.clear_marks();
         s.bump(writer);
         info!("stateful mode: ct mark {mark:#x}, revalidation every {revalidate_ms} ms, timeouts {timeouts:?}");
@@ -685,6 +697,14 @@ impl Stateful {
 
     pub fn wait(&self, other: RawFd, timeout: Duration) {
         self.watch.wait(other, timeout);
+    }
+
+    /// A netns-wide liberal window tracking makes every entry liberal: the
+    /// data path then checks no entry's own flags, and an update per
+    /// connection would only cost the kernel and us. (Should the sysctl go
+    /// back to strict, entries marked meanwhile punt until marked again.)
+    fn skip_liberal(&self) -> bool {
+        self.ab == CtAb::NoLiberal || self.timeouts.tcp_liberal
     }
 
     /// One round: read the events, clear marks on a ruleset change, bump.
@@ -727,6 +747,7 @@ impl Stateful {
         if t != self.timeouts {
             info!("conntrack timeouts changed: {t:?}");
             self.timeouts = t;
+            self.watch.skip_liberal = self.skip_liberal();
             writer.set_ct(self.mark, self.revalidate_ms, t);
             if let Err(e) = writer.write_ct() {
                 warn!("writing the conntrack timeouts: {e}");

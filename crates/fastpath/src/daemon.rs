@@ -221,9 +221,13 @@ pub fn run(loaded: Loaded) -> Result<()> {
 
         if let Some(c) = &mut ct {
             c.step(&mut lp.writer);
-            let st = Some(c.status(&lp.writer));
-            if st != lp.ct_status {
-                lp.ct_status = st;
+            // The counters move with every event, and a snapshot per event
+            // costs the CPU the connections need: a new generation is
+            // published at once, the rest with the periodic publish.
+            let st = c.status(&lp.writer);
+            let bumped = lp.ct_status.is_none_or(|old| old.generation != st.generation);
+            lp.ct_status = Some(st);
+            if bumped {
                 lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
             }
         }
