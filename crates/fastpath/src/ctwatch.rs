@@ -741,6 +741,37 @@ impl Stateful {
         }
     }
 
+    /// A reload's new mark bits. Entries carrying the new bits were marked
+    /// under rules we did not watch for that meaning, so they are cleared
+    /// as at start; then every cached verdict is re-checked against the
+    /// new mask. (Bits only the old mask had are the user's again.)
+    pub fn set_mark(&mut self, mark: u32, writer: &mut MapWriter) -> Result<(), String> {
+        let old = self.mark;
+        writer.set_ct(mark, self.revalidate_ms, self.timeouts);
+        if let Err(e) = writer.write_ct() {
+            writer.set_ct(old, self.revalidate_ms, self.timeouts);
+            return Err(format!("writing fp_runtime: {e}"));
+        }
+        self.mark = mark;
+        self.watch.mask = mark;
+        self.clear_marks();
+        self.bump(writer);
+        info!("stateful mode: ct mark {old:#x} -> {mark:#x}");
+        Ok(())
+    }
+
+    /// A reload's new revalidation interval; the data path compares each
+    /// verdict's age with it on the next packet.
+    pub fn set_revalidate_ms(&mut self, ms: u32, writer: &mut MapWriter) -> Result<(), String> {
+        writer.set_ct(self.mark, ms, self.timeouts);
+        if let Err(e) = writer.write_ct() {
+            writer.set_ct(self.mark, self.revalidate_ms, self.timeouts);
+            return Err(format!("writing fp_runtime: {e}"));
+        }
+        self.revalidate_ms = ms;
+        Ok(())
+    }
+
     /// The periodic sysctl pass: timeouts may be changed at any time.
     pub fn refresh_sysctls(&mut self, writer: &mut MapWriter) {
         let Some(t) = read_timeouts(Path::new(NETFILTER_SYSCTL)) else { return };

@@ -131,16 +131,15 @@ pub fn run(loaded: Loaded) -> Result<()> {
         flow_entries: opts.flow_sets * intf::FP_FLOW_WAYS,
         ops: OpsStats { last_full_sync: Some(t), ..Default::default() },
         ct_status: None,
+        ct: None,
     };
     // Stateful mode: subscribed and fp_runtime's ct fields set before the
     // first packet can be fast-pathed.
-    let mut ct = if stateful {
+    if stateful {
         let c = ctwatch::Stateful::start(args.ct_mark, args.ct_revalidate_ms, args.netlink_rcvbuf, args.ct_ab, &mut lp.writer)?;
         lp.ct_status = Some(c.status(&lp.writer));
-        Some(c)
-    } else {
-        None
-    };
+        lp.ct = Some(c);
+    }
     if let Some(p) = &pins {
         p.adopt_tables(&maps, &mut lp.reconciler, &mut lp.writer, &mut lp.ids)?;
     }
@@ -190,7 +189,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
             lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
         }
         // Conntrack events must not wait behind an idle route socket.
-        let wait = match &ct {
+        let wait = match &lp.ct {
             Some(c) => {
                 c.wait(mirror.fd(), IDLE_POLL);
                 Duration::ZERO
@@ -219,7 +218,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
             }
         }
 
-        if let Some(c) = &mut ct {
+        if let Some(c) = &mut lp.ct {
             c.step(&mut lp.writer);
             // The counters move with every event, and a snapshot per event
             // costs the CPU the connections need: a new generation is
@@ -235,7 +234,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
         let periodic = last_periodic.elapsed() >= PERIODIC;
         if periodic {
             last_periodic = Instant::now();
-            if let Some(c) = &mut ct {
+            if let Some(c) = &mut lp.ct {
                 c.refresh_sysctls(&mut lp.writer);
             }
             if nf_watch.refresh() {
@@ -360,6 +359,8 @@ struct Loop {
     ops: OpsStats,
     /// Stateful mode, for status (None: stateless).
     ct_status: Option<ctwatch::CtStatus>,
+    /// Stateful mode (None: stateless); here so a reload can reach it.
+    ct: Option<ctwatch::Stateful>,
 }
 
 impl reload::Live for Loop {
@@ -374,6 +375,20 @@ impl reload::Live for Loop {
             return Err(format!("writing fp_runtime: {e}"));
         }
         self.flow_timeout = secs;
+        Ok(())
+    }
+
+    fn set_ct_mark(&mut self, mask: u32) -> Result<(), String> {
+        let Some(c) = &mut self.ct else { return Ok(()) };
+        c.set_mark(mask, &mut self.writer)?;
+        self.ct_status = Some(c.status(&self.writer));
+        Ok(())
+    }
+
+    fn set_ct_revalidate_ms(&mut self, ms: u32) -> Result<(), String> {
+        let Some(c) = &mut self.ct else { return Ok(()) };
+        c.set_revalidate_ms(ms, &mut self.writer)?;
+        self.ct_status = Some(c.status(&self.writer));
         Ok(())
     }
 }
