@@ -133,15 +133,19 @@ pub fn run(loaded: Loaded) -> Result<()> {
         ct_status: None,
         ct: None,
     };
+    // Adopted first: fp_runtime comes back with the old run's ct_generation,
+    // which the stateful start below moves past. Starting from 0 instead
+    // would make verdicts the old run cached at a low generation current
+    // again (the pinned programs keep forwarding meanwhile).
+    if let Some(p) = &pins {
+        p.adopt_tables(&maps, &mut lp.reconciler, &mut lp.writer, &mut lp.ids)?;
+    }
     // Stateful mode: subscribed and fp_runtime's ct fields set before the
-    // first packet can be fast-pathed.
+    // first packet can be fast-pathed by our programs.
     if stateful {
         let c = ctwatch::Stateful::start(args.ct_mark, args.ct_revalidate_ms, args.netlink_rcvbuf, args.ct_ab, &mut lp.writer)?;
         lp.ct_status = Some(c.status(&lp.writer));
         lp.ct = Some(c);
-    }
-    if let Some(p) = &pins {
-        p.adopt_tables(&maps, &mut lp.reconciler, &mut lp.writer, &mut lp.ids)?;
     }
     // Tables complete before the first packet can see them.
     lp.reconcile(&state).context("writing the initial tables")?;
