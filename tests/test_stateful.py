@@ -36,8 +36,14 @@ def load_ruleset(lab: Lab) -> None:
     lab.run(lab.router, "nft", "-D", "LAN=r0", "-D", "WAN=r1", "-f", str(RULESET))
 
 
+class StatefulDaemon(Daemon):
+    # The verifier takes the stateful program 25 s on a busy 2-core box.
+    def __enter__(self) -> "Daemon":
+        return self.start(timeout=60)
+
+
 def stateful_daemon(lab: Lab, *extra: str) -> Daemon:
-    return Daemon(lab, extra=["--mode", "stateful", *extra])
+    return StatefulDaemon(lab, extra=["--mode", "stateful", *extra])
 
 
 @pytest.fixture
