@@ -511,7 +511,7 @@ class Daemon:
     def neighbours(self) -> list:
         return json.loads(self.cli("neighbours", "--json").stdout)
 
-    def start(self, timeout: float = 20.0) -> "Daemon":
+    def start(self, timeout: float = 60.0) -> "Daemon":
         cmd = ["ip", "netns", "exec", self.lab.router, str(self.binary), "run"]
         for i in self.ifaces:
             cmd += ["-i", i]

@@ -187,3 +187,32 @@ def test_metrics_off(lab: Lab, fastpath_bin):
     with Daemon(lab, extra=["--metrics", "off"]):
         listening = lab.run(lab.router, "ss", "-Hltn").stdout
         assert ":9469" not in listening, listening
+
+
+def test_sighup_applies_the_stateful_settings(lab: Lab, fastpath_bin):
+    """ct-mark and ct-revalidate-ms change live: the data path's runtime
+    gets them, the new mark's bits are cleared on every conntrack entry
+    and the conntrack generation moves, so no verdict cached under the old
+    mark survives."""
+    settings = {"mode": '"stateful"', "ct-mark": "0x1", "ct-revalidate-ms": "1000"}
+    path = write(lab.tmp / "fastpath.toml", good_config(lab, **settings))
+    # The stateful program takes the verifier a while on a busy machine.
+    d = config_daemon(lab, path).start()
+    ct = d.status()["conntrack"]
+    assert (ct["mark"], ct["revalidate_ms"]) == (1, 1000), ct
+    # An entry already carrying the new bit: the old ruleset's mark, not a promise under the new one.
+    lab.run(lab.router, "conntrack", "-I", "-p", "udp", "-s", lab.C4, "-d", lab.S4, "--sport", "4000",
+            "--dport", "4001", "--timeout", "60", "--mark", "0x6")
+    write(path, good_config(lab, **{**settings, "ct-mark": "0x2", "ct-revalidate-ms": "250"}))
+    os.kill(d.proc.pid, signal.SIGHUP)
+    wait_for(lambda: d.status()["conntrack"]["mark"] == 2, "ct-mark 0x2 after SIGHUP")
+    now = d.status()["conntrack"]
+    assert now["revalidate_ms"] == 250, now
+    assert now["generation"] > ct["generation"], (ct, now)
+    assert now["marks_cleared"] >= 1, now
+    entry = lab.run(lab.router, "conntrack", "-L", "-p", "udp", "--sport", "4000").stdout
+    assert "mark=4" in entry, entry
+    log = d.log_text()
+    assert re.search(r"reload: ct-mark \S+ -> \S+: applied", log), log
+    assert re.search(r"reload: ct-revalidate-ms 1000 -> 250: applied", log), log
+    assert d.stop() == 0

@@ -348,3 +348,25 @@ def test_interface_not_asked_again_is_detached(lab2, fastpath_bin):
     st = d2.status()
     assert [i["name"] for i in st["interfaces"]] == ["r0", "r1"]
     assert d2.stop() == 0
+
+
+def test_stateful_restart_moves_the_ct_generation_on(lab, fastpath_bin):
+    """Verdicts the pinned programs cached stay in the pinned maps with the
+    old run's conntrack generation; the next run must continue past it, not
+    start again at 1, or verdicts cached early in the old run would be
+    trusted again without a conntrack lookup."""
+    pin_dir = pin_lab(lab)
+    # The stateful program takes the verifier a while on a busy machine.
+    d = pinned(lab, pin_dir, "--mode", "stateful").start()
+    # Every ruleset commit bumps the generation.
+    for i in range(3):
+        lab.run(lab.router, "nft", "add", "table", "inet", f"fp_gen_{i}")
+    deadline = time.monotonic() + 5
+    while (old := d.status()["conntrack"]["generation"]) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert old >= 4, d.status()["conntrack"]
+    assert d.stop() == 0
+    d2 = pinned(lab, pin_dir, "--mode", "stateful").start()
+    new = d2.status()["conntrack"]["generation"]
+    assert new > old, f"generation {new} after the restart, {old} before"
+    assert d2.stop() == 0

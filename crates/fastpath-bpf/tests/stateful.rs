@@ -353,6 +353,42 @@ fn cached_verdict_rechecked_after_generation_bump() {
     assert_eq!(hits(&l), hits_before + 1, "the route stayed cached through the punts");
 }
 
+/// Conntrack never sees the segments the fast path carries, so a TCP entry
+/// goes fast only when its window tracking is liberal in both directions
+/// (the daemon sets that per entry) or the whole netns is liberal. Entries
+/// from `conntrack -I` are liberal from the start: conntrack-tools sends
+/// SACK_PERM|BE_LIBERAL for both directions with every TCP entry it creates
+/// (the kernel's ctnetlink applies the flags it is given, nothing more), so
+/// the strict entry is made by clearing them over ctnetlink.
+#[test]
+fn tcp_entry_not_liberal_punts() {
+    let Some((_lab, mut w)) = lab("tcp_entry_not_liberal_punts") else { return };
+    w.rt.ct_tcp_liberal = 0;
+    // Every packet looks conntrack up: the flags change under one cached flow.
+    w.rt.ct_revalidate_ms = 0;
+    w.conntrack = vec![TCP_EST.into()];
+    let l = Loaded::new(&w).expect("load");
+    let p = t4(ACK);
+    let liberal = |dirs| {
+        conntrack::set_tcp_liberal(v4("192.0.2.10"), v4("203.0.113.20"), 1000, 80, dirs).expect("ctnetlink update")
+    };
+    forwards(&l, &w, &f4(&p), &out4(&p));
+    for dirs in [[false, true], [true, false], [false, false]] {
+        liberal(dirs);
+        punts(&l, &w, &f4(&p), FP_R_CT_NOT_ESTABLISHED);
+    }
+    // nf_conntrack_tcp_be_liberal=1 speaks for every entry.
+    w.rt.ct_tcp_liberal = 1;
+    set_rt(&l, &w);
+    forwards(&l, &w, &f4(&p), &out4(&p));
+    // Back to a strict netns: what the daemon's update does makes it fast again.
+    w.rt.ct_tcp_liberal = 0;
+    set_rt(&l, &w);
+    punts(&l, &w, &f4(&p), FP_R_CT_NOT_ESTABLISHED);
+    liberal([true, true]);
+    forwards(&l, &w, &f4(&p), &out4(&p));
+}
+
 /// Without an event, a verdict older than ct_revalidate_ms is re-checked.
 #[test]
 fn cached_verdict_rechecked_after_revalidate_interval() {

@@ -40,6 +40,7 @@ use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 use serde::{Deserialize, Serialize};
 
 use crate::maps::MapWriter;
+use crate::CtAb;
 
 const NLMSG_HDRLEN: usize = 16;
 const NFGENMSG_LEN: usize = 4;
@@ -89,6 +90,10 @@ const RECV_BUF: usize = 256 << 10;
 /// Mark updates sent per datagram during a clear.
 const UPDATE_BATCH: usize = 128;
 const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+/// After a conntrack event wakes us, let more queue up before reading:
+/// short connections send several events each, and one wake-up per event
+/// costs the CPU the connections run on. Far below the revocation bound.
+const EVENT_COALESCE: Duration = Duration::from_millis(5);
 
 /// What one ctnetlink event says about its entry; attributes the kernel
 /// left out of the message are None (it omits the mark when it is 0 and
@@ -383,16 +388,21 @@ pub struct Watch {
     buf: Vec<u8>,
     /// Updates making marked TCP entries liberal, sent after the drain.
     liberal: Vec<(u8, Vec<u8>)>,
+    /// No liberal updates: the netns is liberal already
+    /// (nf_conntrack_tcp_be_liberal), or a bench A/B leaves them out.
+    skip_liberal: bool,
     pub counters: CtCounters,
 }
 
 impl Watch {
-    pub fn open(mask: u32, rcvbuf: usize) -> io::Result<Watch> {
+    pub fn open(mask: u32, rcvbuf: usize, ab: CtAb) -> io::Result<Watch> {
         let mut ct = Socket::new(NETLINK_NETFILTER)?;
         set_rcvbuf(&mut ct, rcvbuf)?;
         ct.bind_auto()?;
-        ct.add_membership(NFNLGRP_CONNTRACK_UPDATE)?;
-        ct.add_membership(NFNLGRP_CONNTRACK_DESTROY)?;
+        if ab != CtAb::NoEvents {
+            ct.add_membership(NFNLGRP_CONNTRACK_UPDATE)?;
+            ct.add_membership(NFNLGRP_CONNTRACK_DESTROY)?;
+        }
         let mut rules = Socket::new(NETLINK_NETFILTER)?;
         set_rcvbuf(&mut rules, 1 << 20)?;
         rules.bind_auto()?;
@@ -401,7 +411,7 @@ impl Watch {
         set_rcvbuf(&mut req, 4 << 20)?;
         req.bind_auto()?;
         set_recv_timeout(&req, REPLY_TIMEOUT)?;
-        Ok(Watch { ct, rules, req, mask, seq: 0, buf: vec![0; RECV_BUF], liberal: Vec::new(), counters: CtCounters::default() })
+        Ok(Watch { ct, rules, req, mask, seq: 0, buf: vec![0; RECV_BUF], liberal: Vec::new(), skip_liberal: ab == CtAb::NoLiberal, counters: CtCounters::default() })
     }
 
     /// Sleeps until `other` or one of our sockets is readable, or `timeout`.
@@ -412,6 +422,11 @@ impl Watch {
         // SAFETY: a valid array of pollfds and its length. EINTR just ends
         // the wait early; the callers drain without blocking.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        // Only conntrack events are waiting: route and ruleset changes are
+        // never held back.
+        if fds[1].revents != 0 && fds[0].revents == 0 && fds[2].revents == 0 {
+            std::thread::sleep(EVENT_COALESCE);
+        }
     }
 
     /// Reads everything queued on both event sockets without blocking.
@@ -459,7 +474,7 @@ impl Watch {
                     if ev.revokes(self.mask) {
                         r.revoke = true;
                     }
-                    if ev.needs_liberal(self.mask) {
+                    if !self.skip_liberal && ev.needs_liberal(self.mask) {
                         if let Some(tuple) = raw_attr(a, CTA_TUPLE_ORIG) {
                             self.liberal.push((payload[0], liberal_attrs(tuple, raw_attr(a, CTA_ZONE))));
                         }
@@ -649,15 +664,19 @@ pub struct Stateful {
     mark: u32,
     revalidate_ms: u32,
     events_enabled: bool,
+    ab: CtAb,
 }
 
 impl Stateful {
     /// Subscribes first, so nothing that happens from here on is missed;
     /// then writes the ct settings into fp_runtime and clears the marks
     /// set before we watched (they vouch for a ruleset we never saw).
-    pub fn start(mark: u32, revalidate_ms: u32, rcvbuf: usize, writer: &mut MapWriter) -> anyhow::Result<Stateful> {
+    pub fn start(mark: u32, revalidate_ms: u32, rcvbuf: usize, ab: CtAb, writer: &mut MapWriter) -> anyhow::Result<Stateful> {
         use anyhow::Context;
-        let watch = Watch::open(mark, rcvbuf).context("subscribing to conntrack and nftables events")?;
+        if ab != CtAb::Full {
+            warn!("--ct-ab {ab:?}: conntrack work left out for a measurement; revocations are not guaranteed");
+        }
+        let watch = Watch::open(mark, rcvbuf, ab).context("subscribing to conntrack and nftables events")?;
         let root = Path::new(NETFILTER_SYSCTL);
         let timeouts = read_timeouts(root).unwrap_or_else(|| {
             warn!("cannot read the conntrack timeouts in {NETFILTER_SYSCTL}; using the kernel defaults");
@@ -668,7 +687,8 @@ impl Stateful {
             warn!("net.netfilter.nf_conntrack_events is 0: no conntrack events, revocations wait for the {revalidate_ms} ms revalidation");
         }
         writer.set_ct(mark, revalidate_ms, timeouts);
-        let mut s = Stateful { watch, timeouts, mark, revalidate_ms, events_enabled };
+        let mut s = Stateful { watch, timeouts, mark, revalidate_ms, events_enabled, ab };
+        s.watch.skip_liberal = s.skip_liberal();
         s.clear_marks();
         s.bump(writer);
         info!("stateful mode: ct mark {mark:#x}, revalidation every {revalidate_ms} ms, timeouts {timeouts:?}");
@@ -677,6 +697,14 @@ impl Stateful {
 
     pub fn wait(&self, other: RawFd, timeout: Duration) {
         self.watch.wait(other, timeout);
+    }
+
+    /// A netns-wide liberal window tracking makes every entry liberal: the
+    /// data path then checks no entry's own flags, and an update per
+    /// connection would only cost the kernel and us. (Should the sysctl go
+    /// back to strict, entries marked meanwhile punt until marked again.)
+    fn skip_liberal(&self) -> bool {
+        self.ab == CtAb::NoLiberal || self.timeouts.tcp_liberal
     }
 
     /// One round: read the events, clear marks on a ruleset change, bump.
@@ -713,12 +741,44 @@ impl Stateful {
         }
     }
 
+    /// A reload's new mark bits. Entries carrying the new bits were marked
+    /// under rules we did not watch for that meaning, so they are cleared
+    /// as at start; then every cached verdict is re-checked against the
+    /// new mask. (Bits only the old mask had are the user's again.)
+    pub fn set_mark(&mut self, mark: u32, writer: &mut MapWriter) -> Result<(), String> {
+        let old = self.mark;
+        writer.set_ct(mark, self.revalidate_ms, self.timeouts);
+        if let Err(e) = writer.write_ct() {
+            writer.set_ct(old, self.revalidate_ms, self.timeouts);
+            return Err(format!("writing fp_runtime: {e}"));
+        }
+        self.mark = mark;
+        self.watch.mask = mark;
+        self.clear_marks();
+        self.bump(writer);
+        info!("stateful mode: ct mark {old:#x} -> {mark:#x}");
+        Ok(())
+    }
+
+    /// A reload's new revalidation interval; the data path compares each
+    /// verdict's age with it on the next packet.
+    pub fn set_revalidate_ms(&mut self, ms: u32, writer: &mut MapWriter) -> Result<(), String> {
+        writer.set_ct(self.mark, ms, self.timeouts);
+        if let Err(e) = writer.write_ct() {
+            writer.set_ct(self.mark, self.revalidate_ms, self.timeouts);
+            return Err(format!("writing fp_runtime: {e}"));
+        }
+        self.revalidate_ms = ms;
+        Ok(())
+    }
+
     /// The periodic sysctl pass: timeouts may be changed at any time.
     pub fn refresh_sysctls(&mut self, writer: &mut MapWriter) {
         let Some(t) = read_timeouts(Path::new(NETFILTER_SYSCTL)) else { return };
         if t != self.timeouts {
             info!("conntrack timeouts changed: {t:?}");
             self.timeouts = t;
+            self.watch.skip_liberal = self.skip_liberal();
             writer.set_ct(self.mark, self.revalidate_ms, t);
             if let Err(e) = writer.write_ct() {
                 warn!("writing the conntrack timeouts: {e}");

@@ -141,18 +141,21 @@ pub fn run(loaded: Loaded) -> Result<()> {
         ct_status: None,
         route_source: None,
         afxdp: None,
+        ct: None,
     };
-    // Stateful mode: subscribed and fp_runtime's ct fields set before the
-    // first packet can be fast-pathed.
-    let mut ct = if stateful {
-        let c = ctwatch::Stateful::start(args.ct_mark, args.ct_revalidate_ms, args.netlink_rcvbuf, &mut lp.writer)?;
-        lp.ct_status = Some(c.status(&lp.writer));
-        Some(c)
-    } else {
-        None
-    };
+    // Adopted first: fp_runtime comes back with the old run's ct_generation,
+    // which the stateful start below moves past. Starting from 0 instead
+    // would make verdicts the old run cached at a low generation current
+    // again (the pinned programs keep forwarding meanwhile).
     if let Some(p) = &pins {
         p.adopt_tables(&maps, &mut lp.reconciler, &mut lp.writer, &mut lp.ids)?;
+    }
+    // Stateful mode: subscribed and fp_runtime's ct fields set before the
+    // first packet can be fast-pathed by our programs.
+    if stateful {
+        let c = ctwatch::Stateful::start(args.ct_mark, args.ct_revalidate_ms, args.netlink_rcvbuf, args.ct_ab, &mut lp.writer)?;
+        lp.ct_status = Some(c.status(&lp.writer));
+        lp.ct = Some(c);
     }
     // Tables complete before the first packet can see them.
     if let Some(f) = &mut fpm {
@@ -213,7 +216,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
             lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
         }
         // Conntrack events must not wait behind an idle route socket.
-        let wait = match &ct {
+        let wait = match &lp.ct {
             Some(c) => {
                 c.wait(mirror.fd(), IDLE_POLL);
                 Duration::ZERO
@@ -262,11 +265,15 @@ pub fn run(loaded: Loaded) -> Result<()> {
             }
         }
 
-        if let Some(c) = &mut ct {
+        if let Some(c) = &mut lp.ct {
             c.step(&mut lp.writer);
-            let st = Some(c.status(&lp.writer));
-            if st != lp.ct_status {
-                lp.ct_status = st;
+            // The counters move with every event, and a snapshot per event
+            // costs the CPU the connections need: a new generation is
+            // published at once, the rest with the periodic publish.
+            let st = c.status(&lp.writer);
+            let bumped = lp.ct_status.is_none_or(|old| old.generation != st.generation);
+            lp.ct_status = Some(st);
+            if bumped {
                 lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
             }
         }
@@ -274,7 +281,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
         let periodic = last_periodic.elapsed() >= PERIODIC;
         if periodic {
             last_periodic = Instant::now();
-            if let Some(c) = &mut ct {
+            if let Some(c) = &mut lp.ct {
                 c.refresh_sysctls(&mut lp.writer);
             }
             if nf_watch.refresh() {
@@ -414,6 +421,8 @@ struct Loop {
     route_source: Option<Arc<crate::fpm::Published>>,
     /// AF_XDP data path counters, for status (None: XDP data path).
     afxdp: Option<crate::afxdp::StatsSource>,
+    /// Stateful mode (None: stateless); here so a reload can reach it.
+    ct: Option<ctwatch::Stateful>,
 }
 
 impl reload::Live for Loop {
@@ -428,6 +437,20 @@ impl reload::Live for Loop {
             return Err(format!("writing fp_runtime: {e}"));
         }
         self.flow_timeout = secs;
+        Ok(())
+    }
+
+    fn set_ct_mark(&mut self, mask: u32) -> Result<(), String> {
+        let Some(c) = &mut self.ct else { return Ok(()) };
+        c.set_mark(mask, &mut self.writer)?;
+        self.ct_status = Some(c.status(&self.writer));
+        Ok(())
+    }
+
+    fn set_ct_revalidate_ms(&mut self, ms: u32) -> Result<(), String> {
+        let Some(c) = &mut self.ct else { return Ok(()) };
+        c.set_revalidate_ms(ms, &mut self.writer)?;
+        self.ct_status = Some(c.status(&self.writer));
         Ok(())
     }
 }

@@ -145,6 +145,11 @@ pub struct RunArgs {
     /// conntrack, in milliseconds (conntrack events revoke it at once).
     #[arg(long, value_name = "MS", default_value_t = intf::FP_DEFAULT_CT_REVALIDATE_MS)]
     pub ct_revalidate_ms: u32,
+    /// Stateful mode, for the bench's A/B runs only: leave out parts of the
+    /// daemon's conntrack work to measure what each costs. Not for use: the
+    /// revocation guarantees need `full`.
+    #[arg(long, value_enum, default_value_t = CtAb::Full, hide = true)]
+    pub ct_ab: CtAb,
     /// Pin maps, programs and XDP links in bpffs (under --pin-dir): forwarding
     /// outlives the daemon (SIGTERM, SIGINT, crash), and the next `run --pin`
     /// adopts the pinned tables and swaps the programs without a gap.
@@ -201,6 +206,17 @@ pub enum RouteSource {
 pub enum Datapath {
     Xdp,
     Afxdp,
+}
+
+/// What the stateful daemon does of its conntrack work (see `--ct-ab`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CtAb {
+    /// Everything: events, liberal window tracking.
+    Full,
+    /// Events, but no liberal updates of TCP entries.
+    NoLiberal,
+    /// No conntrack event subscription at all (nftables events stay).
+    NoEvents,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

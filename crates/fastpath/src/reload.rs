@@ -18,14 +18,21 @@ use crate::RunArgs;
 /// setting to the data path, or says why that needs a restart.
 pub trait Live {
     fn set_flow_timeout(&mut self, secs: u32) -> Result<(), String>;
+    /// Stateful mode's fast-path mark bits (no effect in stateless mode).
+    fn set_ct_mark(&mut self, mask: u32) -> Result<(), String>;
+    /// Stateful mode's revalidation interval (no effect in stateless mode).
+    fn set_ct_revalidate_ms(&mut self, ms: u32) -> Result<(), String>;
 }
 
 type Apply = fn(&RunArgs, &mut dyn Live) -> Result<(), String>;
 
 /// Options a reload applies live, by long name: adding one is one line here
-/// (plus its setter on `Live`). The ct settings join once the data path
-/// reads them (issue #4).
-const LIVE: &[(&str, Apply)] = &[("flow-timeout", |a, l| l.set_flow_timeout(a.flow_timeout))];
+/// (plus its setter on `Live`).
+const LIVE: &[(&str, Apply)] = &[
+    ("flow-timeout", |a, l| l.set_flow_timeout(a.flow_timeout)),
+    ("ct-mark", |a, l| l.set_ct_mark(a.ct_mark)),
+    ("ct-revalidate-ms", |a, l| l.set_ct_revalidate_ms(a.ct_revalidate_ms)),
+];
 
 /// Options that say where the configuration comes from, not what it is.
 const IGNORED: &[&str] = &["config", "help"];
@@ -118,6 +125,8 @@ mod tests {
     #[derive(Default)]
     struct Fake {
         flow_timeout: Option<u32>,
+        ct_mark: Option<u32>,
+        ct_revalidate_ms: Option<u32>,
         refuse: bool,
     }
 
@@ -127,6 +136,16 @@ mod tests {
                 return Err("cache not loaded".into());
             }
             self.flow_timeout = Some(secs);
+            Ok(())
+        }
+
+        fn set_ct_mark(&mut self, mask: u32) -> Result<(), String> {
+            self.ct_mark = Some(mask);
+            Ok(())
+        }
+
+        fn set_ct_revalidate_ms(&mut self, ms: u32) -> Result<(), String> {
+            self.ct_revalidate_ms = Some(ms);
             Ok(())
         }
     }
@@ -154,6 +173,15 @@ mod tests {
         let mut f = Fake { refuse: true, ..Default::default() };
         assert_eq!(r.apply(&loaded("flow-timeout = 5\n"), &mut f), Outcome::Done { applied: 0, restart: 1 });
         assert_eq!(r.running["flow-timeout"], vec!["0"]);
+    }
+
+    #[test]
+    fn ct_settings_apply_live() {
+        let mut r = Reloader::new(&loaded("mode = \"stateful\"\nct-mark = 1\n"));
+        let mut f = Fake::default();
+        let out = r.apply(&loaded("mode = \"stateful\"\nct-mark = 0x10\nct-revalidate-ms = 250\n"), &mut f);
+        assert_eq!(out, Outcome::Done { applied: 2, restart: 0 });
+        assert_eq!((f.ct_mark, f.ct_revalidate_ms), (Some(0x10), Some(250)));
     }
 
     #[test]

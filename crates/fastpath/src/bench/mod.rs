@@ -9,6 +9,7 @@
 //! when the hint mode's hints did not reach fastpath.
 
 mod crr;
+mod ct_ab;
 mod ct_ref;
 mod ctlab;
 pub mod fulltable;

@@ -21,6 +21,7 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use super::crr::{self, CrrRep, Server};
+use super::ct_ab::{self, Variant};
 use super::ct_ref::{self, CtFwd, CtVerdicts};
 use super::ctlab;
 use super::report::{self, Cell};
@@ -31,6 +32,9 @@ use super::{repo_root, Bench, Plan};
 
 /// Issue #4: fastpath stateful >= 4.5x kernel with conntrack at 64 B (reported, never asserted).
 const TARGET_RATIO: f64 = 4.5;
+/// Loading the stateful program (the verifier) takes half a minute on a
+/// busy shared machine.
+const DAEMON_READY: Duration = Duration::from_secs(90);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 pub enum StMode {
@@ -95,6 +99,10 @@ pub struct StatefulArgs {
     /// Normal scheduling instead of SCHED_FIFO for the packet generator.
     #[arg(long)]
     pub no_rt: bool,
+    /// A/B of the connection rate after the main rows (ct_ab.rs): kernel,
+    /// kernel-listener, full, no-liberal, no-events.
+    #[arg(long, value_enum, value_delimiter = ',', hide = true)]
+    pub ab: Vec<Variant>,
     /// Directory for stateful.json and stateful.png.
     #[arg(long, default_value = "bench/out")]
     pub out: PathBuf,
@@ -103,6 +111,10 @@ pub struct StatefulArgs {
 #[derive(Debug, Serialize)]
 struct CrrRow {
     mode: Mode,
+    /// An A/B row (`--ab`), measured after the main ones.
+    variant: Option<Variant>,
+    /// The daemon's CPU time per connection (fastpath-stateful), in ms.
+    daemon_cpu_ms_per_conn: Option<f64>,
     clients: usize,
     reps: Vec<CrrRep>,
     median_conns_per_s: f64,
@@ -265,7 +277,7 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
             StMode::FastpathStateful => {
                 let extra: Vec<String> = vec!["--mode".into(), "stateful".into(), "--ct-mark".into(), format!("{:#x}", a.ct_mark)];
                 let mut daemon = Daemon::spawn_with(&topo, exe, work, &extra)?;
-                match daemon.wait_ready(Duration::from_secs(20), stop) {
+                match daemon.wait_ready(DAEMON_READY, stop) {
                     Ok(()) => match FpStats::find(&topo) {
                         Ok(stats) => RouterSide::Fastpath(daemon, stats),
                         Err(e) => {
@@ -324,8 +336,6 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
 
         // Connections per second, with the sink program gone so TCP reaches the server.
         if crr && st != StMode::Raw {
-            ctlab::flush_tcp(&topo)?;
-            let server = Server::start(&topo, crr_place)?;
             let fp_before = match &side {
                 RouterSide::Fastpath(_, s) => Some(s.read()?),
                 _ => None,
@@ -334,12 +344,15 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
                 RouterSide::CtRef(f) => Some(f.read()?),
                 _ => None,
             };
-            crr::run_clients(&topo, crr_place, a.crr_clients, Duration::from_millis(300), stop)?;
-            let mut reps = Vec::new();
-            for _ in 0..a.crr_reps {
-                reps.push(crr::run_clients(&topo, crr_place, a.crr_clients, crr_duration, stop)?);
-            }
-            drop(server);
+            let cpu_before = match &side {
+                RouterSide::Fastpath(d, _) => d.cpu_time(),
+                _ => None,
+            };
+            let reps = crr_reps(&topo, crr_place, a, crr_duration, stop)?;
+            let daemon_cpu = match &side {
+                RouterSide::Fastpath(d, _) => d.cpu_time().zip(cpu_before).map(|(b, a)| b.saturating_sub(a)),
+                _ => None,
+            };
             let fastpath_verdicts = match (&side, fp_before) {
                 (RouterSide::Fastpath(_, s), Some(b)) => Some(router::verdicts(&b, &s.read()?)),
                 _ => None,
@@ -348,7 +361,8 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
                 (RouterSide::CtRef(f), Some(b)) => Some(ct_ref::verdicts(&b, &f.read()?)),
                 _ => None,
             };
-            let row = crr_row(mode, a.crr_clients, reps, fastpath_verdicts, ct_ref_verdicts);
+            let mut row = crr_row(mode, a.crr_clients, reps, fastpath_verdicts, ct_ref_verdicts);
+            row.daemon_cpu_ms_per_conn = ct_ab::cpu_ms_per_conn(daemon_cpu, row.reps.iter().map(|r| r.completed).sum());
             println!(
                 "   TCP connections/s: {} ({} failed)",
                 row.reps.iter().map(|r| format!("{:.0}", r.conns_per_s)).collect::<Vec<_>>().join("  "),
@@ -376,12 +390,17 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
             daemon.stop()?;
         }
     }
+    if crr {
+        for &v in &a.ab {
+            crr_rows.push(ab_row(v, &topo, exe, work, a, crr_place, crr_duration, stop)?);
+        }
+    }
     let (good, _) = ctlab::flow_entries(&topo, a.ct_mark)?;
     println!("conntrack after the last mode: {} of the generator's flows established and marked", good.len());
     drop(topo);
 
     report::add_ratios_against(&mut cells, [Mode::KernelCt, Mode::Raw, Mode::CtRef]);
-    let base = crr_rows.iter().find(|r| r.mode == Mode::KernelCt).map(|r| r.median_conns_per_s);
+    let base = crr_rows.iter().find(|r| r.mode == Mode::KernelCt && r.variant.is_none()).map(|r| r.median_conns_per_s);
     for r in &mut crr_rows {
         r.ratio_to_kernel_ct = base.filter(|b| *b > 0.0).map(|b| r.median_conns_per_s / b);
     }
@@ -427,6 +446,72 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
     Ok(())
 }
 
+/// The connection-rate repetitions against a fresh server, after a warm-up.
+fn crr_reps(topo: &Topology, place: Placement, a: &StatefulArgs, duration: Duration, stop: &AtomicBool) -> Result<Vec<CrrRep>> {
+    ctlab::flush_tcp(topo)?;
+    let server = Server::start(topo, place)?;
+    crr::run_clients(topo, place, a.crr_clients, Duration::from_millis(300), stop)?;
+    let mut reps = Vec::new();
+    for _ in 0..a.crr_reps {
+        reps.push(crr::run_clients(topo, place, a.crr_clients, duration, stop)?);
+    }
+    drop(server);
+    Ok(reps)
+}
+
+/// One A/B variant's connection-rate row.
+#[allow(clippy::too_many_arguments)]
+fn ab_row(
+    v: Variant,
+    topo: &Topology,
+    exe: &Path,
+    work: &Path,
+    a: &StatefulArgs,
+    place: Placement,
+    duration: Duration,
+    stop: &AtomicBool,
+) -> Result<CrrRow> {
+    println!("-- A/B {}", v.name());
+    let mut row = match v.daemon_arg() {
+        None => {
+            let listener = (v == Variant::KernelListener).then(|| ct_ab::Listener::start(topo)).transpose()?;
+            let reps = crr_reps(topo, place, a, duration, stop)?;
+            if let Some(l) = listener {
+                println!("   listener read {} event datagrams", l.finish());
+            }
+            crr_row(Mode::KernelCt, a.crr_clients, reps, None, None)
+        }
+        Some(ab) => {
+            let extra: Vec<String> = ["--mode", "stateful", "--ct-mark", &format!("{:#x}", a.ct_mark), "--ct-ab", ab]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            let mut daemon = Daemon::spawn_with(topo, exe, work, &extra)?;
+            daemon.wait_ready(DAEMON_READY, stop)?;
+            let stats = FpStats::find(topo)?;
+            let before = stats.read()?;
+            let cpu_before = daemon.cpu_time();
+            let reps = crr_reps(topo, place, a, duration, stop)?;
+            let cpu = daemon.cpu_time().zip(cpu_before).map(|(b, a)| b.saturating_sub(a));
+            let v = router::verdicts(&before, &stats.read()?);
+            daemon.stop()?;
+            let mut row = crr_row(Mode::FastpathStateful, a.crr_clients, reps, Some(v), None);
+            row.daemon_cpu_ms_per_conn = ct_ab::cpu_ms_per_conn(cpu, row.reps.iter().map(|r| r.completed).sum());
+            row
+        }
+    };
+    row.variant = Some(v);
+    println!(
+        "   TCP connections/s: {} ({} failed)",
+        row.reps.iter().map(|r| format!("{:.0}", r.conns_per_s)).collect::<Vec<_>>().join("  "),
+        row.failed
+    );
+    if let Some(fv) = &row.fastpath_verdicts {
+        println!("   TCP connections: fastpath {}", fv.summary());
+    }
+    Ok(row)
+}
+
 fn crr_row(
     mode: Mode,
     clients: usize,
@@ -437,6 +522,8 @@ fn crr_row(
     let rates: Vec<f64> = reps.iter().map(|r| r.conns_per_s).collect();
     CrrRow {
         mode,
+        variant: None,
+        daemon_cpu_ms_per_conn: None,
         clients,
         median_conns_per_s: report::median(&rates),
         min_conns_per_s: rates.iter().copied().fold(f64::INFINITY, f64::min),
@@ -486,19 +573,24 @@ fn print_table(cells: &[Cell], crr: &[CrrRow], not_measured: &BTreeMap<&'static 
     if !crr.is_empty() {
         println!();
         println!(
-            "{:<17} {:>7} {:>9} {:>8} {:>8} {:>7} {:>6}",
-            "TCP conn/s", "clients", "conn/s", "min", "max", "xkernct", "failed"
+            "{:<33} {:>7} {:>9} {:>8} {:>8} {:>7} {:>6} {:>10}",
+            "TCP conn/s", "clients", "conn/s", "min", "max", "xkernct", "failed", "daemon ms/conn"
         );
         for r in crr {
+            let name = match r.variant {
+                Some(v) => format!("{} [A/B {}]", r.mode.name(), v.name()),
+                None => r.mode.name().to_string(),
+            };
             println!(
-                "{:<17} {:>7} {:>9.0} {:>8.0} {:>8.0} {:>7} {:>6}",
-                r.mode.name(),
+                "{:<33} {:>7} {:>9.0} {:>8.0} {:>8.0} {:>7} {:>6} {:>10}",
+                name,
                 r.clients,
                 r.median_conns_per_s,
                 r.min_conns_per_s,
                 r.max_conns_per_s,
                 ratio(r.ratio_to_kernel_ct),
-                r.failed
+                r.failed,
+                r.daemon_cpu_ms_per_conn.map(|c| format!("{c:.3}")).unwrap_or_else(|| "-".into())
             );
         }
         println!("(connect, one request, response, close; median of the repetitions)");
@@ -515,7 +607,7 @@ fn print_table(cells: &[Cell], crr: &[CrrRow], not_measured: &BTreeMap<&'static 
             ratio(c.ratio_to_reference)
         );
     }
-    if let Some(r) = crr.iter().find(|r| r.mode == Mode::FastpathStateful) {
+    if let Some(r) = crr.iter().find(|r| r.mode == Mode::FastpathStateful && r.variant.is_none()) {
         println!(
             "fastpath-stateful TCP connections/s: {} kernel-ct (must not fall below 1.00x)",
             ratio(r.ratio_to_kernel_ct)

@@ -1,0 +1,133 @@
+//! `fastpath bench stateful --ab`: where fastpath-stateful's TCP connection
+//! rate goes, measured in the same run as the rows it is compared with.
+//! Each variant runs only the connection-rate part, so the kernel's and the
+//! daemon's per-connection work (conntrack events, liberal-window updates)
+//! can be told apart from the data path's:
+//!
+//! - `kernel`: kernel-ct once more, for the drift since its main row;
+//! - `kernel-listener`: kernel-ct with a bare ctnetlink listener on the
+//!   update and destroy groups, as the daemon subscribes, reading and
+//!   discarding: what event generation alone costs the kernel;
+//! - `full`, `no-liberal`, `no-events`: the daemon with `--ct-ab` (its
+//!   hidden A/B switch) leaving out nothing, the liberal updates, or the
+//!   conntrack event subscription.
+
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
+
+use super::topo::{self, Topology};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Variant {
+    /// kernel-ct again, for the drift between the main rows and these.
+    Kernel,
+    KernelListener,
+    Full,
+    NoLiberal,
+    NoEvents,
+}
+
+impl Variant {
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Kernel => "kernel",
+            Variant::KernelListener => "kernel-listener",
+            Variant::Full => "full",
+            Variant::NoLiberal => "no-liberal",
+            Variant::NoEvents => "no-events",
+        }
+    }
+
+    /// The daemon's `--ct-ab` value; None: no daemon (kernel-ct).
+    pub fn daemon_arg(self) -> Option<&'static str> {
+        match self {
+            Variant::Kernel | Variant::KernelListener => None,
+            Variant::Full => Some("full"),
+            Variant::NoLiberal => Some("no-liberal"),
+            Variant::NoEvents => Some("no-events"),
+        }
+    }
+}
+
+const NFNLGRP_CONNTRACK_UPDATE: u32 = 2;
+const NFNLGRP_CONNTRACK_DESTROY: u32 = 3;
+
+/// A ctnetlink listener in the router namespace that reads and drops every
+/// event, on a thread of its own (not pinned: the daemon is not either).
+pub struct Listener {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl Listener {
+    pub fn start(t: &Topology) -> Result<Listener> {
+        let s = topo::in_netns(&t.router, || -> std::io::Result<Socket> {
+            let mut s = Socket::new(NETLINK_NETFILTER)?;
+            s.bind_auto()?;
+            s.add_membership(NFNLGRP_CONNTRACK_UPDATE)?;
+            s.add_membership(NFNLGRP_CONNTRACK_DESTROY)?;
+            Ok(s)
+        })?
+        .context("subscribing a ctnetlink listener in the router")?;
+        s.set_rx_buf_sz(8 << 20).context("sizing the listener's buffer")?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 256 << 10];
+            let mut n = 0u64;
+            while !flag.load(Ordering::Relaxed) {
+                let mut pfd = libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+                // SAFETY: one valid pollfd.
+                if unsafe { libc::poll(&mut pfd, 1, 100) } <= 0 {
+                    continue;
+                }
+                // SAFETY: buf is valid for its length.
+                let r = unsafe { libc::recv(s.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+                if r > 0 {
+                    n += 1;
+                }
+            }
+            n
+        });
+        Ok(Listener { stop, thread: Some(thread) })
+    }
+
+    /// Stops the thread; the number of datagrams it read.
+    pub fn finish(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().and_then(|t| t.join().ok()).unwrap_or(0)
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Seconds of CPU per thousand connections, for the table.
+pub fn cpu_ms_per_conn(cpu: Option<Duration>, conns: u64) -> Option<f64> {
+    cpu.filter(|_| conns > 0).map(|c| c.as_secs_f64() * 1e3 / conns as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variants_map_to_daemon_switches() {
+        assert_eq!(Variant::KernelListener.daemon_arg(), None);
+        assert_eq!(Variant::NoEvents.daemon_arg(), Some("no-events"));
+        assert_eq!(cpu_ms_per_conn(Some(Duration::from_secs(1)), 1000), Some(1.0));
+        assert_eq!(cpu_ms_per_conn(Some(Duration::from_secs(1)), 0), None);
+    }
+}
