@@ -11,6 +11,9 @@
 mod crr;
 mod ct_ref;
 mod ctlab;
+pub mod dns;
+pub mod dns_records;
+mod dns_wire;
 pub mod fulltable;
 mod fullrate;
 mod hints;
@@ -90,6 +93,10 @@ pub enum BenchCmd {
     Hints(HintsArgs),
     /// Stateful firewall: kernel + conntrack ruleset vs conntrack-lookup XDP vs fastpath --mode stateful vs raw; TCP connections/s.
     Stateful(stateful::StatefulArgs),
+    /// DNS responders at XDP (native, generic) vs a UDP socket server: answers/s and response time (issue #6 c, d).
+    Dns(dns::DnsArgs),
+    /// Run one DNS responder in this network namespace until SIGTERM (for tests and demos).
+    DnsServe(dns::DnsServeArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -197,6 +204,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if let Some(BenchCmd::Stateful(st)) = &args.cmd {
         let (stop, exe, work) = table_bench_setup(&args)?;
         return stateful::run(st, &exe, work.path(), &stop);
+    }
+    if let Some(BenchCmd::Dns(d)) = &args.cmd {
+        return dns::run(d);
+    }
+    if let Some(BenchCmd::DnsServe(d)) = &args.cmd {
+        return dns::serve(d);
     }
     if let Some(BenchCmd::Hints(h)) = &args.cmd {
         let place = Placement::check(h.cpu, !h.no_rt)?;
