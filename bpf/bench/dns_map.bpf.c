@@ -55,8 +55,7 @@ int fp_dns_map(struct xdp_md *ctx)
 			}
 		}
 	}
-	dns_count(dns_outcome(rcode, ans ? ans->ancount : 0));
-	return dns_answer(ctx, &q, v == DNS_V_QUESTION, rcode, ans);
+	return dns_counted(dns_answer(ctx, &q, v == DNS_V_QUESTION, rcode, ans), rcode, ans ? ans->ancount : 0);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -27,8 +27,7 @@ int fp_dns_nxdomain(struct xdp_md *ctx)
 		return XDP_DROP;
 	}
 	rcode = v == DNS_V_QUESTION && q.rcode == DNS_RCODE_NOERROR ? DNS_RCODE_NXDOMAIN : q.rcode;
-	dns_count(dns_outcome(rcode, 0));
-	return dns_answer(ctx, &q, v == DNS_V_QUESTION, rcode, NULL);
+	return dns_counted(dns_answer(ctx, &q, v == DNS_V_QUESTION, rcode, NULL), rcode, 0);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -467,7 +467,8 @@ struct fp_dns_answer {
 #define FP_DNS_C_REFUSED  5   /* class other than IN */
 #define FP_DNS_C_DROP     6   /* no answer: truncated header, QR set, oversized, source port 0 */
 #define FP_DNS_C_PASS     7   /* not a DNS query for the responder: left to the kernel */
-#define FP_DNS_C__COUNT   8
+#define FP_DNS_C_PUNT     8   /* a query whose answer does not fit the buffer's tailroom: left to the kernel */
+#define FP_DNS_C__COUNT   9
 /* ---- end DNS responders ---- */
 
 #endif /* FASTPATH_H */

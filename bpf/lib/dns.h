@@ -26,6 +26,9 @@
  * responder) copied lowercased into the key in a second one: no nested
  * loops, and few enough verifier states that both programs load.
  *
+ * A query whose answer does not fit the buffer's tailroom is passed up
+ * unmodified (FP_DNS_C_PUNT): punt, never guess.
+ *
  * Answers go back out of the interface they came in on (XDP_TX): MACs, IP
  * addresses and UDP ports swapped, IP TTL / hop limit reset to DNS_TTL, IPv4
  * header checksum and the UDP checksum recomputed in full (mandatory for
@@ -298,7 +301,8 @@ static __always_inline __u64 dns_sum(void *p, void *data_end, __u32 len)
 }
 
 /*
- * Turns the query in place into its answer and returns the XDP verdict:
+ * Turns the query in place into its answer and returns the XDP verdict
+ * (XDP_PASS, frame untouched, when the answer does not fit):
  * header only for DNS_V_HDR, otherwise the question followed by @ans's
  * records (or none). The frame is cut or grown to the answer's length, which
  * also drops an OPT record and any Ethernet padding.
@@ -326,8 +330,11 @@ static __always_inline int dns_answer(struct xdp_md *ctx, const struct dns_query
 	if (dns_len > DNS_MAX_UDP)
 		return XDP_DROP;
 	delta = (int)(q->dns + dns_len) - (int)(data_end - data);
+	/* Nothing is modified yet: without room for the answer (an skb-backed
+	 * buffer has little tailroom, a NIC's page has plenty) the query goes
+	 * to the kernel untouched, where a socket server may answer it. */
 	if (delta && bpf_xdp_adjust_tail(ctx, delta))
-		return XDP_DROP;
+		return XDP_PASS;
 	if (ans_len && bpf_xdp_store_bytes(ctx, q->qend, (void *)ans->rr, ans_len))
 		return XDP_DROP;
 	/* Keeps clang from folding the reloads below into an offset
@@ -431,6 +438,13 @@ static __always_inline __u32 dns_outcome(__u16 rcode, __u16 ancount)
 	default:
 		return FP_DNS_C_FORMERR;
 	}
+}
+
+/* Counts an answer attempt by what came of it. */
+static __always_inline int dns_counted(int act, __u16 rcode, __u16 ancount)
+{
+	dns_count(act == XDP_TX ? dns_outcome(rcode, ancount) : act == XDP_PASS ? FP_DNS_C_PUNT : FP_DNS_C_DROP);
+	return act;
 }
 
 #endif /* FP_DNS_H */

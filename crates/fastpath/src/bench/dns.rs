@@ -55,7 +55,7 @@ const GEN_SPORT: u16 = 33333;
 pub const TARGET_XDP_TO_SOCKET: f64 = 5.0;
 /// Outcome counter names in FP_DNS_C_* order (fastpath.h).
 const COUNTER_NAMES: [&str; FP_DNS_C__COUNT as usize] =
-    ["answer", "nodata", "nxdomain", "formerr", "notimp", "refused", "drop", "pass"];
+    ["answer", "nodata", "nxdomain", "formerr", "notimp", "refused", "drop", "pass", "punt"];
 
 /// Where the responder runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, Serialize)]
@@ -840,6 +840,11 @@ pub struct DnsServeArgs {
     /// Socket server threads.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// No socket server behind an XDP responder. By default one runs on
+    /// --listen as the slow path: it answers the queries XDP punts (an
+    /// answer that does not fit an skb-backed buffer's tailroom).
+    #[arg(long)]
+    pub no_slow_path: bool,
     /// NETNS:DEV — the client's veth, which gets an XDP_PASS program so the
     /// XDP responder's answers reach it at once (a veth quirk, see dns_gen.bpf.c).
     #[arg(long, value_name = "NETNS:DEV")]
@@ -879,9 +884,15 @@ pub fn serve(a: &DnsServeArgs) -> Result<()> {
             let dev = a.dev.as_deref().context("--dev is required for an XDP responder")?;
             let ifindex = nix::net::if_::if_nametoindex(dev).with_context(|| format!("no interface {dev}"))?;
             let mut obj = MaybeUninit::uninit();
-            let r = XdpResponder::start(&mut obj, w(a.responder == ServeKind::XdpMap), ifindex, a.generic)?;
+            let wl = w(a.responder == ServeKind::XdpMap);
+            let slow = if a.no_slow_path { None } else { Some(SocketServer::start(None, a.listen, wl, a.threads, None)?) };
+            let r = XdpResponder::start(&mut obj, wl, ifindex, a.generic)?;
             wait();
-            println!("counters: {:?}", named(&r.counters()?));
+            let slow_answers = slow.as_ref().map(|s| s.answered()).unwrap_or(0);
+            println!("counters: {:?}; slow path answers: {slow_answers}", named(&r.counters()?));
+            if let Some(s) = slow {
+                s.stop()?;
+            }
         }
         ServeKind::SocketNxdomain | ServeKind::SocketMap => {
             let s = SocketServer::start(None, a.listen, w(a.responder == ServeKind::SocketMap), a.threads, None)?;
