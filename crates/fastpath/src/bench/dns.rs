@@ -147,6 +147,8 @@ pub struct ThroughputRep {
 #[derive(Clone, Debug, Serialize)]
 pub struct LatencyPoint {
     pub rate: u32,
+    /// What the client actually managed (sent / time spent sending).
+    pub achieved_rate: f64,
     pub sent: u64,
     pub answered: u64,
     pub p50_us: f64,
@@ -726,7 +728,7 @@ fn paced_client(ns: &str, rate: u32, d: Duration, w: Workload) -> Result<Latency
     let done = AtomicBool::new(false);
     let t0 = Instant::now();
     let rx_sock = sock.try_clone().context("cloning the client socket")?;
-    let (sent, rtts) = std::thread::scope(|s| -> Result<(u64, Vec<f64>)> {
+    let (sent, send_time, rtts) = std::thread::scope(|s| -> Result<(u64, Duration, Vec<f64>)> {
         let receiver = s.spawn(|| -> Vec<f64> {
             let mut rtts = Vec::with_capacity(n);
             let mut buf = [0u8; 1024];
@@ -781,15 +783,17 @@ fn paced_client(ns: &str, rate: u32, d: Duration, w: Workload) -> Result<Latency
                 sent_at[k].store(0, Ordering::Relaxed);
             }
         }
+        let send_time = t0.elapsed();
         done.store(true, Ordering::Relaxed);
         let rtts = receiver.join().map_err(|_| anyhow::anyhow!("client receiver panicked"))?;
-        Ok((sent, rtts))
+        Ok((sent, send_time, rtts))
     })?;
     let mut r = rtts;
     r.sort_by(|a, b| a.total_cmp(b));
     let pct = |p: f64| if r.is_empty() { f64::NAN } else { r[((r.len() - 1) as f64 * p) as usize] };
     Ok(LatencyPoint {
         rate,
+        achieved_rate: sent as f64 / send_time.as_secs_f64().max(1e-9),
         sent,
         answered: r.len() as u64,
         p50_us: pct(0.5),
@@ -1005,16 +1009,17 @@ fn print_tables(results: &[DnsResult]) {
     if results.iter().any(|r| !r.latency.is_empty()) {
         println!();
         println!(
-            "{:<12} {:<10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            "point", "workload", "rate/s", "answered", "p50 us", "p90 us", "p99 us", "max us"
+            "{:<12} {:<10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "point", "workload", "rate/s", "sent/s", "answered", "p50 us", "p90 us", "p99 us", "max us"
         );
         for r in results {
             for l in &r.latency {
                 println!(
-                    "{:<12} {:<10} {:>9} {:>8.1}% {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+                    "{:<12} {:<10} {:>9} {:>9.0} {:>8.1}% {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
                     r.point.name(),
                     r.workload.name(),
                     l.rate,
+                    l.achieved_rate,
                     100.0 * l.answered as f64 / l.sent.max(1) as f64,
                     l.p50_us,
                     l.p90_us,
