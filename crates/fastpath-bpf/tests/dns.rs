@@ -409,3 +409,45 @@ fn map_answers_records_nodata_and_nxdomain() {
     assert_eq!(c[FP_DNS_C_NODATA as usize], 2);
     assert_eq!(c[FP_DNS_C_NXDOMAIN as usize], 4);
 }
+
+/// The bench's query generator writes the whole frame from its template on
+/// every run (recycled pages come back holding answers), with query q's ID,
+/// name digits (q / 2 in hex) and type (A, AAAA alternating), and trims the
+/// spare input byte so the frame has exactly the template's length.
+#[test]
+fn generator_writes_queries_over_recycled_answers() {
+    use fastpath_bpf::skel::dns_gen::DnsGenSkelBuilder;
+    if !have_root() {
+        return;
+    }
+    let tmpl = q_frame(&Fam::V4, &query(0, "h000000.dns.example", 1));
+    let (id_at, digits_at, qtype_at) = (42, 42 + 12 + 2, 42 + 12 + 21);
+    let mut obj = MaybeUninit::<OpenObject>::uninit();
+    let mut open = DnsGenSkelBuilder::default().open(&mut obj).unwrap();
+    open.progs.fp_dns_pass.set_autoload(false);
+    let ro = open.maps.rodata_data.as_deref_mut().unwrap();
+    ro.dg_tmpl[..tmpl.len()].copy_from_slice(&tmpl);
+    ro.dg_len = tmpl.len() as u32;
+    ro.dg_id = id_at as u32;
+    ro.dg_digits = digits_at as u32;
+    ro.dg_qtype = qtype_at as u32;
+    ro.dg_queries = 0x2a * 2 + 2;
+    let skel = open.load().expect("verifier");
+    // Input: an answer left in the page, longer than the query, plus garbage.
+    let mut dirty = vec![0xee; tmpl.len() + 40];
+    dirty[..10].fill(0x11);
+    let mut seen = Vec::new();
+    for q in 0..0x2a * 2 + 3u32 {
+        let (v, out) = run(&skel.progs.fp_dns_gen, &dirty);
+        assert_eq!(v, XDP_TX);
+        assert_eq!(out.len(), tmpl.len(), "query {q}: length");
+        let q = q % (0x2a * 2 + 2);
+        let mut want = tmpl.clone();
+        want[id_at..id_at + 2].copy_from_slice(&(q as u16).to_be_bytes());
+        want[digits_at..digits_at + 6].copy_from_slice(format!("{:06x}", q / 2).as_bytes());
+        want[qtype_at + 1] = if q % 2 == 1 { 28 } else { 1 };
+        assert_eq!(out, want, "query {q}");
+        seen.push(q);
+    }
+    assert_eq!(seen.last(), Some(&0), "wraps after dg_queries");
+}
