@@ -407,7 +407,7 @@ fn serve_socket(sock: &UdpSocket, resp: &Responder<'_>, stop: &AtomicBool, answe
                     }
                 }
                 n += 1;
-                if n % 1024 == 0 {
+                if n.is_multiple_of(1024) {
                     publish(&mut cpu_seen)?;
                 }
             }
@@ -761,7 +761,7 @@ fn paced_client(ns: &str, rate: u32, d: Duration, w: Workload) -> Result<Latency
         });
         let interval = 1e9 / f64::from(rate);
         let mut sent = 0u64;
-        for k in 0..n {
+        for (k, at) in sent_at.iter().enumerate() {
             let target = Duration::from_nanos((k as f64 * interval) as u64);
             loop {
                 let now = t0.elapsed();
@@ -776,11 +776,11 @@ fn paced_client(ns: &str, rate: u32, d: Duration, w: Workload) -> Result<Latency
                 }
             }
             let q = client_query(k as u16, k as u32 % names.max(1), false);
-            sent_at[k].store(t0.elapsed().as_nanos() as u64 + 1, Ordering::Relaxed);
+            at.store(t0.elapsed().as_nanos() as u64 + 1, Ordering::Relaxed);
             if sock.send(&q).is_ok() {
                 sent += 1;
             } else {
-                sent_at[k].store(0, Ordering::Relaxed);
+                at.store(0, Ordering::Relaxed);
             }
         }
         let send_time = t0.elapsed();
