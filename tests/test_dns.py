@@ -201,10 +201,10 @@ def test_malformed_get_formerr_or_nothing(server, family):
         qid, flags, qd, an, ns, ar = header(r)
         assert len(r) == 12 and (qid, qd, an, ns, ar) == (0x1234, 0, 0, 0, 0), f"{name}: {r!r}"
         assert flags & 0x8000 and flags & 0xF == rcode, f"{name}: flags {flags:#x}"
-    # Still answering after all that.
-    r = ask(lab, family, query(0x4321, record_name(1), 1))
-    assert r is not None and header(r)[0] == 0x4321
-    assert header(r)[1] & 0xF == (0 if is_map(server) else 3)
+    # Still answering after all that (an answer that never grows the
+    # frame, so it is XDP's own whatever the buffer's tailroom).
+    r = ask(lab, family, query(0x4321, record_name(100000), 1))
+    assert r is not None and header(r)[:2] == (0x4321, 0x8183)
 
 
 def test_edns_query_answered_without_opt(dlab):
