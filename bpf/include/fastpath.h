@@ -463,4 +463,38 @@ struct fp_xsk_meta {
 	__u32 magic;             /* FP_XSK_META_MAGIC */
 };
 
+/* ---- DNS responders (bpf/bench/dns_*.bpf.c, `fastpath bench dns`) ---- */
+#define FP_DNS_KEY_NAME 64   /* wire-format name bytes in a key; longer names are never records */
+#define FP_DNS_ANS_MAX  112  /* answer RR bytes per key: four AAAA RRs or seven A RRs */
+#define FP_DNS_QTYPE_NAME 0  /* key qtype of a name's "exists" marker (NODATA, not NXDOMAIN) */
+
+/* dns_records key: the question's name in wire format, lowercased, zero
+ * padded, and its QTYPE in host order. */
+struct fp_dns_key {
+	__u8 name[FP_DNS_KEY_NAME];
+	__u16 qtype;
+	__u16 pad;
+};
+
+/* The answer section to append after the question, in wire format; names
+ * are the compression pointer 0xc00c (the question's name). */
+struct fp_dns_answer {
+	__u16 ancount;
+	__u16 len;
+	__u8 rr[FP_DNS_ANS_MAX];
+};
+
+/* Per-CPU counters of the DNS responders (dns_stats), by outcome. */
+#define FP_DNS_C_ANSWER   0   /* NOERROR with records */
+#define FP_DNS_C_NODATA   1   /* NOERROR, name exists, no record of that type */
+#define FP_DNS_C_NXDOMAIN 2
+#define FP_DNS_C_FORMERR  3
+#define FP_DNS_C_NOTIMP   4   /* opcode other than QUERY */
+#define FP_DNS_C_REFUSED  5   /* class other than IN */
+#define FP_DNS_C_DROP     6   /* no answer: truncated header, QR set, oversized, source port 0 */
+#define FP_DNS_C_PASS     7   /* not a DNS query for the responder: left to the kernel */
+#define FP_DNS_C_PUNT     8   /* a query whose answer does not fit the buffer's tailroom: left to the kernel */
+#define FP_DNS_C__COUNT   9
+/* ---- end DNS responders ---- */
+
 #endif /* FASTPATH_H */

@@ -374,7 +374,7 @@ fn update_link(link: &OwnedFd, prog_fd: i32) -> std::io::Result<()> {
 
 /// bpf_link_create(BPF_XDP) with explicit mode flags, which
 /// `Program::attach_xdp` does not take.
-fn link_xdp(prog_fd: i32, ifindex: u32, flags: u32) -> std::io::Result<OwnedFd> {
+pub(crate) fn link_xdp(prog_fd: i32, ifindex: u32, flags: u32) -> std::io::Result<OwnedFd> {
     // SAFETY: an all-zero bpf_link_create_opts is the documented "no options"
     // value (null pointers, zero counts); we then set its size and flags.
     let mut opts: libbpf_sys::bpf_link_create_opts = unsafe { std::mem::zeroed() };

@@ -12,6 +12,9 @@ mod crr;
 mod ct_ab;
 mod ct_ref;
 mod ctlab;
+pub mod dns;
+pub mod dns_records;
+mod dns_wire;
 pub mod fulltable;
 mod fullrate;
 mod hints;
@@ -94,6 +97,10 @@ pub enum BenchCmd {
     Stateful(stateful::StatefulArgs),
     /// Execution-point study (paper 003): drop, N checksums, map updates and CPU split at native XDP, generic XDP, TC, AF_XDP.
     Points(points::PointsArgs),
+    /// DNS responders at XDP (native, generic) vs a UDP socket server: answers/s and response time (issue #6 c, d).
+    Dns(dns::DnsArgs),
+    /// Run one DNS responder in this network namespace until SIGTERM (for tests and demos).
+    DnsServe(dns::DnsServeArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -204,6 +211,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     if let Some(BenchCmd::Points(p)) = &args.cmd {
         return points::run(p);
+    }
+    if let Some(BenchCmd::Dns(d)) = &args.cmd {
+        return dns::run(d);
+    }
+    if let Some(BenchCmd::DnsServe(d)) = &args.cmd {
+        return dns::serve(d);
     }
     if let Some(BenchCmd::Hints(h)) = &args.cmd {
         let place = Placement::check(h.cpu, !h.no_rt)?;

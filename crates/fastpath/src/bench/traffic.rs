@@ -308,7 +308,7 @@ fn set_fifo() -> Result<()> {
     Ok(())
 }
 
-fn generate(fd: BorrowedFd<'_>, frame: &[u8], ifindex: u32, duration: Duration, stop: &AtomicBool) -> Result<GenRun> {
+pub(super) fn generate(fd: BorrowedFd<'_>, frame: &[u8], ifindex: u32, duration: Duration, stop: &AtomicBool) -> Result<GenRun> {
     // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex
     let mut ctx = [0u8; 24];
     ctx[4..8].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
