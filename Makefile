@@ -37,7 +37,7 @@ test: setup build
 	exit $$rc
 
 test-rust:
-	$(CARGO) test --release --locked --workspace
+	$(CARGO) test --release --locked --workspace --no-fail-fast
 
 test-e2e:
 	$(PYTHON) -m pytest tests $(PYTEST_ARGS)

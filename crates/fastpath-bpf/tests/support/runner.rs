@@ -97,8 +97,8 @@ impl Loaded {
                             .with_context(|| format!("zeroing {name}"))?;
                     }
                 }
-                // An array whose slots can be deleted; an empty slot fails with ENOENT.
-                MapType::Devmap => {
+                // Arrays whose slots can be deleted; an empty slot fails with ENOENT.
+                MapType::Devmap | MapType::Xskmap => {
                     for k in 0..map.max_entries() {
                         let _ = map.delete(&k.to_ne_bytes());
                     }

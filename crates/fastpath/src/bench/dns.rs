@@ -939,6 +939,15 @@ pub fn serve(a: &DnsServeArgs) -> Result<()> {
 
 /// `fastpath bench dns`.
 pub fn run(a: &DnsArgs) -> Result<()> {
+    let results = measure(a)?;
+    let json = write_json(&results, &a.out)?;
+    println!("wrote {}", json.display());
+    Ok(())
+}
+
+/// Runs every point and workload of `a` and prints the tables; also what
+/// `fastpath bench points` runs for its workloads (c) and (d).
+pub fn measure(a: &DnsArgs) -> Result<Vec<DnsResult>> {
     let stop = stop_flag()?;
     let place = Placement::check(a.cpu, !a.no_rt)?;
     let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
@@ -983,9 +992,7 @@ pub fn run(a: &DnsArgs) -> Result<()> {
         }
     }
     print_tables(&results);
-    let json = write_json(&results, &a.out)?;
-    println!("wrote {}", json.display());
-    Ok(())
+    Ok(results)
 }
 
 fn print_tables(results: &[DnsResult]) {

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context, Result};
+use clap::Parser as _;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
@@ -38,7 +39,7 @@ pub struct PointsArgs {
     #[arg(long)]
     pub quick: bool,
     /// Workloads to run.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![Workload::Drop, Workload::Csum, Workload::Maps])]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![Workload::Drop, Workload::Csum, Workload::Maps, Workload::Dns])]
     pub workloads: Vec<Workload>,
     /// Execution points to measure (NIC offload is not available here).
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![Point::Native, Point::Generic, Point::Tc, Point::Afxdp])]
@@ -75,6 +76,13 @@ pub struct PointsArgs {
     pub out: PathBuf,
 }
 
+/// `fastpath bench dns`'s options, parsed for the DNS part of this bench.
+#[derive(clap::Parser)]
+struct DnsCli {
+    #[command(flatten)]
+    a: crate::bench::dns::DnsArgs,
+}
+
 /// What runs at each point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -85,9 +93,9 @@ pub enum Workload {
     Csum,
     /// (e) map update rate from user space.
     Maps,
-    // ---- DNS responders, workloads (c) and (d) (issue #6, bench/dns*.rs):
-    // add `DnsNxdomain` and `DnsCache` here, run them in `run()` at the
-    // marked place, and put their results into `PointsReport::dns`. ----
+    /// (c) and (d): DNS responders (NXDOMAIN, small and large record sets)
+    /// in XDP (native, generic) against a UDP socket server (bench/dns.rs).
+    Dns,
 }
 
 /// Where the program runs.
@@ -530,9 +538,6 @@ pub fn run(args: &PointsArgs) -> Result<()> {
                 }
             }
         }
-        // ---- DNS responders, workloads (c) and (d), plug in here: they get
-        // the same lab (`topo`, `lab.places(1)`) and put their rows into
-        // `rep.dns`. ----
     }
     if a.workloads.contains(&Workload::Maps) {
         let min = if a.quick {
@@ -546,6 +551,20 @@ pub fn run(args: &PointsArgs) -> Result<()> {
         })?;
     }
     bar.finish_and_clear();
+    // (c) and (d) build their own lab (client, responder, socket server):
+    // after the one above is gone.
+    if a.workloads.contains(&Workload::Dns) {
+        let mut args = vec!["dns".to_string(), "--cpu".into(), a.cpu.to_string()];
+        if a.quick {
+            args.push("--quick".into());
+        }
+        if a.no_rt {
+            args.push("--no-rt".into());
+        }
+        let dns_args = DnsCli::try_parse_from(&args).context("DNS bench options")?.a;
+        let results = crate::bench::dns::measure(&dns_args).context("DNS responders")?;
+        rep.dns = Some(serde_json::to_value(&results).context("DNS results as JSON")?);
+    }
 
     report::print(&rep);
     let json = a.json.clone().unwrap_or_else(|| a.out.join("points.json"));
