@@ -116,7 +116,7 @@ impl XskDrop {
             let setup = || -> Result<_> {
                 topo::enter_netns(&ns)?;
                 place.apply().context("placing the AF_XDP loop")?;
-                open(ifindex, queue)
+                open_retrying(ifindex, queue)
             };
             let sock = match setup() {
                 Ok(s) => s,
@@ -220,6 +220,20 @@ struct Sock {
     umem: Umem,
     fd: RawFd,
     _area: Area,
+}
+
+/// The kernel releases the previous cell's socket from the queue
+/// asynchronously; until it has, binding the same queue fails with EBUSY.
+fn open_retrying(ifindex: u32, queue: u32) -> Result<Sock> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match open(ifindex, queue) {
+            Err(e) if format!("{e}").contains("Device or resource busy") && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            r => return r,
+        }
+    }
 }
 
 fn open(ifindex: u32, queue: u32) -> Result<Sock> {
