@@ -30,7 +30,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use fastpath_bpf::intf::{FP_DNS_C_ANSWER, FP_DNS_C_NXDOMAIN, FP_DNS_C__COUNT};
@@ -1053,7 +1053,7 @@ fn write_json(results: &[DnsResult], dir: &std::path::Path) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let rep = DnsReport {
         bench: "dns",
-        unix_time: SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        unix_time: crate::bench::report::unix_time(),
         kernel_release: super::report::kernel_release(),
         method: "throughput: dns_gen.bpf.c live frames from one CPU -> responder on r0 -> sink.bpf.c on g0 counts answers; \
                  response time: paced Rust UDP client in the generator namespace, user-space timestamps",

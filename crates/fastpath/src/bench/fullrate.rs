@@ -16,7 +16,7 @@ use std::mem::MaybeUninit;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -299,10 +299,7 @@ pub fn run(a: &FullrateArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
 
     let rep = FullrateReport {
         bench: "fullrate",
-        unix_time: SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
+        unix_time: report::unix_time(),
         kernel_release: report::kernel_release(),
         method: METHOD,
         cpu: plan.place.cpu,

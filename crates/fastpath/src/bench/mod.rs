@@ -31,7 +31,7 @@ use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
@@ -314,10 +314,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
 
     let rep = Report {
         bench: "forward",
-        unix_time: SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
+        unix_time: report::unix_time(),
         kernel_release: report::kernel_release(),
         method: report::METHOD,
         cpu: plan.place.cpu,

@@ -282,6 +282,11 @@ pub fn plot(root: &Path, json: &Path) -> Option<PathBuf> {
     }
 }
 
+/// Seconds since the epoch, for the JSON reports (0 if the clock is before it).
+pub fn unix_time() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
 pub fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -411,10 +411,7 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
 
     let rep = StatefulReport {
         bench: "stateful",
-        unix_time: SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
+        unix_time: report::unix_time(),
         kernel_release: report::kernel_release(),
         method: METHOD,
         cpu: plan.place.cpu,

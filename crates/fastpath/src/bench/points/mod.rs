@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser as _;
@@ -439,10 +439,7 @@ pub fn run(args: &PointsArgs) -> Result<()> {
 
     let mut rep = PointsReport {
         bench: "points",
-        unix_time: SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
+        unix_time: crate::bench::report::unix_time(),
         kernel_release: super::report::kernel_release(),
         method: METHOD,
         reps: a.reps,
