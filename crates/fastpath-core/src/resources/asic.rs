@@ -150,20 +150,13 @@ impl Target for SimAsic {
 
     fn reserve(&self, pool: usize, units: u64) -> u64 {
         Self::bus(self.cfg.query_latency);
-        self.with(|p| match p.get_mut(pool) {
-            Some(p) => {
-                let g = units.min(p.free());
-                p.reserved += g;
-                g
-            }
-            None => 0,
-        })
+        self.with(|p| p.get_mut(pool).map_or(0, |p| p.grant(units)))
     }
 
     fn unreserve(&self, pool: usize, units: u64) {
         self.with(|p| {
             if let Some(p) = p.get_mut(pool) {
-                p.reserved = p.reserved.saturating_sub(units);
+                p.ungrant(units);
             }
         })
     }
@@ -171,28 +164,14 @@ impl Target for SimAsic {
     fn write(&self, e: &Entry, reserved: bool) -> Result<(), Denied> {
         let c = self.cost(e)?;
         Self::bus(self.cfg.write_latency);
-        let denied = self.with(|p| {
-            let p = &mut p[c.pool];
-            if reserved && p.reserved >= c.units {
-                p.reserved -= c.units;
-            } else if p.free() < c.units {
-                return Some(*p);
-            }
-            p.used += c.units;
-            None
-        });
-        match denied {
-            None => Ok(()),
-            Some(u) => Err(full(self, e, &c, &u)),
-        }
+        self.with(|p| p[c.pool].take(c.units, reserved)).map_err(|u| full(self, e, &c, &u))
     }
 
     fn erase(&self, e: &Entry) {
         if let Ok(c) = self.cost(e) {
             Self::bus(self.cfg.write_latency);
             self.with(|p| {
-                let p = &mut p[c.pool];
-                p.used = p.used.saturating_sub(c.units);
+                p[c.pool].give_back(c.units);
             })
         }
     }

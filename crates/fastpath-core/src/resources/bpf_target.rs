@@ -104,47 +104,26 @@ impl Target for BpfTarget {
     }
 
     fn reserve(&self, pool: usize, units: u64) -> u64 {
-        self.with(|s| match s.pools.get_mut(pool) {
-            Some(p) => {
-                let g = units.min(p.free());
-                p.reserved += g;
-                g
-            }
-            None => 0,
-        })
+        self.with(|s| s.pools.get_mut(pool).map_or(0, |p| p.grant(units)))
     }
 
     fn unreserve(&self, pool: usize, units: u64) {
         self.with(|s| {
             if let Some(p) = s.pools.get_mut(pool) {
-                p.reserved = p.reserved.saturating_sub(units);
+                p.ungrant(units);
             }
         })
     }
 
     fn write(&self, e: &Entry, reserved: bool) -> Result<(), Denied> {
         let c = self.cost(e)?;
-        let denied = self.with(|s| {
-            let p = &mut s.pools[c.pool];
-            if reserved && p.reserved >= c.units {
-                p.reserved -= c.units;
-            } else if p.free() < c.units {
-                return Some(*p);
-            }
-            p.used += c.units;
-            None
-        });
-        match denied {
-            None => Ok(()),
-            Some(u) => Err(full(self, e, &c, &u)),
-        }
+        self.with(|s| s.pools[c.pool].take(c.units, reserved)).map_err(|u| full(self, e, &c, &u))
     }
 
     fn erase(&self, e: &Entry) {
         if let Ok(c) = self.cost(e) {
             self.with(|s| {
-                let p = &mut s.pools[c.pool];
-                p.used = p.used.saturating_sub(c.units);
+                s.pools[c.pool].give_back(c.units);
             })
         }
     }

@@ -92,6 +92,34 @@ impl Usage {
     pub fn free(&self) -> u64 {
         self.capacity.saturating_sub(self.used + self.reserved)
     }
+
+    /// Reserves up to `units` of what is free; returns what it got. The
+    /// pool arithmetic every target shares.
+    pub fn grant(&mut self, units: u64) -> u64 {
+        let g = units.min(self.free());
+        self.reserved += g;
+        g
+    }
+
+    pub fn ungrant(&mut self, units: u64) {
+        self.reserved = self.reserved.saturating_sub(units);
+    }
+
+    /// Writes an entry of `units`, out of a reservation when `reserved` and
+    /// one is held, else out of free space; Err(self) when it does not fit.
+    pub fn take(&mut self, units: u64, reserved: bool) -> Result<(), Usage> {
+        if reserved && self.reserved >= units {
+            self.reserved -= units;
+        } else if self.free() < units {
+            return Err(*self);
+        }
+        self.used += units;
+        Ok(())
+    }
+
+    pub fn give_back(&mut self, units: u64) {
+        self.used = self.used.saturating_sub(units);
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
