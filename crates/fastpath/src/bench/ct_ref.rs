@@ -119,19 +119,12 @@ pub fn verdicts(before: &[u64], after: &[u64]) -> CtVerdicts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::test_root as root;
     use libbpf_rs::ProgramInput;
     use std::process::Command;
 
     const XDP_PASS: u32 = 2;
 
-    fn root(test: &str) -> bool {
-        if nix::unistd::geteuid().is_root() {
-            return true;
-        }
-        assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "{test}: needs root; CI=true makes a skip a failure");
-        eprintln!("{test}: skipped, needs root");
-        false
-    }
 
     /// A namespace of its own for conntrack entries, deleted on drop.
     struct Ns(String);

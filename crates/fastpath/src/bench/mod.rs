@@ -539,3 +539,15 @@ impl Drop for WorkDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// For the bench modules' BPF_PROG_RUN tests, which need root: false (the
+/// test then returns early) without it, except in CI, where a skip fails.
+#[cfg(test)]
+pub(crate) fn test_root(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "{test}: needs root; CI=true makes a skip a failure");
+    eprintln!("{test}: skipped, needs root");
+    false
+}

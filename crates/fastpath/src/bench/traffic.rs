@@ -425,25 +425,13 @@ impl<'obj> Sink<'obj> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::test_root as root;
     use libbpf_rs::ProgramInput;
 
     const XDP_DROP: u32 = 1;
     const XDP_PASS: u32 = 2;
     const XDP_TX: u32 = 3;
 
-    /// BPF_PROG_RUN needs root: skipped without it, except in CI.
-    fn root(test: &str) -> bool {
-        if nix::unistd::geteuid().is_root() {
-            return true;
-        }
-        assert_ne!(
-            std::env::var("CI").as_deref(),
-            Ok("true"),
-            "{test}: needs root; CI=true makes a skip a failure"
-        );
-        eprintln!("{test}: skipped, needs root");
-        false
-    }
 
     /// Loads the generator as `Generator::load` does, without the lab.
     fn gen_skel<'o>(obj: &'o mut MaybeUninit<OpenObject>, tmpl: &[u8], flows: u32, hint: bool) -> GenSkel<'o> {

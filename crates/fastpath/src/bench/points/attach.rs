@@ -236,23 +236,12 @@ pub fn offload_attempt(t: &Topology) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::test_root as root;
     use libbpf_rs::ProgramInput;
 
     const XDP_DROP: u32 = 1;
     const TC_ACT_SHOT: u32 = 2;
 
-    fn root(test: &str) -> bool {
-        if nix::unistd::geteuid().is_root() {
-            return true;
-        }
-        assert_ne!(
-            std::env::var("CI").as_deref(),
-            Ok("true"),
-            "{test}: needs root; CI=true makes a skip a failure"
-        );
-        eprintln!("{test}: skipped, needs root");
-        false
-    }
 
     /// The BPF checksum loop computes what the AF_XDP loop computes, for
     /// XDP and TC alike, then drops and counts the frame.
