@@ -22,6 +22,7 @@ use fastpath_bpf::skel::dns_nxdomain::DnsNxdomainSkelBuilder;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject, ProgramInput};
 
+use support::netns::require_root;
 use support::packet::{csum, eth, v4, v6, Ip4, Ip6, Mac, ETH_P_IP};
 
 const XDP_DROP: u32 = 1;
@@ -32,20 +33,6 @@ const CLIENT_MAC: Mac = [0x02, 0, 0, 0, 0, 0x01];
 const SERVER_MAC: Mac = [0x02, 0, 0, 0, 0, 0x02];
 const CPORT: u16 = 40000;
 
-fn have_root() -> bool {
-    if unsafe { geteuid() } == 0 {
-        return true;
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("this test needs root (CI=true forbids skipping it)");
-    }
-    eprintln!("skipping: needs root");
-    false
-}
-
-extern "C" {
-    fn geteuid() -> u32;
-}
 
 fn wire_name(name: &str) -> Vec<u8> {
     let mut v = Vec::new();
@@ -256,7 +243,7 @@ fn check_cases(prog: &libbpf_rs::ProgramMut, cases: &[Case]) -> Vec<String> {
 
 #[test]
 fn nxdomain_answers_in_place_and_rejects_malformed() {
-    if !have_root() {
+    if !require_root("nxdomain_answers_in_place_and_rejects_malformed") {
         return;
     }
     let mut obj = MaybeUninit::<OpenObject>::uninit();
@@ -335,7 +322,7 @@ fn answer(rrs: &[Vec<u8>]) -> fp_dns_answer {
 
 #[test]
 fn map_answers_records_nodata_and_nxdomain() {
-    if !have_root() {
+    if !require_root("map_answers_records_nodata_and_nxdomain") {
         return;
     }
     let mut obj = MaybeUninit::<OpenObject>::uninit();
@@ -417,7 +404,7 @@ fn map_answers_records_nodata_and_nxdomain() {
 #[test]
 fn generator_writes_queries_over_recycled_answers() {
     use fastpath_bpf::skel::dns_gen::DnsGenSkelBuilder;
-    if !have_root() {
+    if !require_root("generator_writes_queries_over_recycled_answers") {
         return;
     }
     let tmpl = q_frame(&Fam::V4, &query(0, "h000000.dns.example", 1));
