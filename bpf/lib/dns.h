@@ -353,6 +353,24 @@ static __always_inline int dns_set_udp_check(struct xdp_md *ctx, __u32 l4, __u64
  * records (or none). The frame is cut or grown to the answer's length, which
  * also drops an OPT record and any Ethernet padding.
  */
+/* UDP ports swapped and the DNS header turned into the answer's: the same
+ * for both families, once the caller has bounds-checked @h. */
+static __always_inline void dns_reply_headers(struct udphdr *udp, struct dns_hdr *h, const struct dns_query *q,
+					      bool question, __u16 rcode, __u16 ancount, __u32 udp_len)
+{
+	__be16 port = udp->source;
+
+	udp->source = udp->dest;
+	udp->dest = port;
+	udp->len = bpf_htons(udp_len);
+	udp->check = 0;
+	h->flags = bpf_htons(DNS_F_QR | (q->flags & (DNS_F_OPCODE | DNS_F_RD)) | DNS_F_RA | rcode);
+	h->qdcount = bpf_htons(question ? 1 : 0);
+	h->ancount = bpf_htons(ancount);
+	h->nscount = 0;
+	h->arcount = 0;
+}
+
 static __always_inline int dns_answer(struct xdp_md *ctx, const struct dns_query *q, bool question,
 				      __u16 rcode, const struct fp_dns_answer *ans)
 {
@@ -363,7 +381,6 @@ static __always_inline int dns_answer(struct xdp_md *ctx, const struct dns_query
 	struct ethhdr *eth;
 	struct dns_hdr *h;
 	struct udphdr *udp;
-	__be16 port;
 	__u64 cur;
 	int delta;
 
@@ -423,16 +440,7 @@ static __always_inline int dns_answer(struct xdp_md *ctx, const struct dns_query
 		for (i = 0; i < 16; i++)
 			s += w[i];
 		s += bpf_htons(DNS_IPPROTO_UDP) + bpf_htons(udp_len);
-		port = udp->source;
-		udp->source = udp->dest;
-		udp->dest = port;
-		udp->len = bpf_htons(udp_len);
-		udp->check = 0;
-		h->flags = bpf_htons(DNS_F_QR | (q->flags & (DNS_F_OPCODE | DNS_F_RD)) | DNS_F_RA | rcode);
-		h->qdcount = bpf_htons(question ? 1 : 0);
-		h->ancount = bpf_htons(ancount);
-		h->nscount = 0;
-		h->arcount = 0;
+		dns_reply_headers(udp, h, q, question, rcode, ancount, udp_len);
 		return dns_set_udp_check(ctx, FP_ETH_HLEN + FP_IP6_HLEN, s, udp_len);
 	} else {
 		struct iphdr *ip = (void *)(eth + 1);
@@ -457,16 +465,7 @@ static __always_inline int dns_answer(struct xdp_md *ctx, const struct dns_query
 			s += w[i];
 		ip->check = ~dns_fold(s);
 		s = (__u64)w[6] + w[7] + w[8] + w[9] + bpf_htons(DNS_IPPROTO_UDP) + bpf_htons(udp_len);
-		port = udp->source;
-		udp->source = udp->dest;
-		udp->dest = port;
-		udp->len = bpf_htons(udp_len);
-		udp->check = 0;
-		h->flags = bpf_htons(DNS_F_QR | (q->flags & (DNS_F_OPCODE | DNS_F_RD)) | DNS_F_RA | rcode);
-		h->qdcount = bpf_htons(question ? 1 : 0);
-		h->ancount = bpf_htons(ancount);
-		h->nscount = 0;
-		h->arcount = 0;
+		dns_reply_headers(udp, h, q, question, rcode, ancount, udp_len);
 		return dns_set_udp_check(ctx, FP_ETH_HLEN + FP_IP4_HLEN, s, udp_len);
 	}
 }
