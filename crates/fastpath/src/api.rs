@@ -182,6 +182,21 @@ pub struct Tables {
     pub interfaces: Occupancy,
 }
 
+impl Tables {
+    /// Every table with its name as the JSON, the table view and the metrics call it.
+    pub fn named(&self) -> [(&'static str, Occupancy); 7] {
+        [
+            ("fib4", self.fib4),
+            ("fib6", self.fib6),
+            ("nexthops", self.nexthops),
+            ("groups", self.groups),
+            ("buckets", self.buckets),
+            ("neighbours", self.neighbours),
+            ("interfaces", self.interfaces),
+        ]
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct FamilyStatus {
     pub fast_path: bool,

@@ -206,16 +206,7 @@ impl Collector for Scrape {
             }
         }
 
-        let t = &s.tables;
-        let tables = [
-            ("fib4", t.fib4),
-            ("fib6", t.fib6),
-            ("nexthops", t.nexthops),
-            ("groups", t.groups),
-            ("buckets", t.buckets),
-            ("neighbours", t.neighbours),
-            ("interfaces", t.interfaces),
-        ];
+        let tables = s.tables.named();
         for (name, help, cap) in [
             ("fastpath_table_entries", "Entries fastpath holds in each table.", false),
             ("fastpath_table_capacity", "Capacity of each table.", true),

@@ -147,17 +147,10 @@ pub fn status(s: &Status, all: bool) -> String {
         out.push_str("flow cache: off\n\n");
     }
 
-    let t = &s.tables;
-    let rows: Vec<Vec<String>> = [
-        ("fib4", t.fib4),
-        ("fib6", t.fib6),
-        ("nexthops", t.nexthops),
-        ("groups", t.groups),
-        ("buckets", t.buckets),
-        ("neighbours", t.neighbours),
-        ("interfaces", t.interfaces),
-    ]
-    .iter()
+    let rows: Vec<Vec<String>> = s
+        .tables
+        .named()
+        .iter()
     .map(|(n, o)| vec![n.to_string(), o.used.to_string(), o.capacity.to_string()])
     .collect();
     out.push_str(&table(&["TABLE", "USED", "CAPACITY"], &rows));
