@@ -99,6 +99,7 @@ struct fp_pkt {
 /* Where the cache lookup left off: the hit, or where the miss path fills. */
 struct fp_flow_pos {
 	struct fp_flow_set *set;
+	__u32 idx;               /* the set's index in fp_flows / fp_ct_flows */
 	__u32 hash;
 	int way;                 /* way holding the key (hit, stale or idle), or -1 */
 	__u32 prev_nh;           /* its next hop if stale: ECMP stickiness */
@@ -139,7 +140,7 @@ static __always_inline bool fp_flow_lookup(struct fp_pkt *p, const struct fp_flo
 	pos->hash = p->hash_src != FP_HS_SOFTWARE ? p->hash : fp_flow_hash_sw(k);
 	if (p->hash_src < FP_HS__COUNT)
 		p->st->hash_src[p->hash_src]++;
-	idx = pos->hash & (fp_cfg.flow_sets - 1);
+	pos->idx = idx = fp_flow_index(pos->hash, fp_cfg.flow_sets);
 	s = bpf_map_lookup_elem(&fp_flows, &idx);
 	pos->set = s;
 	if (!s)
@@ -204,10 +205,10 @@ fp_ct_pass(struct fp_pkt *p, const struct fp_flow_key *k, const struct fp_flow_p
 
 	if (r) {
 		if (r == FP_R_CT_TCP_FLAGS && pos->set)
-			fp_ct_closing(&fp_rt, pos->hash & (fp_cfg.flow_sets - 1), pos->way);
+			fp_ct_closing(&fp_rt, pos->idx, pos->way);
 		return r;
 	}
-	return fp_ct_gate(p->ctx, &fp_rt, k, pos->set != NULL, pos->hash & (fp_cfg.flow_sets - 1), pos->way, v);
+	return fp_ct_gate(p->ctx, &fp_rt, k, pos->set != NULL, pos->idx, pos->way, v);
 }
 
 /*

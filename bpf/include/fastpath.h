@@ -133,7 +133,7 @@ struct fp_iface {
 struct fp_config {
 	__u32 ingress_ifindex;   /* the device this instance is attached to */
 	__u32 ingress_slot;      /* its fp_ifaces / fp_stats slot */
-	__u32 flow_sets;         /* fp_flows entries (sets), a power of two; 0 = no cache */
+	__u32 flow_sets;         /* fp_flows sets per CPU, a power of two; 0 = no cache */
 	/*
 	 * 1 when this device's RX hash of L4 type is what the kernel itself
 	 * would take as skb->hash (a real NIC; not veth, whose rx_hash is a
@@ -246,10 +246,11 @@ struct fp_group {
  */
 
 /*
- * Flow cache: fp_flows is a per-CPU array of sets, indexed by the flow hash
- * modulo fp_config.flow_sets; each set holds FP_FLOW_WAYS flows. A set is
- * one cache line of per-way bookkeeping followed by one line per way, so a
- * miss reads one line and a hit two: the ways' tags (the flow hash) are
+ * Flow cache: fp_flows holds fp_config.flow_sets sets per CPU, indexed by
+ * the flow hash modulo flow_sets in the CPU's own slice; each set holds
+ * FP_FLOW_WAYS flows. A set is one cache line of per-way bookkeeping
+ * followed by one line per way, so a miss reads one line and a hit two
+ * (the map keeps sets line-aligned, see maps.h): the ways' tags (the flow hash) are
  * compared first and only a matching way's key is read, and the whole key
  * must match, so a hash collision can never return another flow's result.
  * A way is only trusted while its generation equals fp_runtime.generation

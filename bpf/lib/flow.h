@@ -18,6 +18,16 @@
 #include "tx.h"
 #include "flowhash.h"
 
+/*
+ * The set of flow hash @hash in this CPU's slice of fp_flows (@sets sets,
+ * a power of two). XDP runs with migration disabled, so the slice stays
+ * this CPU's for the whole packet.
+ */
+static __always_inline __u32 fp_flow_index(__u32 hash, __u32 sets)
+{
+	return bpf_get_smp_processor_id() * sets + (hash & (sets - 1));
+}
+
 static __always_inline bool fp_flow_key_eq(const struct fp_flow_key *a, const struct fp_flow_key *b)
 {
 	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;

@@ -83,12 +83,18 @@ struct {
 } fp_res_buckets SEC(".maps");
 
 /*
- * The flow cache: per-CPU sets of FP_FLOW_WAYS flows, indexed by flow hash
- * (see struct fp_flow_set). Per CPU so that a hit never contends; sized by the
- * daemon (fp_config.flow_sets must match).
+ * The flow cache: sets of FP_FLOW_WAYS flows (see struct fp_flow_set), one
+ * slice of fp_config.flow_sets sets per CPU, so that a hit never contends.
+ * Not a PERCPU_ARRAY: the per-CPU allocator aligns each value to 8 bytes
+ * only, so the set's one-line parts would straddle two cache lines, and a
+ * lookup goes through a pointer table first. An mmapable array starts on
+ * a page and is contiguous: every set begins on a line (its size is a
+ * multiple of 64). Sized by the daemon: flow_sets * possible CPUs entries
+ * (fp_flow_index()).
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, FP_DEFAULT_FLOW_ENTRIES / FP_FLOW_WAYS);
 	__type(key, __u32);
 	__type(value, struct fp_flow_set);
@@ -96,11 +102,12 @@ struct {
 
 /*
  * Stateful mode: the conntrack verdict of each cached flow, parallel to
- * fp_flows (same index, same way; see struct fp_ct_set). Sized like fp_flows
- * by the daemon; one entry when stateless (never touched then).
+ * fp_flows (same index, same way, same layout; see struct fp_ct_set). Sized
+ * like fp_flows by the daemon; one entry when stateless (never touched then).
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, FP_DEFAULT_FLOW_ENTRIES / FP_FLOW_WAYS);
 	__type(key, __u32);
 	__type(value, struct fp_ct_set);

@@ -26,3 +26,14 @@ pub mod intf {
         REASON_NAMES.get(i).copied().unwrap_or("unknown")
     }
 }
+
+/// Entries of `fp_flows` (and of `fp_ct_flows` in stateful mode) for
+/// `sets` flow-cache sets per CPU: the maps hold one slice per possible
+/// CPU, indexed by the CPU the program runs on (bpf/lib/maps.h).
+pub fn flow_cache_entries(sets: u32) -> Result<u32, String> {
+    let cpus = libbpf_rs::num_possible_cpus().map_err(|e| format!("counting possible CPUs: {e}"))?;
+    u32::try_from(cpus)
+        .ok()
+        .and_then(|c| c.checked_mul(sets))
+        .ok_or_else(|| format!("{sets} flow-cache sets on each of {cpus} CPUs do not fit one map"))
+}

@@ -515,17 +515,16 @@ fn per_flow_packets_and_bytes() {
     punts(&l, &w, &f4(&t4(FIN)), FP_R_CT_TCP_FLAGS);
 
     let mut got = Vec::new();
-    for set in 0..FP_DEFAULT_FLOW_ENTRIES / FP_FLOW_WAYS {
-        let key = set.to_ne_bytes();
-        let flows = l.skel.maps.fp_flows.lookup_percpu(&key, MapFlags::ANY).expect("fp_flows").expect("set");
-        let cts = l.skel.maps.fp_ct_flows.lookup_percpu(&key, MapFlags::ANY).expect("fp_ct_flows").expect("set");
-        for (f, c) in flows.iter().zip(&cts) {
-            let f: fp_flow_set = from_raw(f);
-            let c: fp_ct_set = from_raw(c);
-            for i in 0..FP_FLOW_WAYS as usize {
-                if f.generation[i] != 0 {
-                    got.push((f.way[i].key.proto, f.packets[i], c.way[i].bytes));
-                }
+    // Every CPU's slice: the runs may have moved between CPUs.
+    for idx in 0..l.skel.maps.fp_flows.max_entries() {
+        let key = idx.to_ne_bytes();
+        let f = l.skel.maps.fp_flows.lookup(&key, MapFlags::ANY).expect("fp_flows").expect("set");
+        let c = l.skel.maps.fp_ct_flows.lookup(&key, MapFlags::ANY).expect("fp_ct_flows").expect("set");
+        let f: fp_flow_set = from_raw(&f);
+        let c: fp_ct_set = from_raw(&c);
+        for i in 0..FP_FLOW_WAYS as usize {
+            if f.generation[i] != 0 {
+                got.push((f.way[i].key.proto, f.packets[i], c.way[i].bytes));
             }
         }
     }

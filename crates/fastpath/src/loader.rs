@@ -153,6 +153,11 @@ enum Share<'a> {
 }
 
 fn size_maps(open: &mut fastpath_bpf::skel::xdp_fwd::OpenXdpFwdSkel<'_>, caps: &Capacities, opts: &LoadOpts) -> Result<()> {
+    let flows = if opts.flow_sets == 0 {
+        1
+    } else {
+        fastpath_bpf::flow_cache_entries(opts.flow_sets).map_err(anyhow::Error::msg).context("sizing the flow cache")?
+    };
     let sizes = [
         (&mut open.maps.fp_fib4, caps.fib4, "fp_fib4"),
         // Its entries are a subset of fib4's /32s plus our own addresses;
@@ -167,9 +172,9 @@ fn size_maps(open: &mut fastpath_bpf::skel::xdp_fwd::OpenXdpFwdSkel<'_>, caps: &
         (&mut open.maps.fp_neigh4, caps.neigh, "fp_neigh4"),
         (&mut open.maps.fp_neigh6, caps.neigh, "fp_neigh6"),
         // An array map needs at least one entry even with the cache off.
-        (&mut open.maps.fp_flows, opts.flow_sets.max(1), "fp_flows"),
+        (&mut open.maps.fp_flows, flows, "fp_flows"),
         // Parallel to fp_flows; never touched (one entry) when stateless.
-        (&mut open.maps.fp_ct_flows, if opts.stateful { opts.flow_sets.max(1) } else { 1 }, "fp_ct_flows"),
+        (&mut open.maps.fp_ct_flows, if opts.stateful { flows } else { 1 }, "fp_ct_flows"),
     ];
     for (map, n, name) in sizes {
         if n == 0 {

@@ -204,57 +204,56 @@ impl Maps {
     }
 
     /// Every filled flow-cache way of every CPU, merged by key. Reads the
-    /// whole cache (one syscall per set): for the CLI, not the hot loop.
+    /// whole cache (one syscall per set and CPU): for the CLI, not the hot loop.
     pub fn flows(&self) -> MapResult<Vec<CachedFlow>> {
         let mut merged: BTreeMap<Vec<u8>, CachedFlow> = BTreeMap::new();
-        let sets = self.flows.info().map(|i| i.info.max_entries).unwrap_or(0);
+        // One entry per set of each CPU's slice (bpf/lib/maps.h).
+        let entries = self.flows.info().map(|i| i.info.max_entries).unwrap_or(0);
         // Stateful mode sizes fp_ct_flows like fp_flows; otherwise it has no bytes to show.
-        let with_bytes = sets > 1 && self.ct_flows.info().map(|i| i.info.max_entries).unwrap_or(0) == sets;
-        for idx in 0..sets {
-            let Some(per_cpu) = ctx("fp_flows", self.flows.lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY))? else {
+        let with_bytes = entries > 1 && self.ct_flows.info().map(|i| i.info.max_entries).unwrap_or(0) == entries;
+        for idx in 0..entries {
+            let key = idx.to_ne_bytes();
+            let Some(v) = ctx("fp_flows", self.flows.lookup(&key, MapFlags::ANY))? else {
                 continue;
             };
-            let ct_per_cpu = if with_bytes {
-                ctx("fp_ct_flows", self.ct_flows.lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY))?
+            let set: fp_flow_set = from_bytes(&v);
+            let ct_set: Option<fp_ct_set> = if with_bytes {
+                ctx("fp_ct_flows", self.ct_flows.lookup(&key, MapFlags::ANY))?.map(|b| from_bytes(&b))
             } else {
                 None
             };
-            for (cpu, v) in per_cpu.iter().enumerate() {
-                let set: fp_flow_set = from_bytes(v);
-                let ct_set: Option<fp_ct_set> = ct_per_cpu.as_ref().and_then(|c| c.get(cpu)).map(|b| from_bytes(b));
-                for (w, f) in set.way.iter().enumerate() {
-                    let generation = set.generation[w];
-                    if generation == 0 {
-                        continue;
-                    }
-                    let used = set.used[w];
-                    let e = merged.entry(bytes(&f.key).to_vec()).or_insert_with(|| CachedFlow {
-                        key: f.key,
-                        generation,
-                        dmac: f.dmac,
-                        slot: f.slot,
-                        nh_id: f.nh_id,
-                        used,
-                        packets: 0,
-                        bytes: ct_set.map(|_| 0),
-                        cpus: 0,
-                    });
-                    e.packets += u64::from(set.packets[w]);
-                    if let (Some(b), Some(c)) = (e.bytes.as_mut(), ct_set.as_ref()) {
-                        *b += c.way[w].bytes;
-                    }
-                    e.cpus += 1;
-                    // The newest CPU copy describes the flow.
-                    if generation > e.generation || (generation == e.generation && used > e.used) {
-                        e.generation = generation;
-                        e.dmac = f.dmac;
-                        e.slot = f.slot;
-                        e.nh_id = f.nh_id;
-                        e.used = used;
-                    }
+            for (w, f) in set.way.iter().enumerate() {
+                let generation = set.generation[w];
+                if generation == 0 {
+                    continue;
+                }
+                let used = set.used[w];
+                let e = merged.entry(bytes(&f.key).to_vec()).or_insert_with(|| CachedFlow {
+                    key: f.key,
+                    generation,
+                    dmac: f.dmac,
+                    slot: f.slot,
+                    nh_id: f.nh_id,
+                    used,
+                    packets: 0,
+                    bytes: ct_set.map(|_| 0),
+                    cpus: 0,
+                });
+                e.packets += u64::from(set.packets[w]);
+                if let (Some(b), Some(c)) = (e.bytes.as_mut(), ct_set.as_ref()) {
+                    *b += c.way[w].bytes;
+                }
+                e.cpus += 1;
+                // The newest CPU copy describes the flow.
+                if generation > e.generation || (generation == e.generation && used > e.used) {
+                    e.generation = generation;
+                    e.dmac = f.dmac;
+                    e.slot = f.slot;
+                    e.nh_id = f.nh_id;
+                    e.used = used;
                 }
             }
-        }
+    }
         Ok(merged.into_values().collect())
     }
 

@@ -54,6 +54,9 @@ pub struct Loaded {
     _obj: Box<MaybeUninit<OpenObject>>,
 }
 
+/// Flow-cache sets per CPU, as the daemon's default.
+pub const FLOW_SETS: u32 = FP_DEFAULT_FLOW_ENTRIES / FP_FLOW_WAYS;
+
 impl Loaded {
     pub fn new(world: &World) -> Result<Self> {
         let mut obj = Box::new(MaybeUninit::uninit());
@@ -67,8 +70,11 @@ impl Loaded {
         let rodata = open.maps.rodata_data.as_deref_mut().context("no .rodata")?;
         rodata.fp_cfg.ingress_ifindex = world.a;
         rodata.fp_cfg.ingress_slot = ingress_slot(world);
-        rodata.fp_cfg.flow_sets = FP_DEFAULT_FLOW_ENTRIES / FP_FLOW_WAYS;
+        rodata.fp_cfg.flow_sets = FLOW_SETS;
         rodata.fp_cfg.stateful = u32::from(world.stateful);
+        let flows = fastpath_bpf::flow_cache_entries(FLOW_SETS).map_err(anyhow::Error::msg)?;
+        open.maps.fp_flows.set_max_entries(flows).context("sizing fp_flows")?;
+        open.maps.fp_ct_flows.set_max_entries(flows).context("sizing fp_ct_flows")?;
         let skel = open.load().context("load xdp_fwd (verifier)")?;
         world.apply(&skel)?;
         Ok(Loaded { skel, _obj: obj })
