@@ -100,7 +100,8 @@ pub struct StatefulArgs {
     #[arg(long)]
     pub no_rt: bool,
     /// A/B of the connection rate after the main rows (ct_ab.rs): kernel,
-    /// kernel-listener, full, no-liberal, no-events.
+    /// kernel-listener, full, no-liberal, no-events, eager-liberal; each may
+    /// be given more than once (interleaved repeats show the drift).
     #[arg(long, value_enum, value_delimiter = ',', hide = true)]
     pub ab: Vec<Variant>,
     /// Directory for stateful.json and stateful.png.
