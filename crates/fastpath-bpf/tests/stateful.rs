@@ -427,8 +427,8 @@ fn strict_tcp_entry_asks_for_liberal_after_a_while() {
     let reqs = asked();
     assert_eq!(reqs.len(), 1, "one request per revalidation interval");
     let mut want = fp_flow_key { family: 2, proto: TCP, sport: 1000u16.to_be(), dport: 80u16.to_be(), ..Default::default() };
-    want.saddr[..4].copy_from_slice(&v4("192.0.2.10").octets());
-    want.daddr[..4].copy_from_slice(&v4("203.0.113.20").octets());
+    want.saddr[..4].copy_from_slice(&v4("192.0.2.10"));
+    want.daddr[..4].copy_from_slice(&v4("203.0.113.20"));
     // SAFETY: fp_flow_key is plain old data (bindgen, no padding holes read).
     let want_bytes = unsafe {
         std::slice::from_raw_parts((&want as *const fp_flow_key).cast::<u8>(), std::mem::size_of::<fp_flow_key>())
