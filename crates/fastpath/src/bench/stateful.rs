@@ -571,7 +571,7 @@ fn print_table(cells: &[Cell], crr: &[CrrRow], not_measured: &BTreeMap<&'static 
     if !crr.is_empty() {
         println!();
         println!(
-            "{:<33} {:>7} {:>9} {:>8} {:>8} {:>7} {:>6} {:>10}",
+            "{:<36} {:>7} {:>9} {:>8} {:>8} {:>7} {:>6} {:>10}",
             "TCP conn/s", "clients", "conn/s", "min", "max", "xkernct", "failed", "daemon ms/conn"
         );
         for r in crr {
@@ -580,7 +580,7 @@ fn print_table(cells: &[Cell], crr: &[CrrRow], not_measured: &BTreeMap<&'static 
                 None => r.mode.name().to_string(),
             };
             println!(
-                "{:<33} {:>7} {:>9.0} {:>8.0} {:>8.0} {:>7} {:>6} {:>10}",
+                "{:<36} {:>7} {:>9.0} {:>8.0} {:>8.0} {:>7} {:>6} {:>10}",
                 name,
                 r.clients,
                 r.median_conns_per_s,
