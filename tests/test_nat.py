@@ -170,6 +170,16 @@ def tcp_scenario(ends: Ends):
             server("SA", s_seq, c_seq + 1)
             c_seq, s_seq = c_seq + 1, s_seq + 1
             client("A", c_seq, s_seq)          # conntrack: ESTABLISHED, marked
+            # With strict window tracking the data path asks the daemon to
+            # make the entry liberal only once it has met it strict for
+            # 10 ms (ct.h): one exchange 20 ms apart, through the kernel.
+            d = payload(10, 30)
+            client("PA", c_seq, s_seq, d)
+            c_seq += len(d)
+            time.sleep(0.02)
+            r = payload(11, 30)
+            server("PA", s_seq, c_seq, r)
+            s_seq += len(r)
             time.sleep(0.05)
             for i in range(N):
                 d = payload(30 + i, 40 + i)

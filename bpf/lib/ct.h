@@ -139,6 +139,47 @@ static __always_inline __u32 fp_ct_timeout(const struct nf_conn *ct, __u8 proto,
 }
 
 /*
+ * Liberal window tracking on demand (see fp_ct_eligible). A marked,
+ * established TCP entry that is still strict punts, and the daemon is asked
+ * (fp_ct_liberal_req) to make it liberal, but only once the data path has
+ * met it strict for FP_CT_LIBERAL_DELAY_NS: a short connection (request,
+ * response, close) is over before then, and an update per connection costs
+ * the kernel and the daemon more than its few packets could gain. At most
+ * one request per entry per ct_revalidate_ms, so that a lost one (full
+ * ring, a busy daemon) is asked again. Keyed by the original tuple: both
+ * directions, and NAT, name the same entry, as ctnetlink wants it.
+ */
+#define FP_CT_LIBERAL_DELAY_NS (10 * FP_NSEC_PER_MSEC)
+
+static __always_inline void fp_ct_want_liberal(const struct nf_conn *ct, const struct fp_runtime *rt)
+{
+	const struct nf_conntrack_tuple *t = &ct->tuplehash[IP_CT_DIR_ORIGINAL].tuple;
+	struct fp_ct_liberal_seen *seen, first = {};
+	struct fp_flow_key k = {};
+	__u64 now = bpf_ktime_get_coarse_ns();
+
+	k.family = t->src.l3num == FP_AF_INET6 ? FP_AF_INET6 : FP_AF_INET;
+	k.proto = IPPROTO_TCP;
+	k.sport = t->src.u.all;
+	k.dport = t->dst.u.all;
+	/* Conntrack zeroes a tuple before filling it: IPv4 leaves 12 bytes 0, as the key wants. */
+	__builtin_memcpy(k.saddr, &t->src.u3, 16);
+	__builtin_memcpy(k.daddr, &t->dst.u3, 16);
+	seen = bpf_map_lookup_elem(&fp_ct_liberal_seen, &k);
+	if (!seen) {
+		first.first = now;
+		bpf_map_update_elem(&fp_ct_liberal_seen, &k, &first, BPF_NOEXIST);
+		return;
+	}
+	if (now - seen->first < FP_CT_LIBERAL_DELAY_NS)
+		return;
+	if (seen->asked && now - seen->asked < rt->ct_revalidate_ms * FP_NSEC_PER_MSEC)
+		return;
+	if (!bpf_ringbuf_output(&fp_ct_liberal_req, &k, sizeof(k), 0))
+		seen->asked = now;
+}
+
+/*
  * Whether entry @ct lets this packet take the fast path: FP_R_FORWARDED or
  * the punt reason. Called with the reference held.
  */
@@ -173,13 +214,15 @@ fp_ct_eligible(const struct nf_conn *ct, __u32 dir, __u8 proto, const struct fp_
 	 * (After the mark: the daemon makes only marked entries liberal.)
 	 * Conntrack never sees the segments we carry: unless its window
 	 * tracking is liberal for this entry (both directions; the daemon sets
-	 * it as the kernel's flowtable does) or the whole netns, the next
-	 * segment it does see (a FIN, a revalidation punt) would fall outside
-	 * the window it remembers and be classed invalid.
+	 * it, as the kernel's flowtable does, when asked here) or the whole
+	 * netns, the next segment it does see (a FIN, a revalidation punt)
+	 * would fall outside the window it remembers and be classed invalid.
 	 */
 	if (proto == IPPROTO_TCP && !rt->ct_tcp_liberal &&
-	    !(ct->proto.tcp.seen[0].flags & ct->proto.tcp.seen[1].flags & FP_CT_TCP_FLAG_BE_LIBERAL))
+	    !(ct->proto.tcp.seen[0].flags & ct->proto.tcp.seen[1].flags & FP_CT_TCP_FLAG_BE_LIBERAL)) {
+		fp_ct_want_liberal(ct, rt);
 		return FP_R_CT_NOT_ESTABLISHED;
+	}
 
 	/* NAT: what the packet becomes, from the other direction's tuple. */
 	return fp_nat_from_ct(ct, dir, nat) ?: FP_R_FORWARDED;

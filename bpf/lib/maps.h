@@ -162,4 +162,32 @@ struct {
 	__type(value, struct fp_stats);
 } fp_stats SEC(".maps");
 
+/*
+ * Stateful mode, TCP entries whose window tracking is not liberal yet: when
+ * the data path first met each (key: the entry's original tuple) and when it
+ * last asked the daemon to make it liberal. Only the data path uses it.
+ */
+struct fp_ct_liberal_seen {
+	__u64 first;             /* bpf_ktime_get_coarse_ns() of the first meeting */
+	__u64 asked;             /* of the last request posted; 0 = none */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(map_flags, BPF_F_NO_COMMON_LRU);
+	__uint(max_entries, 8192);
+	__type(key, struct fp_flow_key);
+	__type(value, struct fp_ct_liberal_seen);
+} fp_ct_liberal_seen SEC(".maps");
+
+/*
+ * Stateful mode: requests to the daemon, one struct fp_flow_key each (the
+ * conntrack entry's original tuple; ingress and flowlabel 0), to make that
+ * TCP entry's window tracking liberal.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} fp_ct_liberal_req SEC(".maps");
+
 #endif /* FP_MAPS_H */

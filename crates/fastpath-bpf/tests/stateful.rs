@@ -389,6 +389,61 @@ fn tcp_entry_not_liberal_punts() {
     forwards(&l, &w, &f4(&p), &out4(&p));
 }
 
+/// A strict, marked TCP entry asks the daemon to make it liberal (ring
+/// fp_ct_liberal_req), but only once the data path has met it strict for
+/// 10 ms, then at most once per ct_revalidate_ms (a lost request is asked
+/// again): connections shorter than that never cost a ctnetlink update.
+/// The request is the entry's original tuple as a struct fp_flow_key.
+#[test]
+fn strict_tcp_entry_asks_for_liberal_after_a_while() {
+    let Some((_lab, mut w)) = lab("strict_tcp_entry_asks_for_liberal_after_a_while") else { return };
+    w.rt.ct_tcp_liberal = 0;
+    w.rt.ct_revalidate_ms = 400;
+    w.conntrack = vec![TCP_EST.into()];
+    let l = Loaded::new(&w).expect("load");
+    conntrack::set_tcp_liberal(v4("192.0.2.10"), v4("203.0.113.20"), 1000, 80, [false, false]).expect("ctnetlink update");
+    let got = std::rc::Rc::new(std::cell::RefCell::new(Vec::<Vec<u8>>::new()));
+    let sink = std::rc::Rc::clone(&got);
+    let mut b = libbpf_rs::RingBufferBuilder::new();
+    b.add(&l.skel.maps.fp_ct_liberal_req, move |d: &[u8]| {
+        sink.borrow_mut().push(d.to_vec());
+        0
+    })
+    .expect("ring");
+    let ring = b.build().expect("ring");
+    let asked = || {
+        ring.consume().expect("consume");
+        got.borrow_mut().drain(..).collect::<Vec<_>>()
+    };
+    let p = t4(ACK | PSH);
+
+    // Met strict now: remembered, not asked (a short connection ends here).
+    punts(&l, &w, &f4(&p), FP_R_CT_NOT_ESTABLISHED);
+    punts(&l, &w, &f4(&p), FP_R_CT_NOT_ESTABLISHED);
+    assert_eq!(asked().len(), 0, "asked before the connection lived 10 ms");
+    std::thread::sleep(Duration::from_millis(30));
+    punts(&l, &w, &f4(&p), FP_R_CT_NOT_ESTABLISHED);
+    punts(&l, &w, &f4(&p), FP_R_CT_NOT_ESTABLISHED);
+    let reqs = asked();
+    assert_eq!(reqs.len(), 1, "one request per revalidation interval");
+    let mut want = fp_flow_key { family: 2, proto: TCP, sport: 1000u16.to_be(), dport: 80u16.to_be(), ..Default::default() };
+    want.saddr[..4].copy_from_slice(&v4("192.0.2.10"));
+    want.daddr[..4].copy_from_slice(&v4("203.0.113.20"));
+    // SAFETY: fp_flow_key is plain old data (bindgen, no padding holes read).
+    let want_bytes = unsafe {
+        std::slice::from_raw_parts((&want as *const fp_flow_key).cast::<u8>(), std::mem::size_of::<fp_flow_key>())
+    };
+    assert_eq!(&reqs[0][..], want_bytes);
+    // Not made liberal (the request was lost): asked again after the interval.
+    std::thread::sleep(Duration::from_millis(450));
+    punts(&l, &w, &f4(&p), FP_R_CT_NOT_ESTABLISHED);
+    assert_eq!(asked().len(), 1, "asked again once the interval passed");
+    // What the daemon's update does: fast from then on, nothing more asked.
+    conntrack::set_tcp_liberal(v4("192.0.2.10"), v4("203.0.113.20"), 1000, 80, [true, true]).expect("ctnetlink update");
+    forwards(&l, &w, &f4(&p), &out4(&p));
+    assert_eq!(asked().len(), 0);
+}
+
 /// Without an event, a verdict older than ct_revalidate_ms is re-checked.
 #[test]
 fn cached_verdict_rechecked_after_revalidate_interval() {

@@ -25,7 +25,7 @@
 //!  "conntrack":null | {"mark":n, "revalidate_ms":n, "generation":n (ct_generation),
 //!               "timeouts_s":{"tcp":n,"udp":n,"udp_stream":n}, "events_enabled":bool,
 //!               "events":n, "bumps":n, "overruns":n, "ruleset_changes":n,
-//!               "marks_cleared":n, "clear_errors":n, "liberal":n}}
+//!               "marks_cleared":n, "clear_errors":n, "liberal":n, "liberal_requests":n}}
 //! ```
 //! Reason names are `enum fp_reason` in lower case without `FP_R_`
 //! ("forwarded", "not_ip", "no_neigh", ...). `totals` also counts packets

@@ -18,12 +18,16 @@
 //!   then passes the new ruleset once before it can go fast again.
 //!
 //! It also keeps conntrack able to follow a connection it no longer sees
-//! packet by packet: once a TCP entry carries the mark, its window tracking
-//! is made liberal in both directions (as the kernel's own flowtable does
-//! when it offloads a flow). Otherwise the FIN or RST that ends a fast-pathed
-//! connection, or the first packet after a revocation, would lie far beyond
-//! the window conntrack last saw, be classed invalid, and be dropped by the
-//! usual `ct state invalid drop`.
+//! packet by packet: a marked TCP entry's window tracking is made liberal in
+//! both directions (as the kernel's own flowtable does when it offloads a
+//! flow) when the data path asks for it (ctliberal.rs): the data path
+//! fast-paths no TCP entry before that. Otherwise the FIN or RST that ends a
+//! fast-pathed connection, or the first packet after a revocation, would lie
+//! far beyond the window conntrack last saw, be classed invalid, and be
+//! dropped by the usual `ct state invalid drop`. It asks only for
+//! connections that outlive a few milliseconds: an update for every
+//! connection, as its mark event arrived, cost short connections more than
+//! the fast path could give them back.
 //!
 //! ctnetlink is spoken directly (a few attributes, a dump and updates that
 //! copy the tuple attribute back verbatim): netlink-packet-netfilter 0.4
@@ -39,6 +43,7 @@ use log::{info, warn};
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 use serde::{Deserialize, Serialize};
 
+use crate::ctliberal;
 use crate::maps::MapWriter;
 use crate::CtAb;
 
@@ -372,6 +377,10 @@ pub struct CtCounters {
     /// Marked TCP entries whose window tracking we made liberal.
     #[serde(default)]
     pub liberal: u64,
+    /// Requests for that read from the data path (at most one per entry
+    /// per revalidation interval, for connections that outlived a few ms).
+    #[serde(default)]
+    pub liberal_requests: u64,
 }
 
 /// The event sockets and the request socket of the stateful mode.
@@ -391,11 +400,16 @@ pub struct Watch {
     /// No liberal updates: the netns is liberal already
     /// (nf_conntrack_tcp_be_liberal), or a bench A/B leaves them out.
     skip_liberal: bool,
+    /// The data path's liberal requests (None: no ring, e.g. a bench A/B).
+    ring: Option<ctliberal::Ring>,
+    /// Bench A/B: an update for every marked TCP entry as its event
+    /// arrives, instead of the data path's requests.
+    eager_liberal: bool,
     pub counters: CtCounters,
 }
 
 impl Watch {
-    pub fn open(mask: u32, rcvbuf: usize, ab: CtAb) -> io::Result<Watch> {
+    pub fn open(mask: u32, rcvbuf: usize, ab: CtAb, ring: Option<ctliberal::Ring>) -> io::Result<Watch> {
         let mut ct = Socket::new(NETLINK_NETFILTER)?;
         set_rcvbuf(&mut ct, rcvbuf)?;
         ct.bind_auto()?;
@@ -411,20 +425,34 @@ impl Watch {
         set_rcvbuf(&mut req, 4 << 20)?;
         req.bind_auto()?;
         set_recv_timeout(&req, REPLY_TIMEOUT)?;
-        Ok(Watch { ct, rules, req, mask, seq: 0, buf: vec![0; RECV_BUF], liberal: Vec::new(), skip_liberal: ab == CtAb::NoLiberal, counters: CtCounters::default() })
+        Ok(Watch {
+            ct,
+            rules,
+            req,
+            mask,
+            seq: 0,
+            buf: vec![0; RECV_BUF],
+            liberal: Vec::new(),
+            skip_liberal: ab == CtAb::NoLiberal,
+            ring,
+            eager_liberal: ab == CtAb::EagerLiberal,
+            counters: CtCounters::default(),
+        })
     }
 
     /// Sleeps until `other` or one of our sockets is readable, or `timeout`.
     pub fn wait(&self, other: RawFd, timeout: Duration) {
-        let mut fds = [other, self.ct.as_raw_fd(), self.rules.as_raw_fd()]
+        // No ring: -1, which poll() skips.
+        let ring = self.ring.as_ref().map_or(-1, |r| r.fd());
+        let mut fds = [other, self.ct.as_raw_fd(), self.rules.as_raw_fd(), ring]
             .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
         let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
         // SAFETY: a valid array of pollfds and its length. EINTR just ends
         // the wait early; the callers drain without blocking.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-        // Only conntrack events are waiting: route and ruleset changes are
-        // never held back.
-        if fds[1].revents != 0 && fds[0].revents == 0 && fds[2].revents == 0 {
+        // Only conntrack events or liberal requests are waiting: route and
+        // ruleset changes are never held back.
+        if (fds[1].revents != 0 || fds[3].revents != 0) && fds[0].revents == 0 && fds[2].revents == 0 {
             std::thread::sleep(EVENT_COALESCE);
         }
     }
@@ -474,7 +502,7 @@ impl Watch {
                     if ev.revokes(self.mask) {
                         r.revoke = true;
                     }
-                    if !self.skip_liberal && ev.needs_liberal(self.mask) {
+                    if self.eager_liberal && !self.skip_liberal && ev.needs_liberal(self.mask) {
                         if let Some(tuple) = raw_attr(a, CTA_TUPLE_ORIG) {
                             self.liberal.push((payload[0], liberal_attrs(tuple, raw_attr(a, CTA_ZONE))));
                         }
@@ -482,7 +510,27 @@ impl Watch {
                 }
             }
         }
+        self.take_requests();
         r
+    }
+
+    /// Queues a liberal update for every entry the data path asked about.
+    fn take_requests(&mut self) {
+        let Some(ring) = &mut self.ring else { return };
+        let reqs = match ring.take() {
+            Ok(r) => r,
+            Err(e) => {
+                warn!("reading the data path's liberal-window requests: {e}");
+                return;
+            }
+        };
+        self.counters.liberal_requests += reqs.len() as u64;
+        if self.skip_liberal || self.eager_liberal {
+            return;
+        }
+        for q in reqs {
+            self.liberal.push((q.family, liberal_attrs(&q.tuple_attr(), None)));
+        }
     }
 
     fn next_seq(&mut self) -> u32 {
@@ -671,12 +719,20 @@ impl Stateful {
     /// Subscribes first, so nothing that happens from here on is missed;
     /// then writes the ct settings into fp_runtime and clears the marks
     /// set before we watched (they vouch for a ruleset we never saw).
-    pub fn start(mark: u32, revalidate_ms: u32, rcvbuf: usize, ab: CtAb, writer: &mut MapWriter) -> anyhow::Result<Stateful> {
+    pub fn start(
+        mark: u32,
+        revalidate_ms: u32,
+        rcvbuf: usize,
+        ab: CtAb,
+        ring: libbpf_rs::MapHandle,
+        writer: &mut MapWriter,
+    ) -> anyhow::Result<Stateful> {
         use anyhow::Context;
         if ab != CtAb::Full {
-            warn!("--ct-ab {ab:?}: conntrack work left out for a measurement; revocations are not guaranteed");
+            warn!("--ct-ab {ab:?}: conntrack work left out or done otherwise for a measurement; revocations are not guaranteed");
         }
-        let watch = Watch::open(mark, rcvbuf, ab).context("subscribing to conntrack and nftables events")?;
+        let ring = ctliberal::Ring::open(ring).context("opening the data path's liberal-window request ring (fp_ct_liberal_req)")?;
+        let watch = Watch::open(mark, rcvbuf, ab, Some(ring)).context("subscribing to conntrack and nftables events")?;
         let root = Path::new(NETFILTER_SYSCTL);
         let timeouts = read_timeouts(root).unwrap_or_else(|| {
             warn!("cannot read the conntrack timeouts in {NETFILTER_SYSCTL}; using the kernel defaults");

@@ -153,7 +153,9 @@ pub fn run(loaded: Loaded) -> Result<()> {
     // Stateful mode: subscribed and fp_runtime's ct fields set before the
     // first packet can be fast-pathed by our programs.
     if stateful {
-        let c = ctwatch::Stateful::start(args.ct_mark, args.ct_revalidate_ms, args.netlink_rcvbuf, args.ct_ab, &mut lp.writer)?;
+        let first = instances.first().context("no interface to run on")?;
+        let ring = libbpf_rs::MapHandle::try_from(&first.skel.maps.fp_ct_liberal_req).context("opening fp_ct_liberal_req")?;
+        let c = ctwatch::Stateful::start(args.ct_mark, args.ct_revalidate_ms, args.netlink_rcvbuf, args.ct_ab, ring, &mut lp.writer)?;
         lp.ct_status = Some(c.status(&lp.writer));
         lp.ct = Some(c);
     }

@@ -6,6 +6,7 @@ mod api;
 mod batch;
 mod bench;
 mod config;
+mod ctliberal;
 mod ctwatch;
 mod daemon;
 mod flows;
@@ -211,8 +212,11 @@ pub enum Datapath {
 /// What the stateful daemon does of its conntrack work (see `--ct-ab`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum CtAb {
-    /// Everything: events, liberal window tracking.
+    /// Everything: events, liberal window tracking when the data path asks.
     Full,
+    /// A liberal update for every marked TCP entry as its conntrack event
+    /// arrives, whether the data path would ever ask for it or not.
+    EagerLiberal,
     /// Events, but no liberal updates of TCP entries.
     NoLiberal,
     /// No conntrack event subscription at all (nftables events stay).

@@ -282,6 +282,7 @@ impl Collector for Scrape {
                 ("marks_cleared", c.marks_cleared),
                 ("clear_errors", c.clear_errors),
                 ("liberal", c.liberal),
+                ("liberal_requests", c.liberal_requests),
             ] {
                 ConstCounter::new(n).encode(m.encode_family(&[("what", what)])?)?;
             }

@@ -115,6 +115,12 @@ impl Loaded {
                         map.delete(&k).with_context(|| format!("emptying {name}"))?;
                     }
                 }
+                // Records a case left unread: consumed and dropped.
+                MapType::RingBuf => {
+                    let mut b = libbpf_rs::RingBufferBuilder::new();
+                    b.add(&map, |_: &[u8]| 0).with_context(|| format!("opening {name}"))?;
+                    b.build().and_then(|r| r.consume()).with_context(|| format!("draining {name}"))?;
+                }
                 t => bail!("reset: map {name} has type {t:?}, which this runner does not know how to empty"),
             }
         }

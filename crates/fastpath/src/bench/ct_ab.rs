@@ -10,7 +10,11 @@
 //!   discarding: what event generation alone costs the kernel;
 //! - `full`, `no-liberal`, `no-events`: the daemon with `--ct-ab` (its
 //!   hidden A/B switch) leaving out nothing, the liberal updates, or the
-//!   conntrack event subscription.
+//!   conntrack event subscription;
+//! - `eager-liberal`: the daemon making every marked TCP entry liberal as
+//!   its mark event arrives (before: one update per connection) instead of
+//!   when the data path asks (`full`). Only differs from `full` with
+//!   `--strict-tcp`: a liberal netns needs no update at all.
 
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,6 +35,7 @@ pub enum Variant {
     Full,
     NoLiberal,
     NoEvents,
+    EagerLiberal,
 }
 
 impl Variant {
@@ -41,6 +46,7 @@ impl Variant {
             Variant::Full => "full",
             Variant::NoLiberal => "no-liberal",
             Variant::NoEvents => "no-events",
+            Variant::EagerLiberal => "eager-liberal",
         }
     }
 
@@ -51,6 +57,7 @@ impl Variant {
             Variant::Full => Some("full"),
             Variant::NoLiberal => Some("no-liberal"),
             Variant::NoEvents => Some("no-events"),
+            Variant::EagerLiberal => Some("eager-liberal"),
         }
     }
 }
@@ -127,6 +134,7 @@ mod tests {
     fn variants_map_to_daemon_switches() {
         assert_eq!(Variant::KernelListener.daemon_arg(), None);
         assert_eq!(Variant::NoEvents.daemon_arg(), Some("no-events"));
+        assert_eq!(Variant::EagerLiberal.daemon_arg(), Some("eager-liberal"));
         assert_eq!(cpu_ms_per_conn(Some(Duration::from_secs(1)), 1000), Some(1.0));
         assert_eq!(cpu_ms_per_conn(Some(Duration::from_secs(1)), 0), None);
     }

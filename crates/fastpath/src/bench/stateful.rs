@@ -100,7 +100,8 @@ pub struct StatefulArgs {
     #[arg(long)]
     pub no_rt: bool,
     /// A/B of the connection rate after the main rows (ct_ab.rs): kernel,
-    /// kernel-listener, full, no-liberal, no-events.
+    /// kernel-listener, full, no-liberal, no-events, eager-liberal; each may
+    /// be given more than once (interleaved repeats show the drift).
     #[arg(long, value_enum, value_delimiter = ',', hide = true)]
     pub ab: Vec<Variant>,
     /// Directory for stateful.json and stateful.png.
@@ -570,7 +571,7 @@ fn print_table(cells: &[Cell], crr: &[CrrRow], not_measured: &BTreeMap<&'static 
     if !crr.is_empty() {
         println!();
         println!(
-            "{:<33} {:>7} {:>9} {:>8} {:>8} {:>7} {:>6} {:>10}",
+            "{:<36} {:>7} {:>9} {:>8} {:>8} {:>7} {:>6} {:>10}",
             "TCP conn/s", "clients", "conn/s", "min", "max", "xkernct", "failed", "daemon ms/conn"
         );
         for r in crr {
@@ -579,7 +580,7 @@ fn print_table(cells: &[Cell], crr: &[CrrRow], not_measured: &BTreeMap<&'static 
                 None => r.mode.name().to_string(),
             };
             println!(
-                "{:<33} {:>7} {:>9.0} {:>8.0} {:>8.0} {:>7} {:>6} {:>10}",
+                "{:<36} {:>7} {:>9.0} {:>8.0} {:>8.0} {:>7} {:>6} {:>10}",
                 name,
                 r.clients,
                 r.median_conns_per_s,
