@@ -11,17 +11,24 @@
 //! - `full`, `no-liberal`, `no-events`: the daemon with `--ct-ab` (its
 //!   hidden A/B switch) leaving out nothing, the liberal updates, or the
 //!   conntrack event subscription;
+//! - `xdp-pass`: kernel-ct with an XDP program that passes every frame on
+//!   both router ports (bpf/bench/xdp_pass.bpf.c): the floor of any XDP
+//!   router on these veths, which copy each locally built skb for XDP;
 //! - `eager-liberal`: the daemon making every marked TCP entry liberal as
 //!   its mark event arrives (before: one update per connection) instead of
 //!   when the data path asks (`full`). Only differs from `full` with
 //!   `--strict-tcp`: a liberal netns needs no update at all.
 
+use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use fastpath_bpf::skel::xdp_pass::{XdpPassSkel, XdpPassSkelBuilder};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, OpenObject};
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 
 use super::topo::{self, Topology};
@@ -32,6 +39,7 @@ pub enum Variant {
     /// kernel-ct again, for the drift between the main rows and these.
     Kernel,
     KernelListener,
+    XdpPass,
     Full,
     NoLiberal,
     NoEvents,
@@ -43,6 +51,7 @@ impl Variant {
         match self {
             Variant::Kernel => "kernel",
             Variant::KernelListener => "kernel-listener",
+            Variant::XdpPass => "xdp-pass",
             Variant::Full => "full",
             Variant::NoLiberal => "no-liberal",
             Variant::NoEvents => "no-events",
@@ -53,7 +62,7 @@ impl Variant {
     /// The daemon's `--ct-ab` value; None: no daemon (kernel-ct).
     pub fn daemon_arg(self) -> Option<&'static str> {
         match self {
-            Variant::Kernel | Variant::KernelListener => None,
+            Variant::Kernel | Variant::KernelListener | Variant::XdpPass => None,
             Variant::Full => Some("full"),
             Variant::NoLiberal => Some("no-liberal"),
             Variant::NoEvents => Some("no-events"),
@@ -118,6 +127,27 @@ impl Drop for Listener {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// The `xdp-pass` variant's programs, attached to both router ports until dropped.
+pub struct PassAll<'obj> {
+    _links: Vec<Link>,
+    _skel: XdpPassSkel<'obj>,
+}
+
+impl<'obj> PassAll<'obj> {
+    pub fn attach(storage: &'obj mut MaybeUninit<OpenObject>, t: &Topology) -> Result<Self> {
+        let open = XdpPassSkelBuilder::default().open(storage).context("opening xdp_pass.bpf.o")?;
+        let skel = open.load().context("loading xdp_pass.bpf.o")?;
+        let mut links = Vec::new();
+        for dev in [topo::R0, topo::R1] {
+            let ifindex = t.ifindex(&t.router, dev)?;
+            let link = topo::in_netns(&t.router, || skel.progs.fp_bench_xdp_pass.attach_xdp(ifindex as i32))?
+                .with_context(|| format!("attaching xdp_pass to {dev}"))?;
+            links.push(link);
+        }
+        Ok(PassAll { _links: links, _skel: skel })
     }
 }
 

@@ -473,7 +473,10 @@ fn ab_row(
     let mut row = match v.daemon_arg() {
         None => {
             let listener = (v == Variant::KernelListener).then(|| ct_ab::Listener::start(topo)).transpose()?;
+            let mut obj = MaybeUninit::uninit();
+            let pass = (v == Variant::XdpPass).then(|| ct_ab::PassAll::attach(&mut obj, topo)).transpose()?;
             let reps = crr_reps(topo, place, a, duration, stop)?;
+            drop(pass);
             if let Some(l) = listener {
                 println!("   listener read {} event datagrams", l.finish());
             }
