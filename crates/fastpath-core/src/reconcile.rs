@@ -82,6 +82,13 @@ impl Reconciler {
         self.dirty = true;
     }
 
+    /// The next plan ends with a generation bump even if it writes
+    /// nothing: entries changed outside the plan (a reload re-slotting the
+    /// next hops of interfaces it added or removed).
+    pub fn force_bump(&mut self) {
+        self.dirty = true;
+    }
+
     /// The ops that take the maps from `applied()` to `desired`, safely ordered.
     pub fn plan(&self, desired: &Desired) -> Vec<Op> {
         let old = &self.applied;
