@@ -102,7 +102,7 @@ impl Attached<'_> {
             self.drop_iface(r);
         }
         for ((inst, a), i) in fresh.into_iter().zip(att).zip(&plan.added) {
-            info!("{}: added by reload, XDP attached in {} mode", a.name, a.mode.name());
+            info!("{}: added by reload", a.name);
             if self.pins.is_none() {
                 self.tx_slots.push(i.slot);
             }
@@ -125,6 +125,7 @@ impl Attached<'_> {
             fresh.push(loader::load_more(i, self.caps, self.opts, first).map_err(refused)?);
         }
         let plain = |k: usize, first: &Instance| loader::load_plain(&added[k], self.caps, self.opts, first);
+        // On failure attach_all has detached what it attached.
         let att = loader::attach_all(&mut fresh, self.mode, BTreeMap::new(), &plain).map_err(refused)?;
         let mut failed = None;
         for (k, (a, i)) in att.iter().zip(added).enumerate() {
