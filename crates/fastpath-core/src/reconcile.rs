@@ -1258,6 +1258,20 @@ mod tests {
     }
 
     #[test]
+    fn forced_bump_with_nothing_to_write() {
+        let mut r = Reconciler::new();
+        let mut m = Mem::default();
+        let want = full();
+        r.apply(&want, &mut m).expect("apply");
+        assert!(r.plan(&want).is_empty());
+        r.force_bump();
+        assert_eq!(r.plan(&want), vec![Op::BumpGeneration]);
+        r.apply(&want, &mut m).expect("apply");
+        assert_eq!(r.generation(), 2);
+        assert!(r.plan(&want).is_empty());
+    }
+
+    #[test]
     fn failed_bump_is_retried() {
         let mut r = Reconciler::new();
         let mut m = Mem::default();
