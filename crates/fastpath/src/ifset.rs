@@ -45,17 +45,15 @@ impl Plan {
 /// slots neither running nor in `taken`.
 pub fn plan(running: &[Iface], wanted: &[Iface], taken: &BTreeSet<u32>) -> Result<Plan, String> {
     let same = |a: &Iface, b: &Iface| a.name == b.name && a.ifindex == b.ifindex;
-    let mut used: BTreeSet<u32> = taken.iter().chain(running.iter().map(|i| &i.slot)).copied().collect();
-    let mut free = (1..intf::FP_MAX_IFACES).filter(|s| !used.contains(s)).collect::<Vec<_>>().into_iter();
+    let used: BTreeSet<u32> = taken.iter().chain(running.iter().map(|i| &i.slot)).copied().collect();
+    let mut free = (1..intf::FP_MAX_IFACES).filter(|s| !used.contains(s));
     let (mut next, mut added) = (Vec::new(), Vec::new());
     for w in wanted {
         let slot = match running.iter().find(|r| same(r, w)) {
             Some(r) => r.slot,
             None => {
                 let s = free.next().ok_or_else(|| format!("no free interface slot left for {}", w.name))?;
-                used.insert(s);
-                let i = Iface { slot: s, ..w.clone() };
-                added.push(i);
+                added.push(Iface { slot: s, ..w.clone() });
                 s
             }
         };
