@@ -82,6 +82,13 @@ impl Reconciler {
         self.dirty = true;
     }
 
+    /// The next plan ends with a generation bump even if it writes
+    /// nothing: entries changed outside the plan (a reload re-slotting the
+    /// next hops of interfaces it added or removed).
+    pub fn force_bump(&mut self) {
+        self.dirty = true;
+    }
+
     /// The ops that take the maps from `applied()` to `desired`, safely ordered.
     pub fn plan(&self, desired: &Desired) -> Vec<Op> {
         let old = &self.applied;
@@ -1248,6 +1255,20 @@ mod tests {
             assert_eq!(r.generation(), 2, "op {k}");
             assert!(r.plan(&after).is_empty());
         }
+    }
+
+    #[test]
+    fn forced_bump_with_nothing_to_write() {
+        let mut r = Reconciler::new();
+        let mut m = Mem::default();
+        let want = full();
+        r.apply(&want, &mut m).expect("apply");
+        assert!(r.plan(&want).is_empty());
+        r.force_bump();
+        assert_eq!(r.plan(&want), vec![Op::BumpGeneration]);
+        r.apply(&want, &mut m).expect("apply");
+        assert_eq!(r.generation(), 2);
+        assert!(r.plan(&want).is_empty());
     }
 
     #[test]

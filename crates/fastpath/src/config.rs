@@ -10,7 +10,8 @@
 //! ```
 //!
 //! Options given on the command line override the file, key by key (for
-//! `interface`, the command line's list replaces the file's).
+//! `interface`, the command line's list replaces the file's, and a reload
+//! then leaves the interface set alone).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;

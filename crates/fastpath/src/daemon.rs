@@ -12,7 +12,7 @@ use fastpath_core::desired::{self, Ids};
 use fastpath_core::mirror::{Mirror, PollOutcome};
 use fastpath_core::model::{Family, KernelState};
 use fastpath_core::reconcile::Reconciler;
-use fastpath_core::tables::{Capacities, Desired};
+use fastpath_core::tables::{Capacities, Desired, Op, TableWriter};
 use log::{debug, error, info, warn};
 
 use crate::api::{self, IfaceInfo, Shared, Snapshot};
@@ -22,7 +22,7 @@ use crate::reload::{self, Reloader};
 use crate::loader::{self, Attachment};
 use crate::maps::{MapWriter, Maps};
 use crate::preflight::{self, Iface};
-use crate::{ctwatch, keepalive, netfilter, pin, RunArgs};
+use crate::{ctwatch, ifset, keepalive, netfilter, pin, RunArgs};
 
 /// How long the main loop sleeps in poll when nothing happens; bounds the
 /// reaction time to signals.
@@ -135,6 +135,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
         applied: Arc::new(Desired::default()),
         keepalives: 0,
         gone: BTreeSet::new(),
+        reslot: BTreeSet::new(),
         flow_timeout: if opts.flow_sets == 0 { 0 } else { args.flow_timeout },
         flow_entries: opts.flow_sets * intf::FP_FLOW_WAYS,
         ops: OpsStats { last_full_sync: Some(t), ..Default::default() },
@@ -178,7 +179,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
     lp.afxdp = afxdp.as_ref().map(|f| f.stats_source());
     let takeover = pins.as_mut().map(|p| p.take_links(&ifaces)).unwrap_or_default();
     let plain = |k: usize, first: &loader::Instance| loader::load_plain(&ifaces[k], &caps, &opts, first);
-    let attachments = loader::attach_all(&mut instances, args.xdp_mode, takeover, &plain)?;
+    let mut attachments = loader::attach_all(&mut instances, args.xdp_mode, takeover, &plain)?;
     let first = instances.first().context("no interface to run on")?;
     if let Some(p) = &mut pins {
         p.commit(first, &instances, &attachments, &maps).context("pinning")?;
@@ -210,11 +211,25 @@ pub fn run(loaded: Loaded) -> Result<()> {
     let mut pending_since: Option<Instant> = None;
     while !term.load(Ordering::Relaxed) {
         if hup.swap(false, Ordering::Relaxed) {
-            match reloader.reload(&mut lp) {
+            let set = ifset::Attached {
+                ifaces: &mut ifaces,
+                instances: &mut instances,
+                attachments: &mut attachments,
+                pins: pins.as_ref(),
+                maps: &maps,
+                tx_slots: &mut tx.slots,
+                caps: &caps,
+                opts: &opts,
+                mode: args.xdp_mode,
+            };
+            match reloader.reload(&mut Hup { lp: &mut lp, set }) {
                 reload::Outcome::Rejected => lp.ops.reloads_failed += 1,
                 reload::Outcome::Done { .. } => lp.ops.reloads_ok += 1,
                 reload::Outcome::NoFile => {}
             }
+            // A changed interface set is written by this reconcile; without
+            // one it finds nothing to write.
+            dirty = true;
             lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
         }
         // Conntrack events must not wait behind an idle route socket.
@@ -413,6 +428,9 @@ struct Loop {
     keepalives: u64,
     /// Managed interfaces already reported deleted.
     gone: BTreeSet<u32>,
+    /// Interfaces whose slot a reload changed (added: a new one, dropped:
+    /// 0): their next hops are rewritten before the next reconcile.
+    reslot: BTreeSet<u32>,
     /// Flow cache settings, for status.
     flow_timeout: u32,
     flow_entries: u32,
@@ -427,7 +445,34 @@ struct Loop {
     ct: Option<ctwatch::Stateful>,
 }
 
-impl reload::Live for Loop {
+/// What a SIGHUP reaches: the loop's settings and the attached interfaces.
+struct Hup<'a, 'b> {
+    lp: &'a mut Loop,
+    set: ifset::Attached<'b>,
+}
+
+impl reload::Live for Hup<'_, '_> {
+    fn set_flow_timeout(&mut self, secs: u32) -> Result<(), String> {
+        self.lp.set_flow_timeout(secs)
+    }
+
+    fn set_ct_mark(&mut self, mask: u32) -> Result<(), String> {
+        self.lp.set_ct_mark(mask)
+    }
+
+    fn set_ct_revalidate_ms(&mut self, ms: u32) -> Result<(), String> {
+        self.lp.set_ct_revalidate_ms(ms)
+    }
+
+    fn set_interfaces(&mut self, names: &[String]) -> Result<(), reload::Refusal> {
+        if self.set.change(names, &self.lp.writer.taken_slots())?.is_some() {
+            self.lp.manage(self.set.ifaces);
+        }
+        Ok(())
+    }
+}
+
+impl Loop {
     fn set_flow_timeout(&mut self, secs: u32) -> Result<(), String> {
         // The cache is sized and switched on at load.
         if self.flow_entries == 0 && secs != 0 {
@@ -455,10 +500,33 @@ impl reload::Live for Loop {
         self.ct_status = Some(c.status(&self.writer));
         Ok(())
     }
-}
 
-impl Loop {
+    /// A reload changed the interface set (`ifaces`, with their slots).
+    /// The next reconcile writes the entries and neighbours of the new
+    /// interfaces and deletes those of the dropped ones; their next hops
+    /// change egress slot, which the reconciler cannot see (same ifindex,
+    /// same gateway), so they are rewritten first, and the generation bump
+    /// that ends it makes every cached flow look again.
+    fn manage(&mut self, ifaces: &[Iface]) {
+        let managed: BTreeMap<u32, u32> = ifaces.iter().map(|i| (i.ifindex, i.slot)).collect();
+        let before = &self.managed;
+        self.reslot.extend(managed.keys().chain(before.keys()).filter(|k| managed.get(k) != before.get(k)));
+        self.writer.set_slots(managed.clone());
+        self.managed = managed;
+        self.reconciler.force_bump();
+    }
+
+    fn reslot_nexthops(&mut self) -> Result<()> {
+        let nexthops = &self.reconciler.applied().nexthops;
+        for (id, e) in nexthops.iter().filter(|(_, e)| self.reslot.contains(&e.ifindex)) {
+            self.writer.apply(&Op::UpsertNexthop(*id, e.clone())).context("re-slotting a next hop")?;
+        }
+        self.reslot.clear();
+        Ok(())
+    }
+
     fn reconcile(&mut self, state: &KernelState) -> Result<()> {
+        self.reslot_nexthops()?;
         // Routes that found no free next-hop id are punted on their own; ids
         // the apply releases may serve them, so a starved pass is followed by
         // one more rather than waiting for the next kernel event.
@@ -488,6 +556,7 @@ impl Loop {
         timing.publish = t.elapsed();
         let n = res.context("reconciling the BPF maps")?;
         timing.log(n, self.reconciler.generation());
+        self.writer.forget_retired(&self.reconciler.applied().ifaces);
         Ok(())
     }
 

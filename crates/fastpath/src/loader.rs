@@ -263,20 +263,29 @@ pub fn load_all(
             (None, Some(p)) => Share::Pinned(p),
             (None, None) => Share::None,
         };
-        let inst = if opts.nic_hash {
-            match open_one(iface, caps, opts, HashVariant::NicRxHash, share()) {
-                Ok(i) => i,
-                Err(e) => {
-                    log::info!("{}: no device-bound RX-hash program ({e:#}); using the plain one", iface.name);
-                    open_one(iface, caps, opts, HashVariant::MetaOrSoftware, share())?
-                }
-            }
-        } else {
-            open_one(iface, caps, opts, HashVariant::MetaOrSoftware, share())?
-        };
+        let inst = load_one(iface, caps, opts, &share)?;
         out.push(inst);
     }
     Ok(out)
+}
+
+/// The instance for an interface added by a reload, sharing the maps of
+/// `first` (any running instance), chosen as `load_all` would.
+pub fn load_more(iface: &Iface, caps: &Capacities, opts: &LoadOpts, first: &Instance) -> Result<Instance> {
+    load_one(iface, caps, opts, &|| Share::Skel(&first.skel))
+}
+
+fn load_one<'a>(iface: &Iface, caps: &Capacities, opts: &LoadOpts, share: &dyn Fn() -> Share<'a>) -> Result<Instance> {
+    if !opts.nic_hash {
+        return open_one(iface, caps, opts, HashVariant::MetaOrSoftware, share());
+    }
+    match open_one(iface, caps, opts, HashVariant::NicRxHash, share()) {
+        Ok(i) => Ok(i),
+        Err(e) => {
+            log::info!("{}: no device-bound RX-hash program ({e:#}); using the plain one", iface.name);
+            open_one(iface, caps, opts, HashVariant::MetaOrSoftware, share())
+        }
+    }
 }
 
 /// One interface the program is attached to.
@@ -292,6 +301,17 @@ pub struct Attachment {
 impl Attachment {
     pub fn link_fd(&self) -> BorrowedFd<'_> {
         self.link.as_fd()
+    }
+
+    /// Detaches now, whoever else holds the link (a pin): a reload that
+    /// drops the interface.
+    pub fn detach(self) -> std::io::Result<()> {
+        // SAFETY: plain syscall wrapper on a link fd we own.
+        let rc = unsafe { libbpf_sys::bpf_link_detach(self.link.as_raw_fd()) };
+        if rc < 0 {
+            return Err(std::io::Error::from_raw_os_error(-rc));
+        }
+        Ok(())
     }
 }
 

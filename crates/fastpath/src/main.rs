@@ -11,6 +11,7 @@ mod ctwatch;
 mod daemon;
 mod flows;
 mod fpm;
+mod ifset;
 mod keepalive;
 mod links;
 mod loader;

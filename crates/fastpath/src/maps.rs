@@ -183,6 +183,14 @@ impl Maps {
         ctx("fp_tx_ports", self.tx_ports.delete(&slot.to_ne_bytes()))
     }
 
+    /// Zeroes one fp_stats slot on every CPU: a slot a reload hands to an
+    /// interface may hold the counts of one removed earlier.
+    pub fn reset_counters(&self, slot: u32) -> MapResult<()> {
+        let cpus = ctx("fp_stats", self.stats.lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY))?.unwrap_or_default();
+        let zero: Vec<Vec<u8>> = cpus.iter().map(|v| vec![0u8; v.len()]).collect();
+        ctx("fp_stats", self.stats.update_percpu(&slot.to_ne_bytes(), &zero, MapFlags::ANY))
+    }
+
     /// Counters of one fp_stats slot, summed over CPUs.
     pub fn counters(&self, slot: u32) -> MapResult<Counters> {
         let mut c = Counters::default();
@@ -445,6 +453,33 @@ impl MapWriter {
             retired: BTreeMap::new(),
             batching: true,
         }
+    }
+
+    /// A reload changed the managed set: interfaces leaving it become
+    /// retired, so the reconcile that deletes their fp_ifaces entries still
+    /// finds their slots.
+    pub fn set_slots(&mut self, slots: BTreeMap<u32, u32>) {
+        for (ifindex, slot) in &self.slots {
+            if !slots.contains_key(ifindex) {
+                self.retired.insert(*ifindex, *slot);
+            }
+        }
+        for ifindex in slots.keys() {
+            self.retired.remove(ifindex);
+        }
+        self.slots = slots;
+    }
+
+    /// Slots a new interface must not get: in use, or retired with their
+    /// fp_ifaces entry possibly still written.
+    pub fn taken_slots(&self) -> BTreeSet<u32> {
+        self.slots.values().chain(self.retired.values()).copied().collect()
+    }
+
+    /// Forgets retired interfaces whose fp_ifaces entry is gone (`written`:
+    /// what the reconciler says the map holds): their slots are free again.
+    pub fn forget_retired<V>(&mut self, written: &BTreeMap<u32, V>) {
+        self.retired.retain(|ifindex, _| written.contains_key(ifindex));
     }
 
     /// Seconds without a heartbeat before the data path punts everything

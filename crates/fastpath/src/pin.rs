@@ -543,6 +543,20 @@ impl Pins {
         info!("pinned under {}: forwarding continues if the daemon stops (`fastpath detach` removes it)", self.dir.display());
         Ok(())
     }
+
+    /// An interface a reload attached: pinned like the ones at start, so a
+    /// restart takes it over.
+    pub fn pin_iface(&self, inst: &Instance, att: &Attachment) -> Result<()> {
+        repin(inst.attached_prog(att.hash).as_fd(), &self.dir.join("progs").join(att.ifindex.to_string()))?;
+        repin(att.link_fd(), &self.dir.join("links").join(att.ifindex.to_string()))
+    }
+
+    /// An interface a reload dropped (or attached and rolled back): its
+    /// pins go, so neither the link nor a restart keeps it.
+    pub fn unpin_iface(&self, ifindex: u32) -> Result<()> {
+        remove_file(&self.dir.join("links").join(ifindex.to_string()))?;
+        remove_file(&self.dir.join("progs").join(ifindex.to_string()))
+    }
 }
 
 fn intf_max_ifaces() -> u32 {

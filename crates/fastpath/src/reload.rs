@@ -1,9 +1,11 @@
 //! SIGHUP: re-read the config file and apply what can change without
 //! disturbing traffic. The new file is parsed and validated whole first: a
 //! bad one is rejected and the running configuration stays as it is. Then
-//! each option that differs is either applied live (the `LIVE` table) or
-//! reported as needing a restart and left at its running value; nothing is
-//! half-applied. Options are compared by clap's effective raw values, so
+//! the interface set changes (see `ifset`), all or nothing: an added
+//! interface that cannot be attached rejects the reload whole too. Then
+//! each other option that differs is either applied live (the `LIVE` table)
+//! or reported as needing a restart and left at its running value; nothing
+//! is half-applied. Options are compared by clap's effective raw values, so
 //! an option someone adds to `RunArgs` is covered (as "needs a restart")
 //! without code here.
 
@@ -22,7 +24,23 @@ pub trait Live {
     fn set_ct_mark(&mut self, mask: u32) -> Result<(), String>;
     /// Stateful mode's revalidation interval (no effect in stateless mode).
     fn set_ct_revalidate_ms(&mut self, ms: u32) -> Result<(), String>;
+    /// Attaches the interfaces of `names` not running yet and detaches the
+    /// running ones it lacks, or changes nothing.
+    fn set_interfaces(&mut self, names: &[String]) -> Result<(), Refusal>;
 }
+
+/// Why `Live::set_interfaces` left the running set as it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The new set cannot run (an interface does not attach, ...): the
+    /// reload is rejected whole.
+    Invalid(String),
+    /// The new set is fine but only a restart can apply it.
+    Restart(String),
+}
+
+/// The option whose change goes through `Live::set_interfaces`.
+const INTERFACES: &str = "interface";
 
 type Apply = fn(&RunArgs, &mut dyn Live) -> Result<(), String>;
 
@@ -87,9 +105,28 @@ impl Reloader {
 
     fn apply(&mut self, new: &Loaded, live: &mut dyn Live) -> Outcome {
         let (mut applied, mut restart) = (0, 0);
+        // First, so that a refused set leaves every other option alone too.
+        if let Some(value) = new.raw.get(INTERFACES).filter(|v| self.running.get(INTERFACES) != Some(*v)) {
+            let (was, now) = (show(self.running.get(INTERFACES)), show(Some(value)));
+            match live.set_interfaces(&new.args.interfaces) {
+                Ok(()) => {
+                    info!("reload: {INTERFACES} {was} -> {now}: applied");
+                    self.running.insert(INTERFACES.into(), value.clone());
+                    applied += 1;
+                }
+                Err(Refusal::Invalid(why)) => {
+                    error!("reload rejected, running configuration unchanged: {INTERFACES} {was} -> {now}: {why}");
+                    return Outcome::Rejected;
+                }
+                Err(Refusal::Restart(why)) => {
+                    warn!("reload: {INTERFACES} {was} -> {now}: needs a restart ({why}); keeping {was}");
+                    restart += 1;
+                }
+            }
+        }
         for (key, value) in &new.raw {
             let old = self.running.get(key);
-            if old == Some(value) || IGNORED.contains(&key.as_str()) {
+            if old == Some(value) || IGNORED.contains(&key.as_str()) || key == INTERFACES {
                 continue;
             }
             let (was, now) = (show(old), show(Some(value)));
@@ -128,6 +165,8 @@ mod tests {
         ct_mark: Option<u32>,
         ct_revalidate_ms: Option<u32>,
         refuse: bool,
+        interfaces: Option<Vec<String>>,
+        iface_refusal: Option<Refusal>,
     }
 
     impl Live for Fake {
@@ -146,6 +185,14 @@ mod tests {
 
         fn set_ct_revalidate_ms(&mut self, ms: u32) -> Result<(), String> {
             self.ct_revalidate_ms = Some(ms);
+            Ok(())
+        }
+
+        fn set_interfaces(&mut self, names: &[String]) -> Result<(), Refusal> {
+            if let Some(r) = &self.iface_refusal {
+                return Err(r.clone());
+            }
+            self.interfaces = Some(names.to_vec());
             Ok(())
         }
     }
@@ -190,5 +237,40 @@ mod tests {
         let mut f = Fake::default();
         assert_eq!(r.apply(&loaded("flow-timeout = 30\n"), &mut f), Outcome::Done { applied: 0, restart: 0 });
         assert_eq!(f.flow_timeout, None);
+    }
+
+    #[test]
+    fn interface_set_changes_live() {
+        let mut r = Reloader::new(&loaded("interface = [\"a\", \"b\"]\n"));
+        let mut f = Fake::default();
+        let out = r.apply(&loaded("interface = [\"a\", \"b\", \"c\"]\nflow-timeout = 5\n"), &mut f);
+        assert_eq!(out, Outcome::Done { applied: 2, restart: 0 });
+        assert_eq!(f.interfaces, Some(vec!["a".into(), "b".into(), "c".into()]));
+        assert_eq!(r.running["interface"], vec!["a", "b", "c"]);
+        // The same set again is no change: not handed to the daemon.
+        f.interfaces = None;
+        assert_eq!(r.apply(&loaded("interface = [\"a\", \"b\", \"c\"]\nflow-timeout = 5\n"), &mut f), Outcome::Done { applied: 0, restart: 0 });
+        assert_eq!(f.interfaces, None);
+    }
+
+    #[test]
+    fn a_refused_interface_set_rejects_the_whole_reload() {
+        let mut r = Reloader::new(&loaded("interface = [\"a\"]\nflow-timeout = 30\n"));
+        let mut f = Fake { iface_refusal: Some(Refusal::Invalid("attaching XDP to bad0: no".into())), ..Default::default() };
+        let out = r.apply(&loaded("interface = [\"a\", \"bad0\"]\nflow-timeout = 5\n"), &mut f);
+        assert_eq!(out, Outcome::Rejected);
+        assert_eq!(f.flow_timeout, None, "no other option applied");
+        assert_eq!(r.running["interface"], vec!["a"]);
+        assert_eq!(r.running["flow-timeout"], vec!["30"]);
+    }
+
+    #[test]
+    fn an_interface_set_needing_a_restart_keeps_the_running_one() {
+        let mut r = Reloader::new(&loaded("interface = [\"a\"]\n"));
+        let mut f = Fake { iface_refusal: Some(Refusal::Restart("afxdp".into())), ..Default::default() };
+        let out = r.apply(&loaded("interface = [\"a\", \"b\"]\nflow-timeout = 5\n"), &mut f);
+        assert_eq!(out, Outcome::Done { applied: 1, restart: 1 });
+        assert_eq!(r.running["interface"], vec!["a"]);
+        assert_eq!(f.flow_timeout, Some(5));
     }
 }
