@@ -27,6 +27,9 @@ use crate::{ctwatch, keepalive, netfilter, pin, RunArgs};
 /// How long the main loop sleeps in poll when nothing happens; bounds the
 /// reaction time to signals.
 const IDLE_POLL: Duration = Duration::from_millis(100);
+/// While routes wait for their simulated-ASIC write, how often the loop
+/// looks for writes that landed (they then go into the maps).
+const LANDED_POLL: Duration = Duration::from_millis(1);
 /// After a change, wait for the burst (a route flap, `ip route replace`
 /// as delete+add) to finish, but never longer than this.
 const DEBOUNCE_MAX: Duration = Duration::from_millis(20);
@@ -142,6 +145,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
         route_source: None,
         afxdp: None,
         ct: None,
+        admission: args.admission.build(&caps)?,
     };
     // Adopted first: fp_runtime comes back with the old run's ct_generation,
     // which the stateful start below moves past. Starting from 0 instead
@@ -215,20 +219,21 @@ pub fn run(loaded: Loaded) -> Result<()> {
             }
             lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
         }
+        let idle = if lp.admission.as_ref().is_some_and(|a| a.has_pending()) { LANDED_POLL } else { IDLE_POLL };
         // Conntrack events must not wait behind an idle route socket.
         let wait = match &lp.ct {
             Some(c) => {
-                c.wait(mirror.fd(), IDLE_POLL);
+                c.wait(mirror.fd(), idle);
                 Duration::ZERO
             }
             // In stateful mode an FPM change waits for the next poll
             // round (IDLE_POLL at most).
             None => match &fpm {
                 Some(f) => {
-                    f.wait(mirror.fd(), IDLE_POLL);
+                    f.wait(mirror.fd(), idle);
                     Duration::ZERO
                 }
-                None => IDLE_POLL,
+                None => idle,
             },
         };
         match mirror.poll(&mut state, wait) {
@@ -251,6 +256,10 @@ pub fn run(loaded: Loaded) -> Result<()> {
                 last_poll_err = Some(msg);
                 std::thread::sleep(IDLE_POLL);
             }
+        }
+
+        if lp.admission.as_mut().is_some_and(|a| a.take_landed()) {
+            dirty = true;
         }
 
         if let Some(f) = &mut fpm {
@@ -423,6 +432,8 @@ struct Loop {
     afxdp: Option<crate::afxdp::StatsSource>,
     /// Stateful mode (None: stateless); here so a reload can reach it.
     ct: Option<ctwatch::Stateful>,
+    /// --reservation-model/--resource-target (None: the default, see admission.rs).
+    admission: Option<fastpath_core::resources::Admission>,
 }
 
 impl reload::Live for Loop {
@@ -465,7 +476,7 @@ impl Loop {
         let (desired, res) = loop {
             passes += 1;
             let t = Instant::now();
-            let mut desired = desired::compute(state, &self.managed, &self.caps, &mut self.ids);
+            let mut desired = desired::compute_gated(state, &self.managed, &self.caps, &mut self.ids, self.admission.as_mut());
             self.punt_for_netfilter(&mut desired);
             timing.compute += t.elapsed();
             let t = Instant::now();
@@ -547,6 +558,7 @@ impl Loop {
             ct: self.ct_status,
             route_source: self.route_source.clone(),
             afxdp: self.afxdp.clone(),
+            admission: self.admission.as_ref().map(|a| a.status()),
         };
         match shared.lock() {
             Ok(mut g) => *g = Arc::new(snap),

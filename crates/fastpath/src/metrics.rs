@@ -307,6 +307,7 @@ mod tests {
             conntrack: None,
             route_source: None,
             afxdp: None,
+            admission: None,
             generation: 4,
             netlink_resyncs: 1,
             neigh_keepalives: 0,
