@@ -2,13 +2,14 @@
 (issue #5): routes reach the maps only through the model, and the
 no-blackhole rule holds under every model and target.
 
-The lab's routes fit; a more specific 203.0.113.64/28 (via the second server
-link, r2) inside 203.0.113.0/24 (via r1) does not. On the BPF target the FIB
+The lab's routes fit; a more specific route to 203.0.113.77 (via the second
+server link, r2) inside 203.0.113.0/24 (via r1) does not: a /32 on the BPF
+target, a /28 on the simulated ASIC. On the BPF target the FIB
 map is sized to what the lab holds (`--fib4-entries`); on the simulated ASIC
 its LPM memory is (`--sim-lpm-units`, host routes live in its hash memory).
-The /28 must not be forwarded by the fast-path /24: the /24 becomes a punt
+It must not be forwarded by the fast-path /24: the /24 becomes a punt
 and the kernel sends the packet out r2. Deleting another route makes room:
-the /28 is admitted, written and fast-path forwarded.
+the more specific route is admitted, written and fast-path forwarded.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from pkts import IP, UDP, Ether, Raw
 from test_overflow import routes_by_prefix, wait_routes
 
 HOST = "203.0.113.77"
-MORE = "203.0.113.64/28"
 SPARE = "198.51.100.64/26"
 
 
@@ -63,10 +63,14 @@ def send(lab: Lab) -> dict[str, list[bytes]]:
 @pytest.mark.parametrize("target,model", [("bpf", "lockstep"), ("sim-asic", "credit"), ("sim-asic", "prefetch:4")])
 def test_model_admits_forwards_and_never_blackholes(lab2, fastpath_bin, target, model):
     lab = lab2
+    # The prefix that does not fit: the longest (trimmed first) of the BPF
+    # FIB, where host routes are the lab's longest too (last by address);
+    # of the ASIC's LPM memory, where host routes do not go.
+    MORE = f"{HOST}/32" if target == "bpf" else "203.0.113.64/28"
     lab.resolve_neighbours()
     lab.ip(lab.router, "route", "add", SPARE, "via", lab.S4)
 
-    # The kernel alone: HOST goes out r2 by the /28, what s1 receives is the reference.
+    # The kernel alone: HOST goes out r2 by MORE, what s1 receives is the reference.
     lab.ip(lab.router, "route", "add", MORE, "via", lab.S1_4)
     kernel = send(lab)
     assert len(kernel["s1"]) == 1 and not kernel["s0"], kernel
@@ -100,7 +104,7 @@ def test_model_admits_forwards_and_never_blackholes(lab2, fastpath_bin, target, 
         assert got["s1"] == kernel["s1"], "not what the kernel alone sends"
         assert counter_delta(before, d.counters("r0")) == {"table_full": 1}
 
-        # A delete makes room: the /28 is admitted, written, and forwarded by the fast path.
+        # A delete makes room: the route is admitted, written, and forwarded by the fast path.
         lab.ip(lab.router, "route", "del", SPARE)
         rs = wait_routes(d, {MORE: "ok", "203.0.113.0/24": "ok"})
         assert rs[MORE]["action"] == "forward" and rs[MORE]["nexthop"]["dev"] == "r2", rs[MORE]
