@@ -28,8 +28,9 @@ use crate::{ctwatch, keepalive, netfilter, pin, RunArgs};
 /// reaction time to signals.
 const IDLE_POLL: Duration = Duration::from_millis(100);
 /// While routes wait for their simulated-ASIC write, how often the loop
-/// looks for writes that landed (they then go into the maps).
-const LANDED_POLL: Duration = Duration::from_millis(1);
+/// looks for writes that landed (they then go into the maps, all that
+/// landed meanwhile in one reconcile).
+const LANDED_POLL: Duration = Duration::from_millis(5);
 /// After a change, wait for the burst (a route flap, `ip route replace`
 /// as delete+add) to finish, but never longer than this.
 const DEBOUNCE_MAX: Duration = Duration::from_millis(20);
