@@ -54,6 +54,12 @@ def lpm_units(lab: Lab, extra: list[str]) -> int:
         return units
 
 
+def ours(delta: dict[str, int]) -> dict[str, int]:
+    """The counters our one frame can move: the lab's own chatter (ARP,
+    IPv6 link-local) counts as not_ip / link_local meanwhile."""
+    return {k: v for k, v in delta.items() if k not in ("not_ip", "link_local")}
+
+
 def send(lab: Lab) -> dict[str, list[bytes]]:
     f = bytes(Ether(src=lab.c0.mac, dst=lab.r0.mac) / IP(src=lab.C4, dst=HOST, ttl=9)
               / UDP(sport=40001, dport=9) / Raw(b"models"))
@@ -89,7 +95,7 @@ def test_model_admits_forwards_and_never_blackholes(lab2, fastpath_bin, target, 
         assert adm["refused"] == 0 and adm["installed"] >= len(rs) - 1, adm
         before = d.counters("r0")
         assert len(send(lab)["s0"]) == 1, "the /24 is not forwarded"
-        assert counter_delta(before, d.counters("r0")) == {"forwarded": 1}
+        assert ours(counter_delta(before, d.counters("r0"))) == {"forwarded": 1}
 
         lab.ip(lab.router, "route", "add", MORE, "via", lab.S1_4)
         rs = wait_routes(d, {MORE: "failed", "203.0.113.0/24": "punted-cover"})
@@ -102,7 +108,7 @@ def test_model_admits_forwards_and_never_blackholes(lab2, fastpath_bin, target, 
         got = send(lab)
         assert not got["s0"], "forwarded by the less specific fast-path route"
         assert got["s1"] == kernel["s1"], "not what the kernel alone sends"
-        assert counter_delta(before, d.counters("r0")) == {"table_full": 1}
+        assert ours(counter_delta(before, d.counters("r0"))) == {"table_full": 1}
 
         # A delete makes room: the route is admitted, written, and forwarded by the fast path.
         lab.ip(lab.router, "route", "del", SPARE)
@@ -112,4 +118,4 @@ def test_model_admits_forwards_and_never_blackholes(lab2, fastpath_bin, target, 
         before = d.counters("r0")
         got = send(lab)
         assert got["s1"] == kernel["s1"] and not got["s0"], got
-        assert counter_delta(before, d.counters("r0")) == {"forwarded": 1}
+        assert ours(counter_delta(before, d.counters("r0"))) == {"forwarded": 1}
