@@ -17,7 +17,7 @@ endif
 # rustup installs into ~/.cargo/bin, which non-login root shells often lack.
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: setup build test test-rust test-e2e soak demo bench bench-stateful bench-points clean
+.PHONY: setup build test test-rust test-e2e soak demo bench bench-table1 bench-stateful bench-points clean
 # `test` runs its layers in order (setup, build, Rust, end to end), also under make -j.
 .NOTPARALLEL:
 
@@ -50,8 +50,13 @@ soak: setup build
 demo: setup build
 	$(PYTHON) tests/demo.py
 
+# Forwarding rates, then paper 000's Table 1 (reservation models, ~6 minutes).
 bench: setup build
 	$(BIN) bench
+	$(BIN) bench table1
+
+bench-table1: setup build
+	$(BIN) bench table1
 
 # Stateful firewall bench (issue #4), ~2 minutes: separate from `bench` to keep that one short.
 bench-stateful: setup build

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::overflow;
+use crate::resources::Admission;
 use crate::model::{
     Family, KernelState, NextHop, Route, RouteKind, RouteTarget, Rule, NUD_USABLE, RT_TABLE_LOCAL,
     RT_TABLE_MAIN,
@@ -861,6 +862,19 @@ pub fn compute(
     caps: &Capacities,
     ids: &mut Ids,
 ) -> Desired {
+    compute_gated(state, managed, caps, ids, None)
+}
+
+/// `compute` with every FIB prefix that fits the maps put to a reservation
+/// model first (`--reservation-model`/`--resource-target`): refused and
+/// not-yet-written prefixes stay out of the maps, their covers punted.
+pub fn compute_gated(
+    state: &KernelState,
+    managed: &BTreeMap<u32, u32>,
+    caps: &Capacities,
+    ids: &mut Ids,
+    mut gate: Option<&mut Admission>,
+) -> Desired {
     let mut d = Desired::default();
 
     for (ifindex, slot) in managed {
@@ -896,8 +910,11 @@ pub fn compute(
         }
         Intent::Act(_) => None,
     };
-    let trim4 = overflow::trim(&mut fib4, caps.fib4 as usize, punt_cover);
-    let trim6 = overflow::trim(&mut fib6, caps.fib6 as usize, punt_cover);
+    let trim4 = overflow::trim_gated(&mut fib4, caps.fib4 as usize, punt_cover, gate.as_deref_mut().map(|g| (g, Family::V4)));
+    let trim6 = overflow::trim_gated(&mut fib6, caps.fib6 as usize, punt_cover, gate.as_deref_mut().map(|g| (g, Family::V6)));
+    if let Some(g) = gate {
+        g.end_pass();
+    }
     // A next-hop or group id beyond the map cannot be written.
     ids.nexthops.capacity = ids.nexthops.capacity.min(caps.nexthops);
     ids.groups.capacity = ids.groups.capacity.min(caps.groups);
@@ -1020,8 +1037,8 @@ pub fn compute(
         }
         d.fib6.insert(p.v6(), e);
     }
-    o.failed4.extend(trim4.left_out.iter().map(|(p, _)| p.v4()));
-    o.failed6.extend(trim6.left_out.iter().map(|(p, _)| p.v6()));
+    o.failed4.extend(trim4.left_out.iter().filter(|(p, _)| !trim4.pending.contains(p)).map(|(p, _)| p.v4()));
+    o.failed6.extend(trim6.left_out.iter().filter(|(p, _)| !trim6.pending.contains(p)).map(|(p, _)| p.v6()));
     o.covers4 = trim4.covers.iter().map(|(p, _)| p.v4()).collect();
     o.covers6 = trim6.covers.iter().map(|(p, _)| p.v6()).collect();
     let (deny, needs_lpm) = src_check4(truth4.as_ref().unwrap_or(&d.fib4), state);
@@ -1040,8 +1057,8 @@ pub fn compute(
         d.src_deny4 = deny;
     }
     for (name, need, cap, failed) in [
-        ("IPv4 FIB", need4, caps.fib4, trim4.left_out.len()),
-        ("IPv6 FIB", need6, caps.fib6, trim6.left_out.len()),
+        ("IPv4 FIB", need4, caps.fib4, trim4.left_out.len() - trim4.pending.len()),
+        ("IPv6 FIB", need6, caps.fib6, trim6.left_out.len() - trim6.pending.len()),
     ] {
         if failed > 0 {
             d.problems.push(format!(

@@ -20,6 +20,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use serde::Serialize;
 
 use crate::desired::Prefix;
+use crate::model::Family;
+use crate::resources::admission::{Admission, Gate};
 
 /// Offload status of every prefix that is not plainly in the map as the
 /// kernel has it. Everything else in the FIB is "ok".
@@ -73,6 +75,9 @@ pub(crate) struct Trimmed<T> {
     pub left_out: Vec<(Prefix, T)>,
     /// Installed prefixes turned into punts, with what they held before.
     pub covers: Vec<(Prefix, T)>,
+    /// Of `left_out`: admitted by the reservation model, target write not
+    /// landed yet. Left out like the rest, but not failed.
+    pub pending: HashSet<Prefix>,
 }
 
 impl<T> Default for Trimmed<T> {
@@ -80,6 +85,7 @@ impl<T> Default for Trimmed<T> {
         Trimmed {
             left_out: Vec::new(),
             covers: Vec::new(),
+            pending: HashSet::new(),
         }
     }
 }
@@ -88,20 +94,52 @@ impl<T> Default for Trimmed<T> {
 /// an entry covering a left-out prefix into a punt and returns what it
 /// held, or returns None when the entry does not forward anyway (a punt,
 /// local delivery, a reject route: all go to the kernel already).
+#[cfg(test)]
 pub(crate) fn trim<T>(
     fib: &mut Vec<(Prefix, T)>,
     cap: usize,
+    punt_cover: impl FnMut(&mut T) -> Option<T>,
+) -> Trimmed<T> {
+    trim_gated(fib, cap, punt_cover, None)
+}
+
+/// `trim`, then every prefix that fits is put to the reservation model
+/// (shortest first): one it refuses, or whose target write is still
+/// queued, is left out the same way, its cover punted.
+pub(crate) fn trim_gated<T>(
+    fib: &mut Vec<(Prefix, T)>,
+    cap: usize,
     mut punt_cover: impl FnMut(&mut T) -> Option<T>,
+    gate: Option<(&mut Admission, Family)>,
 ) -> Trimmed<T> {
     let mut out = Trimmed::default();
-    if fib.len() <= cap {
+    if fib.len() <= cap && gate.is_none() {
         return out;
     }
     let mut order: Vec<usize> = (0..fib.len()).collect();
     order.sort_unstable_by_key(|i| (fib[*i].0.len, fib[*i].0.bits));
     let mut drop = vec![false; fib.len()];
-    for i in &order[cap..] {
+    for i in order.iter().skip(cap) {
         drop[*i] = true;
+    }
+    if let Some((adm, fam)) = gate {
+        let fits: HashSet<Prefix> = order.iter().take(cap).map(|i| fib[*i].0).collect();
+        // Entries that leave go back first, so the room they held serves the new ones.
+        adm.retain(fam, &fits);
+        for i in order.iter().take(cap) {
+            let p = fib[*i].0;
+            match adm.gate(fam, p) {
+                Gate::Installed => {}
+                Gate::Pending => {
+                    drop[*i] = true;
+                    out.pending.insert(p);
+                }
+                Gate::Refused => drop[*i] = true,
+            }
+        }
+        if !drop.iter().any(|d| *d) {
+            return out;
+        }
     }
     let kept: HashSet<Prefix> = fib
         .iter()

@@ -105,6 +105,8 @@ pub struct Snapshot {
     pub route_source: Option<Arc<crate::fpm::Published>>,
     /// AF_XDP data path (None: XDP).
     pub afxdp: Option<crate::afxdp::StatsSource>,
+    /// --reservation-model/--resource-target other than the default.
+    pub admission: Option<fastpath_core::resources::AdmissionStatus>,
 }
 
 #[derive(Debug, Clone)]
@@ -233,6 +235,9 @@ pub struct Status {
     /// `--datapath afxdp`: the user-space forwarder's counters.
     #[serde(default)]
     pub afxdp: Option<crate::afxdp::Stats>,
+    /// `--reservation-model`/`--resource-target` other than the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<fastpath_core::resources::AdmissionStatus>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -386,6 +391,7 @@ pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
         route_source: s.route_source.as_ref().map(|r| r.status.clone()),
         routes_offload_failed: a.offload.failed() as u64,
         afxdp: s.afxdp.as_ref().map(|a| a.stats()),
+        admission: s.admission.clone(),
     })
 }
 

@@ -27,6 +27,10 @@ use crate::{ctwatch, ifset, keepalive, netfilter, pin, RunArgs};
 /// How long the main loop sleeps in poll when nothing happens; bounds the
 /// reaction time to signals.
 const IDLE_POLL: Duration = Duration::from_millis(100);
+/// While routes wait for their simulated-ASIC write, how often the loop
+/// looks for writes that landed (they then go into the maps, all that
+/// landed meanwhile in one reconcile).
+const LANDED_POLL: Duration = Duration::from_millis(5);
 /// After a change, wait for the burst (a route flap, `ip route replace`
 /// as delete+add) to finish, but never longer than this.
 const DEBOUNCE_MAX: Duration = Duration::from_millis(20);
@@ -143,6 +147,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
         route_source: None,
         afxdp: None,
         ct: None,
+        admission: args.admission.build(&caps)?,
     };
     // Adopted first: fp_runtime comes back with the old run's ct_generation,
     // which the stateful start below moves past. Starting from 0 instead
@@ -232,20 +237,21 @@ pub fn run(loaded: Loaded) -> Result<()> {
             dirty = true;
             lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
         }
+        let idle = if lp.admission.as_ref().is_some_and(|a| a.has_pending()) { LANDED_POLL } else { IDLE_POLL };
         // Conntrack events must not wait behind an idle route socket.
         let wait = match &lp.ct {
             Some(c) => {
-                c.wait(mirror.fd(), IDLE_POLL);
+                c.wait(mirror.fd(), idle);
                 Duration::ZERO
             }
             // In stateful mode an FPM change waits for the next poll
             // round (IDLE_POLL at most).
             None => match &fpm {
                 Some(f) => {
-                    f.wait(mirror.fd(), IDLE_POLL);
+                    f.wait(mirror.fd(), idle);
                     Duration::ZERO
                 }
-                None => IDLE_POLL,
+                None => idle,
             },
         };
         match mirror.poll(&mut state, wait) {
@@ -268,6 +274,10 @@ pub fn run(loaded: Loaded) -> Result<()> {
                 last_poll_err = Some(msg);
                 std::thread::sleep(IDLE_POLL);
             }
+        }
+
+        if lp.admission.as_mut().is_some_and(|a| a.take_landed()) {
+            dirty = true;
         }
 
         if let Some(f) = &mut fpm {
@@ -443,6 +453,8 @@ struct Loop {
     afxdp: Option<crate::afxdp::StatsSource>,
     /// Stateful mode (None: stateless); here so a reload can reach it.
     ct: Option<ctwatch::Stateful>,
+    /// --reservation-model/--resource-target (None: the default, see admission.rs).
+    admission: Option<fastpath_core::resources::Admission>,
 }
 
 /// What a SIGHUP reaches: the loop's settings and the attached interfaces.
@@ -535,7 +547,7 @@ impl Loop {
         let (desired, res) = loop {
             passes += 1;
             let t = Instant::now();
-            let mut desired = desired::compute(state, &self.managed, &self.caps, &mut self.ids);
+            let mut desired = desired::compute_gated(state, &self.managed, &self.caps, &mut self.ids, self.admission.as_mut());
             self.punt_for_netfilter(&mut desired);
             timing.compute += t.elapsed();
             let t = Instant::now();
@@ -618,6 +630,7 @@ impl Loop {
             ct: self.ct_status,
             route_source: self.route_source.clone(),
             afxdp: self.afxdp.clone(),
+            admission: self.admission.as_ref().map(|a| a.status()),
         };
         match shared.lock() {
             Ok(mut g) => *g = Arc::new(snap),

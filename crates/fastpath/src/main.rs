@@ -1,6 +1,7 @@
 //! `fastpath`: the daemon (`fastpath run`) and its clients (`status`,
 //! `routes`, `neighbours`), plus the benchmark (`fastpath bench`).
 
+mod admission;
 mod afxdp;
 mod api;
 mod batch;
@@ -196,6 +197,8 @@ pub struct RunArgs {
     /// AF_XDP: prefetch frame i+N while rewriting frame i (0 = off).
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub afxdp_prefetch: u32,
+    #[command(flatten)]
+    pub admission: admission::AdmissionArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

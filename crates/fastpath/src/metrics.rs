@@ -308,6 +308,7 @@ mod tests {
             conntrack: None,
             route_source: None,
             afxdp: None,
+            admission: None,
             generation: 4,
             netlink_resyncs: 1,
             neigh_keepalives: 0,

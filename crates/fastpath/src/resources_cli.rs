@@ -55,7 +55,9 @@ pub struct SimArgs {
 
 pub fn resources(snap: &Snapshot) -> Result<View> {
     let target = crate::route_batch::bpf_target(snap)?;
-    let mut v = view(&target, "predictive", &[]);
+    // The maps' occupancy; with another model or target the daemon's admissions are in `status`.
+    let model = snap.admission.as_ref().map_or("predictive", |a| a.model.as_str());
+    let mut v = view(&target, model, &[]);
     // An LRU per CPU: it evicts instead of refusing, so it is not accounted.
     v.resources.push(ResourceLine {
         name: "flow_cache_per_cpu".into(),

@@ -10,6 +10,7 @@
 //! at different costs. A `Model` decides admissions against a target
 //! (lockstep, synchronous prefetch, credit-based, predictive).
 
+pub mod admission;
 pub mod asic;
 pub mod bpf_target;
 pub mod models;
@@ -22,6 +23,7 @@ use thiserror::Error;
 
 use crate::model::Family;
 
+pub use admission::{Admission, AdmissionStatus, TargetKind};
 pub use asic::{AsicConfig, SimAsic};
 pub use bpf_target::{BpfTarget, BpfUsage};
 pub use models::{new_model, CreditConfig, Model, ModelKind};

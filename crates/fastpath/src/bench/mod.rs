@@ -22,6 +22,8 @@ mod points;
 mod report;
 mod router;
 mod stateful;
+mod table1;
+mod table1_frr;
 mod tablesync;
 mod topo;
 mod traffic;
@@ -101,6 +103,8 @@ pub enum BenchCmd {
     Dns(dns::DnsArgs),
     /// Run one DNS responder in this network namespace until SIGTERM (for tests and demos).
     DnsServe(dns::DnsServeArgs),
+    /// Paper 000's Table 1: 10k routes (ip -batch, BGP) under each reservation model, BPF maps vs simulated ASIC: control latency, data-plane outage.
+    Table1(table1::Table1Args),
 }
 
 #[derive(Debug, clap::Args)]
@@ -208,6 +212,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if let Some(BenchCmd::Stateful(st)) = &args.cmd {
         let (stop, exe, work) = table_bench_setup(&args)?;
         return stateful::run(st, &exe, work.path(), &stop);
+    }
+    if let Some(BenchCmd::Table1(t)) = &args.cmd {
+        let (stop, exe, work) = table_bench_setup(&args)?;
+        return table1::run(t, &exe, work.path(), &stop);
     }
     if let Some(BenchCmd::Points(p)) = &args.cmd {
         return points::run(p);
