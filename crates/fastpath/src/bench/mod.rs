@@ -24,6 +24,7 @@ mod router;
 mod stateful;
 mod table1;
 mod table1_frr;
+mod table1_watch;
 mod tablesync;
 mod topo;
 mod traffic;
