@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 
 import pytest
 
-from lab import Daemon, Lab, counter_delta, send_and_capture
+from lab import FASTPATH, Daemon, Lab, counter_delta, send_and_capture, sh
 from pkts import IP, UDP, Ether, Raw
 from test_overflow import routes_by_prefix, wait_routes
 
@@ -93,6 +94,13 @@ def test_model_admits_forwards_and_never_blackholes(lab2, fastpath_bin, target, 
         adm = d.status()["admission"]
         assert (adm["target"], adm["model"]) == (target, model.split(":")[0]), adm
         assert adm["refused"] == 0 and adm["installed"] >= len(rs) - 1, adm
+        if target == "sim-asic":
+            # A batch reserves only against the BPF maps: refused whole, not half-kept.
+            f = lab.tmp / "batch.txt"
+            f.write_text("192.0.2.128/25 via " + lab.S4 + "\n")
+            p = d.cli("route", "add", "--batch", str(f), check=False)
+            assert p.returncode != 0 and "--resource-target bpf" in p.stderr, (p.returncode, p.stderr)
+            assert "192.0.2.128" not in lab.ip(lab.router, "-4", "route", "show").stdout
         before = d.counters("r0")
         assert len(send(lab)["s0"]) == 1, "the /24 is not forwarded"
         assert ours(counter_delta(before, d.counters("r0"))) == {"forwarded": 1}
@@ -119,3 +127,15 @@ def test_model_admits_forwards_and_never_blackholes(lab2, fastpath_bin, target, 
         got = send(lab)
         assert got["s1"] == kernel["s1"] and not got["s0"], got
         assert ours(counter_delta(before, d.counters("r0"))) == {"forwarded": 1}
+
+
+def test_sim_asic_refuses_pinning(lab, fastpath_bin):
+    """A simulated ASIC's tables live in the daemon: a pinned restart would
+    adopt maps it knows nothing of. Refused before anything is attached."""
+    p = sh("ip", "netns", "exec", lab.router, str(FASTPATH), "run", "-i", "r0", "-i", "r1",
+           "--resource-target", "sim-asic", "--pin", "--pin-dir", f"/sys/fs/bpf/fptest-{os.getpid()}-sim",
+           "--socket", str(lab.tmp / "sim.sock"), check=False, timeout=30)
+    assert p.returncode != 0
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert any("sim-asic" in ln and "--pin" in ln for ln in lines), p.stderr
+    assert not lab.xdp_attached(), "something stayed attached after a refused start"

@@ -94,6 +94,11 @@ pub fn run(loaded: Loaded) -> Result<()> {
     if afxdp_on && (stateful || args.pin) {
         anyhow::bail!("--datapath afxdp works in stateless mode without --pin only");
     }
+    if args.pin && args.admission.resource_target == fastpath_core::resources::TargetKind::SimAsic {
+        // Its pools live in this process: a restart would adopt maps the new
+        // simulated device knows nothing of.
+        anyhow::bail!("--resource-target sim-asic holds its tables in the daemon's memory only: not with --pin");
+    }
     let opts = loader::LoadOpts {
         flow_sets: if args.flow_timeout == 0 { 0 } else { loader::flow_sets(args.flow_entries) },
         nic_hash: args.rx_hash == crate::RxHash::Auto && args.xdp_mode != crate::XdpMode::Generic,

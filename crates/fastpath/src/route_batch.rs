@@ -158,6 +158,17 @@ fn needs(r: &Resolved) -> Vec<Key> {
 }
 
 fn add(snap: &Snapshot, batch: &[Resolved], pending: &mut BTreeMap<Key, Instant>) -> Result<serde_json::Value> {
+    // The reservation below is exact for the BPF maps (every model on the
+    // bpf target admits what fits them); a simulated ASIC's pools are the
+    // daemon loop's own and are not consulted here, so its all-or-nothing
+    // answer could not be kept.
+    if let Some(a) = snap.admission.as_ref().filter(|a| a.target != "bpf") {
+        bail!(
+            "batch refused, nothing was changed: the daemon admits routes through {} on the {} target, and batches reserve only against the BPF maps (run with --resource-target bpf)",
+            a.model,
+            a.target
+        );
+    }
     let caps = caps(snap)?;
     let target: Arc<dyn Target> = Arc::new(target_with(&caps, &snap.applied, pending));
     // Exact for the BPF maps: the daemon is their only writer.
