@@ -94,7 +94,15 @@ def test_model_admits_forwards_and_never_blackholes(lab2, fastpath_bin, target, 
         adm = d.status()["admission"]
         assert (adm["target"], adm["model"]) == (target, model.split(":")[0]), adm
         assert adm["refused"] == 0 and adm["installed"] >= len(rs) - 1, adm
+        res = json.loads(d.cli("resources", "--json").stdout)
         if target == "sim-asic":
+            # The device's shared pools, with what each kind of entry costs, beside the maps.
+            dev = res["device"]
+            assert (dev["target"], dev["model"]) == ("sim-asic", model.split(":")[0]), dev
+            pools = {r["name"]: r for r in dev["resources"]}
+            assert any(r["costs"] for r in pools.values()), pools
+            assert sum(r["used"] for r in pools.values()) >= adm["installed"], (pools, adm)
+            assert res["target"] == "bpf" and any(r["name"] == "fib4" for r in res["resources"]), res
             # A batch reserves only against the BPF maps: refused whole, not half-kept.
             f = lab.tmp / "batch.txt"
             f.write_text("192.0.2.128/25 via " + lab.S4 + "\n")
@@ -104,6 +112,8 @@ def test_model_admits_forwards_and_never_blackholes(lab2, fastpath_bin, target, 
         before = d.counters("r0")
         assert len(send(lab)["s0"]) == 1, "the /24 is not forwarded"
         assert ours(counter_delta(before, d.counters("r0"))) == {"forwarded": 1}
+        if target == "bpf":
+            assert "device" not in res, res
 
         lab.ip(lab.router, "route", "add", MORE, "via", lab.S1_4)
         rs = wait_routes(d, {MORE: "failed", "203.0.113.0/24": "punted-cover"})

@@ -107,6 +107,23 @@ pub struct Snapshot {
     pub afxdp: Option<crate::afxdp::StatsSource>,
     /// --reservation-model/--resource-target other than the default.
     pub admission: Option<fastpath_core::resources::AdmissionStatus>,
+    /// --resource-target sim-asic: the device, for `resources`.
+    pub device: Option<Device>,
+}
+
+/// A resource target other than the maps and the model in front of it;
+/// `resources` asks it on demand (a simulated device answers with its
+/// query latency, as a real one would).
+#[derive(Clone)]
+pub struct Device {
+    pub target: Arc<dyn fastpath_core::resources::Target>,
+    pub model: Arc<dyn fastpath_core::resources::Model>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Device({}, {})", self.target.name(), self.model.name())
+    }
 }
 
 #[derive(Debug, Clone)]

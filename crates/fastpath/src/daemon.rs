@@ -636,6 +636,9 @@ impl Loop {
             route_source: self.route_source.clone(),
             afxdp: self.afxdp.clone(),
             admission: self.admission.as_ref().map(|a| a.status()),
+            device: self.admission.as_ref().filter(|a| a.kind() == fastpath_core::resources::TargetKind::SimAsic).map(|a| {
+                crate::api::Device { target: Arc::clone(a.target()), model: Arc::clone(a.model()) }
+            }),
         };
         match shared.lock() {
             Ok(mut g) => *g = Arc::new(snap),

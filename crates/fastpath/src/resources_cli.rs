@@ -53,10 +53,29 @@ pub struct SimArgs {
     pub json: bool,
 }
 
-pub fn resources(snap: &Snapshot) -> Result<View> {
+/// The maps, and with `--resource-target sim-asic` the device in front of them.
+#[derive(Debug, serde::Serialize)]
+pub struct Resources {
+    #[serde(flatten)]
+    pub maps: View,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<View>,
+}
+
+pub fn resources(snap: &Snapshot) -> Result<Resources> {
+    let device = snap.device.as_ref().map(|d| view(d.target.as_ref(), d.model.name(), &d.model.held()));
+    Ok(Resources { maps: maps_view(snap)?, device })
+}
+
+fn maps_view(snap: &Snapshot) -> Result<View> {
     let target = crate::route_batch::bpf_target(snap)?;
     // The maps' occupancy; with another model or target the daemon's admissions are in `status`.
-    let model = snap.admission.as_ref().map_or("predictive", |a| a.model.as_str());
+    let model = match &snap.admission {
+        Some(a) if a.target == "bpf" => a.model.as_str(),
+        // Behind a device, the maps only hold what it wrote: nothing decides for them.
+        Some(_) => "none (written after the device)",
+        None => "predictive",
+    };
     let mut v = view(&target, model, &[]);
     // An LRU per CPU: it evicts instead of refusing, so it is not accounted.
     v.resources.push(ResourceLine {
@@ -86,6 +105,9 @@ struct ViewJson {
     target: String,
     model: String,
     resources: Vec<LineJson>,
+    /// --resource-target sim-asic: the simulated device's pools.
+    #[serde(default)]
+    device: Option<Box<ViewJson>>,
 }
 
 fn render(v: &ViewJson) -> String {
@@ -101,6 +123,10 @@ fn render(v: &ViewJson) -> String {
             let c: Vec<String> = r.costs.iter().map(|(k, n)| format!("{k}={n}")).collect();
             out += &format!("{:<20} costs per entry: {}\n", "", c.join(" "));
         }
+    }
+    if let Some(d) = &v.device {
+        out += "\n";
+        out += &render(d);
     }
     out
 }
@@ -184,5 +210,20 @@ mod tests {
         assert!(t.contains("lpm") && t.contains(" 50  units"), "{t}");
         assert!(t.contains("costs per entry: ipv4=1 ipv6_64=2"), "{t}");
         assert!(t.lines().any(|l| l.starts_with("flow_cache_per_cpu") && l.contains(" - ")), "{t}");
+    }
+
+    #[test]
+    fn a_device_is_shown_after_the_maps() {
+        let v: ViewJson = serde_json::from_str(
+            r#"{"target":"bpf","model":"none","resources":[
+                {"name":"fib4","size":10,"used":3,"reserved":0,"unit":"entries","costs":{}}],
+               "device":{"target":"sim-asic","model":"credit","resources":[
+                {"name":"lpm","size":100,"used":3,"reserved":5,"unit":"units","costs":{"ipv4":1,"ipv6_64":2}}]}}"#,
+        )
+        .unwrap();
+        let t = render(&v);
+        let maps = t.find("target bpf").unwrap();
+        let dev = t.find("target sim-asic, reservation model credit").unwrap();
+        assert!(maps < dev && t.contains(" 92  units"), "{t}");
     }
 }

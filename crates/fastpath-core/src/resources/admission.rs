@@ -214,6 +214,14 @@ impl Admission {
         &self.target
     }
 
+    pub fn model(&self) -> &Arc<dyn Model> {
+        &self.model
+    }
+
+    pub fn kind(&self) -> TargetKind {
+        self.kind
+    }
+
     pub fn model_name(&self) -> &'static str {
         self.model.name()
     }
