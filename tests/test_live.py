@@ -20,7 +20,7 @@ import pytest
 
 from lab import Capture, Daemon, Lab, Sender, counter_delta
 from oracle import Case, Run, assert_counts, differential_many
-from pkts import Ether, ping4, ping6, udp4, udp6
+from pkts import Ether, ping4, ping6, udp4, udp6, udp_series
 
 SETTLE = 0.15  # the daemon gets 100 ms to mirror a change; a little slack on top
 
@@ -49,7 +49,7 @@ def stream_route_change(lab: Lab, family: int, daemon: Daemon | None, pps: int =
     new_gw = lab.S1_4 if family == 4 else lab.S1_6
     fam = "-4" if family == 4 else "-6"
     n = int(pps * seconds)
-    frames = [bytes(mk(lab, seq=i)) for i in range(n)]
+    frames = udp_series(mk, lab, range(n))
     sent_at = [0.0] * n
     change = {}
     fwd_before_change = {}
