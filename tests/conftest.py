@@ -73,6 +73,19 @@ def module_daemon(module_lab, fastpath_bin):
         yield d
 
 
+@pytest.fixture(scope="module")
+def module_lab2():
+    """`module_lab` with the second router-server link (see `lab2`)."""
+    with Lab(second_path=True) as l:
+        yield l
+
+
+@pytest.fixture(scope="module")
+def module_daemon2(module_lab2, fastpath_bin):
+    with Daemon(module_lab2) as d:
+        yield d
+
+
 @pytest.fixture
 def daemon2(lab2, fastpath_bin):
     with Daemon(lab2) as d:

@@ -129,10 +129,13 @@ def differential(lab: Lab, traffic, rx: Sequence[Iface] | None = None, *,
 
 @dataclass
 class Case:
-    """One scenario of `differential_many`, with what it needs around it."""
+    """One scenario of `differential_many`, with what it needs around it
+    (`rx` and `gap`, when given, replace those of the whole call)."""
     traffic: object
     prepare: Callable[[], None] | None = None
     restore: Callable[[], None] | None = None
+    rx: Sequence[Iface] | None = None
+    gap: float | None = None
 
 
 def differential_many(lab: Lab, cases: dict[str, Case], rx: Sequence[Iface] | None = None, *,
@@ -146,16 +149,17 @@ def differential_many(lab: Lab, cases: dict[str, Case], rx: Sequence[Iface] | No
     One daemon across cases is also a harder test: flow-cache entries and
     conntrack verdicts of earlier cases are still there.
     """
-    rx = default_rx(lab, rx)
-    kernel = {k: _run(lab, as_scenario(c.traffic), rx, None, c.prepare, c.restore, gap)
+    rxs = {k: default_rx(lab, c.rx or rx) for k, c in cases.items()}
+    gaps = {k: gap if c.gap is None else c.gap for k, c in cases.items()}
+    kernel = {k: _run(lab, as_scenario(c.traffic), rxs[k], None, c.prepare, c.restore, gaps[k])
               for k, c in cases.items()}
     out: dict[str, tuple[Run, Run] | AssertionError] = {}
     with Daemon(lab, extra=daemon_args) as d:
         time.sleep(0.05)
         for k, c in cases.items():
-            other = _run(lab, as_scenario(c.traffic), rx, d, c.prepare, c.restore, gap)
+            other = _run(lab, as_scenario(c.traffic), rxs[k], d, c.prepare, c.restore, gaps[k])
             try:
-                compare(lab, rx, kernel[k], other)
+                compare(lab, rxs[k], kernel[k], other)
                 out[k] = (kernel[k], other)
             except AssertionError as e:
                 out[k] = e

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import struct
 
 logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
 
@@ -34,6 +35,53 @@ def udp6(lab: Lab, dst: str | None = None, hlim: int = 64, sport: int = 40000, d
          seq: int = 0, size: int = 32, **ip):
     return eth(lab) / IPv6(**{"src": lab.C6, **ip}, dst=dst or lab.FAR6, hlim=hlim) / \
         UDP(sport=sport, dport=dport) / Raw(payload(seq, size))
+
+
+def _fold(s: int) -> int:
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return s
+
+
+def _sum16(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    return sum(struct.unpack(f"!{len(data) // 2}H", data))
+
+
+def udp_series(mk, lab: Lab, seqs, **kw) -> list[bytes]:
+    """`[bytes(mk(lab, seq=s, **kw)) for s in seqs]` for mk = udp4 or udp6,
+    fast: scapy takes milliseconds per frame on a loaded machine and streams
+    send thousands. The frames differ only in the sequence digits of their
+    payload, so each is the first one with those digits and the UDP checksum
+    redone; the last is also built by scapy and must come out the same."""
+    seqs = list(seqs)
+    if not seqs:
+        return []
+    first = bytes(mk(lab, seq=seqs[0], **kw))
+    v4 = first[12:14] == b"\x08\x00"
+    l4 = 14 + ((first[14] & 0xF) * 4 if v4 else 40)
+    assert (first[23] if v4 else first[20]) == 17, "not a plain UDP frame"
+    digits = l4 + 8 + len(b"fastpath-")
+    assert first[l4 + 8:digits] == b"fastpath-" and first[digits:digits + 8] == b"%08d" % seqs[0], \
+        "payload too short for its sequence number"
+    udp_len = len(first) - l4
+    if v4:
+        pseudo = first[26:34] + struct.pack("!BBH", 0, 17, udp_len)
+    else:
+        pseudo = first[22:54] + struct.pack("!IxxxB", udp_len, 17)
+    zero_csum = first[l4 + 6:l4 + 8] == b"\0\0"  # an IPv4 datagram sent without one
+    out = []
+    buf = bytearray(first)
+    for seq in seqs:
+        buf[digits:digits + 8] = b"%08d" % seq
+        if not zero_csum:
+            buf[l4 + 6:l4 + 8] = b"\0\0"
+            c = ~_fold(_sum16(pseudo) + _sum16(bytes(buf[l4:]))) & 0xFFFF
+            buf[l4 + 6:l4 + 8] = struct.pack("!H", c or 0xFFFF)
+        out.append(bytes(buf))
+    assert out[-1] == bytes(mk(lab, seq=seqs[-1], **kw)), "udp_series differs from scapy's frame"
+    return out
 
 
 def tcp4(lab: Lab, dst: str | None = None, ttl: int = 64, flags: str = "S", dport: int = 80,
@@ -72,5 +120,5 @@ def frags6(lab: Lab, dst: str | None = None, size: int = 600, fragsize: int = 30
 
 __all__ = [
     "Ether", "IP", "IPv6", "UDP", "TCP", "ICMP", "Raw", "Padding", "IPv6ExtHdrHopByHop",
-    "eth", "payload", "udp4", "udp6", "tcp4", "tcp6", "ping4", "ping6", "frags4", "frags6",
+    "eth", "payload", "udp4", "udp6", "udp_series", "tcp4", "tcp6", "ping4", "ping6", "frags4", "frags6",
 ]

@@ -19,6 +19,14 @@ def one_line_error(p: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+@pytest.fixture(scope="module")
+def idle_lab():
+    """One lab for the tests of refused starts and of a missing daemon: they
+    must leave nothing behind, which each of them asserts."""
+    with Lab() as l:
+        yield l
+
+
 def run_in_router(lab: Lab, *args: str, prefix: tuple = ()) -> subprocess.CompletedProcess:
     return sh("ip", "netns", "exec", lab.router, *prefix, str(FASTPATH), "run", *args,
               "--socket", str(lab.tmp / "bad.sock"), check=False, timeout=30)
@@ -33,44 +41,58 @@ def run_in_router(lab: Lab, *args: str, prefix: tuple = ()) -> subprocess.Comple
     ([], ""),
     (["-i", ""], ""),
 ])
-def test_run_bad_interfaces(lab, fastpath_bin, args, mentions):
+def test_run_bad_interfaces(idle_lab, fastpath_bin, args, mentions):
+    lab = idle_lab
     line = one_line_error(run_in_router(lab, *args))
     assert mentions in line, line
     assert not lab.xdp_attached(), "something stayed attached after a refused start"
     assert not (lab.tmp / "bad.sock").exists(), "socket left behind"
 
 
-def test_run_not_root(lab, fastpath_bin):
+def test_run_not_root(idle_lab, fastpath_bin):
+    lab = idle_lab
     # the binary must be reachable for an unprivileged user
     d = lab.tmp / "nobody"
     d.mkdir()
+    mode = lab.tmp.stat().st_mode
     os.chmod(lab.tmp, 0o755)
-    os.chmod(d, 0o777)
-    exe = d / "fastpath"
-    shutil.copy(FASTPATH, exe)
-    os.chmod(exe, 0o755)
-    p = sh("ip", "netns", "exec", lab.router, "setpriv", "--reuid=65534", "--regid=65534",
-           "--clear-groups", "--inh-caps=-all", str(exe), "run", "-i", "r0", "-i", "r1",
-           "--socket", str(d / "fp.sock"), check=False)
+    try:
+        os.chmod(d, 0o777)
+        exe = d / "fastpath"
+        shutil.copy(FASTPATH, exe)
+        os.chmod(exe, 0o755)
+        p = sh("ip", "netns", "exec", lab.router, "setpriv", "--reuid=65534", "--regid=65534",
+               "--clear-groups", "--inh-caps=-all", str(exe), "run", "-i", "r0", "-i", "r1",
+               "--socket", str(d / "fp.sock"), check=False)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+        os.chmod(lab.tmp, mode)
     line = one_line_error(p)
     assert "root" in line.lower() or "permission" in line.lower() or "privile" in line.lower(), line
     assert not lab.xdp_attached()
 
 
-def test_status_without_daemon(lab, fastpath_bin):
+def test_status_without_daemon(idle_lab, fastpath_bin):
+    lab = idle_lab
     for cmd in (["status"], ["status", "--json"], ["routes", "--json"], ["neighbours"]):
         p = sh(str(FASTPATH), *cmd, "--socket", str(lab.tmp / "none.sock"), check=False)
         one_line_error(p)
 
 
-def test_socket_is_root_only(lab, daemon):
+def test_socket_is_root_only(module_daemon):
+    lab, daemon = module_daemon.lab, module_daemon
+    mode = lab.tmp.stat().st_mode
     os.chmod(lab.tmp, 0o755)  # only the socket's own permissions may stop an unprivileged user
-    p = sh("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(FASTPATH), "status",
-           "--socket", str(daemon.sock), check=False)
+    try:
+        p = sh("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(FASTPATH), "status",
+               "--socket", str(daemon.sock), check=False)
+    finally:
+        os.chmod(lab.tmp, mode)
     one_line_error(p)
 
 
-def test_second_instance_refused_first_untouched(lab, daemon):
+def test_second_instance_refused_first_untouched(module_daemon):
+    lab, daemon = module_daemon.lab, module_daemon
     before = lab.xdp_attached()
     p = sh("ip", "netns", "exec", lab.router, str(FASTPATH), "run", "-i", "r0", "-i", "r1",
            "--socket", str(lab.tmp / "second.sock"), check=False, timeout=30)

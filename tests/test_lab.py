@@ -5,7 +5,13 @@ import subprocess
 import pytest
 
 from lab import Lab, ipv4_csum_ok, send_and_expect
-from pkts import IP, IPv6, Ether, udp4, udp6
+from pkts import IP, IPv6, Ether, udp4, udp6, udp_series
+
+
+@pytest.fixture(scope="module")
+def lab(module_lab):
+    """The kernel-only tests here change nothing: one lab for the module."""
+    return module_lab
 
 
 def namespaces() -> str:
@@ -36,3 +42,10 @@ def test_send_and_expect_through_kernel(lab):
         assert e[IP].ttl == 63 and ipv4_csum_ok(f)
     got = send_and_expect(lab.c0, [udp6(lab, seq=i) for i in range(3)], lab.s0)
     assert all(Ether(f)[IPv6].hlim == 63 for f in got)
+
+
+@pytest.mark.parametrize("mk,kw", [(udp4, {}), (udp6, {}), (udp4, {"size": 100, "dst": Lab.S4}),
+                                   (udp4, {"chksum": 0}), (udp6, {"size": 17, "sport": 1234})])
+def test_udp_series_is_what_scapy_builds(lab, mk, kw):
+    seqs = list(range(0, 2000, 37)) + [99999999]
+    assert udp_series(mk, lab, seqs, **kw) == [bytes(mk(lab, seq=s, **kw)) for s in seqs]

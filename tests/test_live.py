@@ -3,19 +3,24 @@
 Each test first proves the fast path carried the traffic (counters), then
 changes routes/neighbours/links/addresses with iproute2 and checks that the
 frames leaving the router are what the kernel alone produces.
+
+A daemon start costs a verifier run per interface: the differential
+scenarios share one lab and one daemon (`live_runs`), the fast-path stream
+and address tests another (`module_daemon2`); each test restores what it
+changed.
 """
 
 from __future__ import annotations
 
-import struct
 import threading
 import time
+from dataclasses import dataclass
 
 import pytest
 
 from lab import Capture, Daemon, Lab, Sender, counter_delta
-from oracle import assert_counts, differential
-from pkts import Ether, ping4, ping6, udp4, udp6
+from oracle import Case, Run, assert_counts, differential_many
+from pkts import Ether, ping4, ping6, udp4, udp6, udp_series
 
 SETTLE = 0.15  # the daemon gets 100 ms to mirror a change; a little slack on top
 
@@ -44,7 +49,7 @@ def stream_route_change(lab: Lab, family: int, daemon: Daemon | None, pps: int =
     new_gw = lab.S1_4 if family == 4 else lab.S1_6
     fam = "-4" if family == 4 else "-6"
     n = int(pps * seconds)
-    frames = [bytes(mk(lab, seq=i)) for i in range(n)]
+    frames = udp_series(mk, lab, range(n))
     sent_at = [0.0] * n
     change = {}
     fwd_before_change = {}
@@ -88,22 +93,22 @@ def stream_route_change(lab: Lab, family: int, daemon: Daemon | None, pps: int =
 @pytest.mark.slow
 @pytest.mark.parametrize("family", [4, 6])
 @pytest.mark.parametrize("mode", ["kernel", "fastpath"])
-def test_route_change_mid_stream(lab2, family, mode, request):
-    lab = lab2
+def test_route_change_mid_stream(family, mode, request):
+    # The fast-path runs share the module's daemon (whose teardown asserts
+    # exit 0 and nothing left attached); the kernel runs get a lab of their own.
+    daemon = request.getfixturevalue("module_daemon2") if mode == "fastpath" else None
+    lab = daemon.lab if daemon else request.getfixturevalue("lab2")
     lab.resolve_neighbours()
-    daemon = None
-    if mode == "fastpath":
-        request.getfixturevalue("fastpath_bin")
-        daemon = Daemon(lab).start()
+    if daemon:
         daemon.wait_converged()
     try:
         before = daemon.counters("r0") if daemon else {}
         sent_at, change, where, at_change = stream_route_change(lab, family, daemon)
         after = daemon.counters("r0") if daemon else {}
     finally:
+        lab.gateway_routes()  # back to s0's path
         if daemon:
-            rc = daemon.stop()
-            assert rc == 0 and not lab.xdp_attached(), daemon.log_text()
+            daemon.wait_converged()
     n = len(sent_at)
     lost = [i for i in range(n) if i not in where]
     assert not lost, f"{len(lost)} packets lost, first {lost[:10]}"
@@ -123,42 +128,32 @@ def test_route_change_mid_stream(lab2, family, mode, request):
 
 # ------------------------------------------------------------ differential live changes
 
-def test_route_delete(lab, fastpath_bin):
-    def scenario(lab, send):
-        send(both(lab, 3))
-        lab.ip(lab.router, "route", "del", lab.REMOTE4)
-        lab.ip(lab.router, "-6", "route", "del", lab.REMOTE6)
-        time.sleep(SETTLE)
-        send(both(lab, 2, seq0=10))  # now the kernel answers: network unreachable
-
-    _, fp = differential(lab, scenario, restore=lab.gateway_routes)
-    assert_counts(fp, "r0", {"forwarded": 6, "no_route": 4})
+def route_delete(lab: Lab, send) -> None:
+    send(both(lab, 3))
+    lab.ip(lab.router, "route", "del", lab.REMOTE4)
+    lab.ip(lab.router, "-6", "route", "del", lab.REMOTE6)
+    time.sleep(SETTLE)
+    send(both(lab, 2, seq0=10))  # now the kernel answers: network unreachable
 
 
-def test_neighbour_mac_change(lab, fastpath_bin):
-    new_mac = "02:00:00:00:02:99"
-
-    def set_mac(mac):
-        lab.ip(lab.server, "link", "set", "s0", "address", mac)
-        lab.ip(lab.router, "neigh", "replace", lab.S4, "lladdr", mac, "dev", "r1", "nud", "reachable")
-        lab.ip(lab.router, "-6", "neigh", "replace", lab.S6, "lladdr", mac, "dev", "r1", "nud", "reachable")
-
-    def scenario(lab, send):
-        send(both(lab, 3))
-        set_mac(new_mac)
-        time.sleep(SETTLE)
-        send(both(lab, 3, seq0=10))
-
-    _, fp = differential(lab, scenario, rx=[lab.s0], restore=lambda: set_mac(lab.s0.mac))
-    assert_counts(fp, "r0", {"forwarded": 12})
-    dst = [Ether(f).dst for f in fp.frames["s0"]]
-    assert dst == [lab.s0.mac] * 6 + [new_mac] * 6, dst
+NEW_MAC = "02:00:00:00:02:99"
 
 
-def test_link_down_and_up(lab, fastpath_bin):
-    mid = {}
+def set_mac(lab: Lab, mac: str) -> None:
+    lab.ip(lab.server, "link", "set", "s0", "address", mac)
+    lab.ip(lab.router, "neigh", "replace", lab.S4, "lladdr", mac, "dev", "r1", "nud", "reachable")
+    lab.ip(lab.router, "-6", "neigh", "replace", lab.S6, "lladdr", mac, "dev", "r1", "nud", "reachable")
 
-    def scenario(lab, send):
+
+def neighbour_mac_change(lab: Lab, send) -> None:
+    send(both(lab, 3))
+    set_mac(lab, NEW_MAC)
+    time.sleep(SETTLE)
+    send(both(lab, 3, seq0=10))
+
+
+def link_down_and_up(mid: dict):
+    def scenario(lab: Lab, send) -> None:
         send(both(lab, 2))
         lab.ip(lab.router, "link", "set", "r1", "down")
         time.sleep(SETTLE)
@@ -173,56 +168,109 @@ def test_link_down_and_up(lab, fastpath_bin):
         time.sleep(SETTLE)
         mid["up"] = fp_counters(lab)
         send(both(lab, 2, seq0=30))
-
-    _, fp = differential(lab, scenario, gap=0.02)
-    if mid["down"] is not None:
-        down = counter_delta(mid["down"], mid["down_sent"])
-        assert down.get("forwarded", 0) == 0, f"forwarded while r1 was down: {down}"
-    assert fp.counters["r0"].get("forwarded", 0) >= 8, fp.counters  # 4 before down, 4 after recovery
+    return scenario
 
 
-def test_address_add_remove(lab, fastpath_bin):
-    """The destination becoming the router's own address makes it local, and back."""
-    def addrs(op):
-        lab.ip(lab.router, "addr", op, f"{lab.FAR4}/32", "dev", "lo")
-        lab.ip(lab.router, "addr", op, f"{lab.FAR6}/128", "dev", "lo")
+def router_owns_far(lab: Lab, op: str) -> None:
+    lab.ip(lab.router, "addr", op, f"{lab.FAR4}/32", "dev", "lo")
+    lab.ip(lab.router, "addr", op, f"{lab.FAR6}/128", "dev", "lo")
 
+
+def address_add_remove(lab: Lab, send) -> None:
     def traffic(seq0):
         return [ping4(lab, seq=seq0), udp4(lab, seq=seq0), ping6(lab, seq=seq0), udp6(lab, seq=seq0)]
 
-    def scenario(lab, send):
-        send(traffic(1))
-        addrs("add")
-        time.sleep(SETTLE)
-        send(traffic(2))  # answered by the router itself
-        addrs("del")
-        time.sleep(SETTLE)
-        send(traffic(3))
+    send(traffic(1))
+    router_owns_far(lab, "add")
+    time.sleep(SETTLE)
+    send(traffic(2))  # answered by the router itself
+    router_owns_far(lab, "del")
+    time.sleep(SETTLE)
+    send(traffic(3))
 
-    _, fp = differential(lab, scenario)
+
+def egress_carrier_loss(lab: Lab, send) -> None:
+    send(both(lab, 2))
+    lab.ip(lab.server, "link", "set", "s0", "down")
+    time.sleep(SETTLE)
+    send(both(lab, 2, seq0=10))
+    lab.ip(lab.server, "link", "set", "s0", "up")
+    lab.wait_ready()
+    lab.server_routes()
+    time.sleep(SETTLE)
+
+
+@dataclass
+class LiveRuns:
+    lab: Lab
+    runs: dict[str, tuple[Run, Run] | AssertionError]
+    link_mid: dict  # fast-path counters sampled inside the link down/up scenario
+
+
+@pytest.fixture(scope="module")
+def live_runs(fastpath_bin):
+    """Every differential scenario through one lab and one daemon: kernel-only
+    runs first, then the same with fastpath (oracle.differential_many)."""
+    with Lab() as lab:
+        mid: dict = {}
+        cases = {
+            "route_delete": Case(route_delete, restore=lab.gateway_routes),
+            "neighbour_mac_change": Case(neighbour_mac_change, rx=[lab.s0],
+                                         restore=lambda: set_mac(lab, lab.s0.mac)),
+            "link_down_and_up": Case(link_down_and_up(mid), gap=0.02),
+            "address_add_remove": Case(address_add_remove),
+            "egress_carrier_loss": Case(egress_carrier_loss, rx=[lab.c0]),
+        }
+        yield LiveRuns(lab, differential_many(lab, cases), mid)
+
+
+def fastpath_run(live: LiveRuns, name: str) -> Run:
+    result = live.runs[name]
+    if isinstance(result, AssertionError):
+        raise result
+    return result[1]
+
+
+def test_route_delete(live_runs):
+    fp = fastpath_run(live_runs, "route_delete")
+    assert_counts(fp, "r0", {"forwarded": 6, "no_route": 4})
+
+
+def test_neighbour_mac_change(live_runs):
+    fp = fastpath_run(live_runs, "neighbour_mac_change")
+    assert_counts(fp, "r0", {"forwarded": 12})
+    dst = [Ether(f).dst for f in fp.frames["s0"]]
+    assert dst == [live_runs.lab.s0.mac] * 6 + [NEW_MAC] * 6, dst
+
+
+def test_link_down_and_up(live_runs):
+    fp = fastpath_run(live_runs, "link_down_and_up")
+    mid = live_runs.link_mid
+    assert mid["down"] is not None, "the fast-path run did not sample its counters"
+    down = counter_delta(mid["down"], mid["down_sent"])
+    assert down.get("forwarded", 0) == 0, f"forwarded while r1 was down: {down}"
+    assert fp.counters["r0"].get("forwarded", 0) >= 8, fp.counters  # 4 before down, 4 after recovery
+
+
+def test_address_add_remove(live_runs):
+    """The destination becoming the router's own address makes it local, and back."""
+    fp = fastpath_run(live_runs, "address_add_remove")
     assert_counts(fp, "r0", {"forwarded": 8, "local": 4})
 
 
-def test_egress_carrier_loss(lab, fastpath_bin):
+def test_egress_carrier_loss(live_runs):
     """The server side of the link goes down: the router's r1 loses carrier."""
-    def scenario(lab, send):
-        send(both(lab, 2))
-        lab.ip(lab.server, "link", "set", "s0", "down")
-        time.sleep(SETTLE)
-        send(both(lab, 2, seq0=10))
-        lab.ip(lab.server, "link", "set", "s0", "up")
-        lab.wait_ready()
-        lab.server_routes()
-        time.sleep(SETTLE)
-
-    _, fp = differential(lab, scenario, rx=[lab.c0])
+    fp = fastpath_run(live_runs, "egress_carrier_loss")
     assert fp.counters["r0"].get("forwarded", 0) == 4, fp.counters
 
 
-def test_same_subnet_on_two_interfaces_is_punted(lab, daemon):
+def test_same_subnet_on_two_interfaces_is_punted(module_daemon2):
     """Two equal-metric kernel prefix routes for one IPv6 subnet (or IPv4
     aliases): the kernel may use either, one FIB entry cannot say which, so the
     prefix is punted — and forwarded again once only one route is left."""
+    daemon = module_daemon2
+    lab = daemon.lab
+
     def action(prefix):
         for r in daemon.routes():
             if r["prefix"] == prefix:
@@ -233,11 +281,16 @@ def test_same_subnet_on_two_interfaces_is_punted(lab, daemon):
                                 ("-4", "203.0.113.129/25", "203.0.113.130/25", "203.0.113.128/25")):
         extra = ["nodad"] if fam == "-6" else []
         lab.ip(lab.router, fam, "addr", "add", a0, "dev", "r0", *extra)
-        daemon.wait_converged()
-        assert action(prefix) == ("forward", None), daemon.routes()
-        lab.ip(lab.router, fam, "addr", "add", a1, "dev", "r1", *extra)
-        daemon.wait_converged(0.3)
-        assert action(prefix) == ("punt", "route_unsupported"), daemon.routes()
-        lab.ip(lab.router, fam, "addr", "del", a1, "dev", "r1")
-        daemon.wait_converged(0.3)
-        assert action(prefix) == ("forward", None), daemon.routes()
+        try:
+            daemon.wait_converged()
+            assert action(prefix) == ("forward", None), daemon.routes()
+            lab.ip(lab.router, fam, "addr", "add", a1, "dev", "r1", *extra)
+            daemon.wait_converged(0.3)
+            assert action(prefix) == ("punt", "route_unsupported"), daemon.routes()
+            lab.ip(lab.router, fam, "addr", "del", a1, "dev", "r1")
+            daemon.wait_converged(0.3)
+            assert action(prefix) == ("forward", None), daemon.routes()
+        finally:
+            # the module's lab goes on: leave it as it was
+            lab.ip(lab.router, fam, "addr", "del", a1, "dev", "r1", check=False)
+            lab.ip(lab.router, fam, "addr", "del", a0, "dev", "r0", check=False)

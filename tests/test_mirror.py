@@ -8,7 +8,7 @@ import threading
 import time
 
 from lab import Daemon, Lab, Sender, counter_delta
-from pkts import udp4
+from pkts import udp4, udp_series
 
 
 def neigh_state(lab: Lab, addr: str, dev: str = "r1") -> str | None:
@@ -36,7 +36,7 @@ class OneWayStream:
         lab.run(lab.server, "nft", "add", "chain", "ip", "sink", "input",
                 "{ type filter hook input priority 0; policy accept; }")
         lab.run(lab.server, "nft", "add", "rule", "ip", "sink", "input", "udp", "dport", "9", "drop")
-        self.frames = [bytes(udp4(lab, dst=dst, seq=i)) for i in range(pps)]
+        self.frames = udp_series(udp4, lab, range(pps), dst=dst)
         self.sender = Sender(lab.c0)
         self.gap = 1.0 / pps
         self.stop = threading.Event()

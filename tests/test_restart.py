@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from lab import FASTPATH, Capture, Daemon, Lab, Sender, counter_delta, in_netns, sh
-from pkts import udp4
+from pkts import udp4, udp_series
 
 
 def pin_lab(lab: Lab) -> Path:
@@ -120,7 +120,7 @@ class UdpCounter:
 def stream(lab: Lab, n: int, pps: int, events: dict[int, callable]) -> None:
     """n numbered UDP datagrams client -> server at `pps`; events[i]() runs
     (in another thread, so the stream keeps its pace) when datagram i goes."""
-    frames = [bytes(udp4(lab, seq=i)) for i in range(n)]
+    frames = udp_series(udp4, lab, range(n))
     tx = Sender(lab.c0)
     threads = []
     try:

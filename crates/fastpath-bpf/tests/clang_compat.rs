@@ -19,6 +19,8 @@ mod support;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::libbpf_sys;
@@ -94,6 +96,37 @@ fn compile(clang: &str, src: &Path, out: &Path, libbpf_inc: &Path) -> Result<()>
     Ok(())
 }
 
+struct Job {
+    clang: String,
+    src: PathBuf,
+    stem: String,
+    out: PathBuf,
+}
+
+/// Runs the compilers on as many CPUs as there are: compiling, one clang
+/// process per object, was most of this test's time. Results in job order.
+fn compile_all(jobs: &[Job], libbpf_inc: &Path) -> Vec<Result<()>> {
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<()>>>> = Mutex::new(jobs.iter().map(|_| None).collect());
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(jobs.len().max(1));
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(j) = jobs.get(i) else { break };
+                let r = compile(&j.clang, &j.src, &j.out, libbpf_inc);
+                results.lock().expect("a compile worker panicked")[i] = Some(r);
+            });
+        }
+    });
+    results
+        .into_inner()
+        .expect("a compile worker panicked")
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(anyhow::anyhow!("not compiled"))))
+        .collect()
+}
+
 /// Loads every program of the object; returns their names.
 fn load(obj: &Path, bind_to: u32) -> Result<Vec<String>> {
     let mut open = ObjectBuilder::default().open_file(obj).context("open")?;
@@ -139,6 +172,7 @@ fn programs_build_and_load_with_every_supported_clang() {
 
     let mut failed = Vec::new();
     let mut skipped = Vec::new();
+    let mut jobs = Vec::new();
     for clang in clangs() {
         if !have(&clang) {
             skipped.push(clang);
@@ -147,11 +181,16 @@ fn programs_build_and_load_with_every_supported_clang() {
         for src in &srcs {
             let stem = src.file_name().and_then(|n| n.to_str()).unwrap_or("x").trim_end_matches(".bpf.c");
             let out = tmp.0.join(format!("{stem}.{clang}.o"));
-            let r = compile(&clang, src, &out, &inc).and_then(|()| load(&out, lab.a));
-            match r {
-                Ok(progs) => eprintln!("{clang}: {stem}: loaded {}", progs.join(", ")),
-                Err(e) => failed.push(format!("{clang}: {}: {e:#}", src.display())),
-            }
+            jobs.push(Job { clang: clang.clone(), src: src.clone(), stem: stem.to_owned(), out });
+        }
+    }
+    // Loading stays on this thread: the `_hw` programs bind to the veth of
+    // its namespace.
+    for (job, compiled) in jobs.iter().zip(compile_all(&jobs, &inc)) {
+        let Job { clang, src, stem, out } = job;
+        match compiled.and_then(|()| load(out, lab.a)) {
+            Ok(progs) => eprintln!("{clang}: {stem}: loaded {}", progs.join(", ")),
+            Err(e) => failed.push(format!("{clang}: {}: {e:#}", src.display())),
         }
     }
     assert!(failed.is_empty(), "{} failures:\n{}", failed.len(), failed.join("\n"));
