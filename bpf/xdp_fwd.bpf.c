@@ -154,7 +154,8 @@ static __always_inline bool fp_flow_lookup(struct fp_pkt *p, const struct fp_flo
 	if (s->generation[w] != p->gen) {
 		p->st->flow[FP_FC_STALE]++;
 		p->st->flow[FP_FC_MISS]++;
-		pos->prev_nh = s->way[w].nh_id;
+		if ((__s32)(s->generation[w] - (__u32)fp_rt.mp_generation) >= 0)
+			pos->prev_nh = s->way[w].nh_id;
 		return false;
 	}
 	if (p->clock - s->used[w] > p->timeout) {

@@ -367,7 +367,14 @@ struct fp_runtime {
 	 * segments conntrack will never see.
 	 */
 	__u32 ct_tcp_liberal;
-	__u32 _pad3;
+	/*
+	 * generation (low 32 bits) from which the multipath hash settings
+	 * (mp_policy4/6, mp_seed) hold. A stale cached flow keeps its ECMP
+	 * path only if it was cached under them: the path stays when the
+	 * group changes, but a new hash policy or seed moves flows as it
+	 * moves them in the kernel.
+	 */
+	__u32 mp_generation;
 };
 
 /*

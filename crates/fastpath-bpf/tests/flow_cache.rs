@@ -373,6 +373,38 @@ fn stale_ecmp_flows_keep_their_path() {
     }
 }
 
+/// A new hash policy moves cached flows as it moves them in the kernel:
+/// stickiness is for group changes, not for a changed hash.
+#[test]
+fn a_new_hash_policy_is_not_sticky() {
+    let Some((_lab, mut w)) = lab("a_new_hash_policy_is_not_sticky") else { return };
+    let bounds = ecmp_world(&mut w);
+    let l = Loaded::new(&w).expect("load");
+    write_group(&l, bounds);
+    let flows: Vec<Ip4> = (3000..3100u16).map(p4).collect();
+    for p in &flows {
+        forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
+    }
+    // Policy 0 (L3): one address pair, so one path for every flow, which
+    // for some of them is not the path policy 1 gave. The daemon sets
+    // mp_generation to the generation the change is bumped to.
+    let p0 = |p: &Ip4| {
+        let h = fastpath_core::mphash::hash4(0, 0x5eed, p.src.into(), p.dst.into(), 17, 0, 0).expect("policy 0");
+        match fastpath_core::mphash::select(&bounds, h) {
+            Some(0) => MAC_GW4,
+            Some(1) => MAC_GW6LL,
+            other => panic!("no path for hash {h}: {other:?}"),
+        }
+    };
+    assert!(flows.iter().any(|p| kernel_path(p, bounds) != p0(p)), "the test needs flows that move");
+    w.rt.mp_policy4 = 0;
+    w.rt.mp_generation = (w.rt.generation + 1) as u32;
+    bump(&l, &mut w);
+    for p in &flows {
+        forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, p0(p)));
+    }
+}
+
 /// ICMP errors over a multipath route are the kernel's (it hashes the
 /// inner header); echo is forwarded.
 #[test]
