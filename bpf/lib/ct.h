@@ -155,27 +155,33 @@ static __always_inline void fp_ct_want_liberal(const struct nf_conn *ct, const s
 {
 	const struct nf_conntrack_tuple *t = &ct->tuplehash[IP_CT_DIR_ORIGINAL].tuple;
 	struct fp_ct_liberal_seen *seen, first = {};
-	struct fp_flow_key k = {};
+	__u32 zero = 0;
+	/* Off the stack: the forward path is close to the 512-byte limit with older clang. */
+	struct fp_flow_key *k = bpf_map_lookup_elem(&fp_ct_liberal_key, &zero);
 	__u64 now = bpf_ktime_get_coarse_ns();
 
-	k.family = t->src.l3num == FP_AF_INET6 ? FP_AF_INET6 : FP_AF_INET;
-	k.proto = IPPROTO_TCP;
-	k.sport = t->src.u.all;
-	k.dport = t->dst.u.all;
+	if (!k)
+		return;
+	k->family = t->src.l3num == FP_AF_INET6 ? FP_AF_INET6 : FP_AF_INET;
+	k->proto = IPPROTO_TCP;
+	k->ingress = 0;
+	k->sport = t->src.u.all;
+	k->dport = t->dst.u.all;
+	k->flowlabel = 0;
 	/* Conntrack zeroes a tuple before filling it: IPv4 leaves 12 bytes 0, as the key wants. */
-	__builtin_memcpy(k.saddr, &t->src.u3, 16);
-	__builtin_memcpy(k.daddr, &t->dst.u3, 16);
-	seen = bpf_map_lookup_elem(&fp_ct_liberal_seen, &k);
+	__builtin_memcpy(k->saddr, &t->src.u3, 16);
+	__builtin_memcpy(k->daddr, &t->dst.u3, 16);
+	seen = bpf_map_lookup_elem(&fp_ct_liberal_seen, k);
 	if (!seen) {
 		first.first = now;
-		bpf_map_update_elem(&fp_ct_liberal_seen, &k, &first, BPF_NOEXIST);
+		bpf_map_update_elem(&fp_ct_liberal_seen, k, &first, BPF_NOEXIST);
 		return;
 	}
 	if (now - seen->first < FP_CT_LIBERAL_DELAY_NS)
 		return;
 	if (seen->asked && now - seen->asked < rt->ct_revalidate_ms * FP_NSEC_PER_MSEC)
 		return;
-	if (!bpf_ringbuf_output(&fp_ct_liberal_req, &k, sizeof(k), 0))
+	if (!bpf_ringbuf_output(&fp_ct_liberal_req, k, sizeof(*k), 0))
 		seen->asked = now;
 }
 

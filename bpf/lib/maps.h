@@ -190,4 +190,15 @@ struct {
 	__uint(max_entries, 64 * 1024);
 } fp_ct_liberal_req SEC(".maps");
 
+/*
+ * Stateful mode: where fp_ct_want_liberal() builds a request's key, off the
+ * stack (the forward path is close to the 512-byte limit with clang-14).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct fp_flow_key);
+} fp_ct_liberal_key SEC(".maps");
+
 #endif /* FP_MAPS_H */
