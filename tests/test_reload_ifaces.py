@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 
 from lab import FASTPATH, Daemon, Lab, counter_delta, send_and_expect, sh
+from test_config import wait_for
+from test_restart import pin_lab
 from pkts import udp4
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
@@ -39,21 +41,12 @@ def config_daemon(lab: Lab, path: Path, extra: tuple[str, ...] = ()) -> Daemon:
     return d
 
 
-def wait_for(pred, what: str, timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def reload(d: Daemon, path: Path, text: str, until: str) -> None:
     """Rewrites the file, sends SIGHUP and waits for `until` in the log."""
     seen = d.log_text().count(until)
     path.write_text(text)
     os.kill(d.proc.pid, signal.SIGHUP)
-    wait_for(lambda: d.log_text().count(until) > seen, f"{until!r} in the log:\n{d.log_text()}")
+    wait_for(lambda: d.log_text().count(until) > seen, f"{until!r} in the log:\n{d.log_text()}", timeout=30)
 
 
 def names(d: Daemon) -> list[str]:
@@ -121,14 +114,14 @@ def test_sighup_adds_and_drops_interfaces_without_loss(lab2, fastpath_bin):
         pings = [ping(lab, lab.FAR4, count), ping(lab, lab.S1_4, count)]
         time.sleep(0.5)
         reload(d, path, config(lab, ["r0", "r1", "r2"]), "reload: interface r0,r1 -> r0,r1,r2: applied")
-        wait_for(lambda: names(d) == ["r0", "r1", "r2"], "r2 in status")
+        wait_for(lambda: names(d) == ["r0", "r1", "r2"], "r2 in status", timeout=30)
         now = prog_ids(lab)
         assert {k: now[k] for k in ("r0", "r1")} == ids, "kept interfaces must keep their programs"
         assert "r2" in now
         r0_fwd = d.counters("r0")["forwarded"]["packets"]
 
         reload(d, path, config(lab, ["r0", "r2"]), "reload: interface r0,r1,r2 -> r0,r2: applied")
-        wait_for(lambda: names(d) == ["r0", "r2"], "r1 gone from status")
+        wait_for(lambda: names(d) == ["r0", "r2"], "r1 gone from status", timeout=30)
         now = prog_ids(lab)
         assert "r1" not in now, now
         assert now["r0"] == ids["r0"]
@@ -139,7 +132,7 @@ def test_sighup_adds_and_drops_interfaces_without_loss(lab2, fastpath_bin):
             no_loss(p, count)
 
         # Added: fast-pathed both ways, counted on its own slot.
-        wait_for(lambda: r2_up(d), "r2's entry written")
+        wait_for(lambda: r2_up(d), "r2's entry written", timeout=30)
         before = d.counters("r0")
         send_and_expect(lab.c0, [udp4(lab, dst=lab.S1_4, seq=i) for i in range(10)], lab.s1)
         assert delta(d, "r0", before) == {"forwarded": 10}
@@ -189,20 +182,9 @@ def test_a_bad_added_interface_rejects_the_reload_and_keeps_the_old_set(lab2, fa
         assert set(prog_ids(lab)) == {"r0", "r1", "r2"}
 
 
-def pin_dir_of(lab: Lab) -> Path:
-    """A bpffs of this lab's own (see test_restart.py); the pin directory on it."""
-    mnt = lab.tmp / "bpffs"
-    mnt.mkdir()
-    sh("mount", "-t", "bpf", "bpf", str(mnt))
-    lab.defer(lambda: sh("umount", "-l", str(mnt), check=False))
-    pin_dir = mnt / "fastpath"
-    lab.defer(lambda: sh(str(FASTPATH), "detach", "--pin-dir", str(pin_dir), check=False))
-    return pin_dir
-
-
 def test_pinned_reload_pins_added_and_unpins_dropped(lab2, fastpath_bin):
     lab = lab2
-    pin_dir = pin_dir_of(lab)
+    pin_dir = pin_lab(lab)
     links = pin_dir / "v1" / "links"
     pinned = ("--pin", "--pin-dir", str(pin_dir))
     path = lab.tmp / "fastpath.toml"

@@ -308,9 +308,14 @@ fn write_group(l: &Loaded, bounds: [i32; 2]) {
 
 /// The path the kernel would take for this flow (Rust reference of its hash).
 fn kernel_path(p: &Ip4, bounds: [i32; 2]) -> Mac {
+    policy_path(p, bounds, 1)
+}
+
+/// The same under hash policy `policy` (the reference ignores the ports for 0).
+fn policy_path(p: &Ip4, bounds: [i32; 2], policy: u32) -> Mac {
     let sport = u16::from_be_bytes([p.payload[0], p.payload[1]]);
     let dport = u16::from_be_bytes([p.payload[2], p.payload[3]]);
-    let h = fastpath_core::mphash::hash4(1, 0x5eed, p.src.into(), p.dst.into(), 17, sport, dport).expect("policy 1");
+    let h = fastpath_core::mphash::hash4(policy, 0x5eed, p.src.into(), p.dst.into(), 17, sport, dport).expect("policy 0 or 1");
     match fastpath_core::mphash::select(&bounds, h) {
         Some(0) => MAC_GW4,
         Some(1) => MAC_GW6LL,
@@ -388,14 +393,7 @@ fn a_new_hash_policy_is_not_sticky() {
     // Policy 0 (L3): one address pair, so one path for every flow, which
     // for some of them is not the path policy 1 gave. The daemon sets
     // mp_generation to the generation the change is bumped to.
-    let p0 = |p: &Ip4| {
-        let h = fastpath_core::mphash::hash4(0, 0x5eed, p.src.into(), p.dst.into(), 17, 0, 0).expect("policy 0");
-        match fastpath_core::mphash::select(&bounds, h) {
-            Some(0) => MAC_GW4,
-            Some(1) => MAC_GW6LL,
-            other => panic!("no path for hash {h}: {other:?}"),
-        }
-    };
+    let p0 = |p: &Ip4| policy_path(p, bounds, 0);
     assert!(flows.iter().any(|p| kernel_path(p, bounds) != p0(p)), "the test needs flows that move");
     w.rt.mp_policy4 = 0;
     w.rt.mp_generation = (w.rt.generation + 1) as u32;

@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use crate::model::{Family, Route, RouteKey, RouteKind, RouteTarget, Rule, RT_TABLE_MAIN};
+use crate::model::{Family, Link, Route, RouteKey, RouteKind, RouteTarget, Rule, RT_TABLE_MAIN};
 
 pub fn ip(s: &str) -> IpAddr {
     s.parse().expect("fixture address literal")
@@ -24,4 +24,30 @@ pub fn main_route(dst: &str, len: u8, target: RouteTarget) -> Route {
 /// A rule as `ip rule` shows the defaults: to_tbl, no selectors.
 pub fn plain_rule(family: Family, priority: u32, table: u32) -> Rule {
     Rule { family, priority, table, action: 1, has_selectors: false, invert: false }
+}
+
+/// The rules of a fresh netns: local, main and default for IPv4, local and main for IPv6.
+pub fn default_rules() -> Vec<Rule> {
+    vec![
+        plain_rule(Family::V4, 0, 255),
+        plain_rule(Family::V4, 32766, 254),
+        plain_rule(Family::V4, 32767, 253),
+        plain_rule(Family::V6, 0, 255),
+        plain_rule(Family::V6, 32766, 254),
+    ]
+}
+
+/// An up, running veth with MTU 1500 and MAC 02:00:00:00:00:<ifindex>.
+pub fn veth(ifindex: u32, name: &str) -> Link {
+    Link {
+        ifindex,
+        name: name.into(),
+        mac: Some([2, 0, 0, 0, 0, ifindex as u8]),
+        mtu: 1500,
+        admin_up: true,
+        running: true,
+        arphrd: 1,
+        kind: Some("veth".into()),
+        master: None,
+    }
 }

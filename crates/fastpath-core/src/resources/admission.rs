@@ -378,8 +378,8 @@ mod tests {
 
     use super::*;
     use crate::desired::{compute_gated, reason, Ids};
-    use crate::fixtures::{ip, main_route, plain_rule};
-    use crate::model::{IfSysctl, KernelState, Link, NextHop, RouteTarget};
+    use crate::fixtures::{default_rules, ip, main_route, veth};
+    use crate::model::{IfSysctl, KernelState, NextHop, RouteTarget};
     use crate::tables::RouteAction;
 
     fn caps() -> Capacities {
@@ -388,26 +388,10 @@ mod tests {
 
     fn state(routes: &[(&str, u8)]) -> KernelState {
         let mut st = KernelState::default();
-        let link = Link {
-            ifindex: 2,
-            name: "eth0".into(),
-            mac: Some([2, 0, 0, 0, 0, 2]),
-            mtu: 1500,
-            admin_up: true,
-            running: true,
-            arphrd: 1,
-            kind: Some("veth".into()),
-            master: None,
-        };
+        let link = veth(2, "eth0");
         st.links.insert(2, link);
         st.if_sysctl.insert(2, IfSysctl { forwarding4: true, forwarding6: true, mtu6: 1500, ..Default::default() });
-        st.rules = vec![
-            plain_rule(Family::V4, 0, 255),
-            plain_rule(Family::V4, 32766, 254),
-            plain_rule(Family::V4, 32767, 253),
-            plain_rule(Family::V6, 0, 255),
-            plain_rule(Family::V6, 32766, 254),
-        ];
+        st.rules = default_rules();
         for (dst, len) in routes {
             let hop = NextHop { ifindex: 2, gateway: Some(ip("192.0.2.1")), flags: 0, weight: 1 };
             let r = main_route(dst, *len, RouteTarget::Single(hop));
