@@ -126,11 +126,16 @@ fp_flow_key_l4(struct fp_flow_key *k, void *l4, void *data_end, __u32 l4_len, __
 	}
 }
 
-/* Looks the flow up: true on a hit (pos->way), else records where to fill. */
-static __always_inline bool fp_flow_lookup(struct fp_pkt *p, const struct fp_flow_key *k, struct fp_flow_pos *pos)
+/*
+ * Looks the flow up: true on a hit (pos->way), else records where to fill.
+ * @v4: an IPv4 key (a constant at each call): its home way is tried first,
+ * without the set's first line (flow.h).
+ */
+static __always_inline bool
+fp_flow_lookup(struct fp_pkt *p, const struct fp_flow_key *k, struct fp_flow_pos *pos, bool v4)
 {
 	struct fp_flow_set *s;
-	__u32 idx, w;
+	__u32 idx, w, gen;
 
 	pos->set = NULL;
 	pos->way = -1;
@@ -145,20 +150,25 @@ static __always_inline bool fp_flow_lookup(struct fp_pkt *p, const struct fp_flo
 	pos->set = s;
 	if (!s)
 		return false;
-	pos->way = fp_flow_find(s, k, pos->hash);
+	w = fp_flow_home(pos->hash);
+	if (v4 && fp_flow_key4_eq(&s->way[w], k))
+		pos->way = w;
+	else
+		pos->way = fp_flow_find(s, k, pos->hash, v4);
 	if (pos->way < 0) {
 		p->st->flow[FP_FC_MISS]++;
 		return false;
 	}
 	w = pos->way & (FP_FLOW_WAYS - 1);
-	if (s->generation[w] != p->gen) {
+	gen = fp_flow_gen(s, w, v4);
+	if (gen != p->gen) {
 		p->st->flow[FP_FC_STALE]++;
 		p->st->flow[FP_FC_MISS]++;
-		if ((__s32)(s->generation[w] - (__u32)fp_rt.mp_generation) >= 0)
+		if ((__s32)(gen - (__u32)fp_rt.mp_generation) >= 0)
 			pos->prev_nh = s->way[w].nh_id;
 		return false;
 	}
-	if (p->clock - s->used[w] > p->timeout) {
+	if (p->clock - fp_flow_used(s, w, v4) > p->timeout) {
 		p->st->flow[FP_FC_EXPIRED]++;
 		p->st->flow[FP_FC_MISS]++;
 		return false;
@@ -169,7 +179,7 @@ static __always_inline bool fp_flow_lookup(struct fp_pkt *p, const struct fp_flo
 
 /* Returns the way filled, or -1. */
 static __always_inline int
-fp_flow_store(struct fp_pkt *p, struct fp_flow_pos *pos, const struct fp_flow_key *k, const struct fp_tx *tx)
+fp_flow_store(struct fp_pkt *p, struct fp_flow_pos *pos, const struct fp_flow_key *k, const struct fp_tx *tx, bool v4)
 {
 	bool evict = false;
 	__u32 w;
@@ -193,7 +203,7 @@ fp_flow_store(struct fp_pkt *p, struct fp_flow_pos *pos, const struct fp_flow_ke
 			p->st->flow[FP_FC_EVICT]++;
 		}
 	}
-	fp_flow_fill(pos->set, w, pos->hash, k, tx, p->gen, p->clock);
+	fp_flow_fill(pos->set, w, pos->hash, k, tx, p->gen, p->clock, v4);
 	return w;
 }
 
@@ -214,7 +224,8 @@ fp_ct_pass(struct fp_pkt *p, const struct fp_flow_key *k, const struct fp_flow_p
 
 /*
  * A hit: count it, and once per clock tick mark it used and keep its
- * neighbour alive, as the full path does on every packet.
+ * neighbour alive, as the full path does on every packet. An IPv4 hit
+ * touches the set's first line only then.
  */
 static __always_inline void fp_flow_touch(struct fp_pkt *p, struct fp_flow_set *s, __u32 w,
 					  const struct fp_flow_way *f, __u8 family, __be32 dst4, const __u8 *dst6)
@@ -223,9 +234,18 @@ static __always_inline void fp_flow_touch(struct fp_pkt *p, struct fp_flow_set *
 	struct fp_neigh *n;
 
 	w &= FP_FLOW_WAYS - 1;
-	s->packets[w]++;
-	if (s->used[w] == p->clock)
-		return;
+	if (family == FP_AF_INET) {
+		struct fp_flow_way4 *f4 = fp_flow_way4(s, w);
+
+		f4->packets++;
+		if (f4->used == p->clock)
+			return;
+		f4->used = p->clock;
+	} else {
+		s->packets[w]++;
+		if (s->used[w] == p->clock)
+			return;
+	}
 	s->used[w] = p->clock;
 	nh = fp_nexthop_lookup(f->nh_id);
 	if (!nh)
@@ -339,7 +359,7 @@ static __always_inline __u32 fp_fwd_ip4(struct fp_pkt *p)
 	*(__be32 *)k.daddr = ip->daddr;
 	fp_flow_key_l4(&k, ip + 1, data_end, tot_len - FP_IP4_HLEN, FP_IPPROTO_ICMP);
 
-	if (fp_flow_lookup(p, &k, &pos)) {
+	if (fp_flow_lookup(p, &k, &pos, true)) {
 		f = &pos.set->way[pos.way & (FP_FLOW_WAYS - 1)];
 		if (ip->ttl <= 1)
 			return FP_R_TTL_EXCEEDED;
@@ -418,7 +438,7 @@ send:
 			      fp_cfg.stateful ? fp_nat_daddr4(&ctv.nat, *(__be32 *)k.daddr) : *(__be32 *)k.daddr, NULL);
 	} else {
 		fp_neigh_touch(tx.neigh, p->clock);
-		filled = fp_flow_store(p, &pos, &k, &tx);
+		filled = fp_flow_store(p, &pos, &k, &tx, true);
 	}
 	if (fp_cfg.stateful)
 		fp_ct_done(&ctv, f ? pos.way : filled, !f, tot_len);
@@ -474,7 +494,7 @@ static __always_inline __u32 fp_fwd_ip6(struct fp_pkt *p)
 	__builtin_memcpy(k.daddr, &ip6->daddr, 16);
 	fp_flow_key_l4(&k, ip6 + 1, data_end, ip_len - FP_IP6_HLEN, FP_IPPROTO_ICMPV6);
 
-	if (fp_flow_lookup(p, &k, &pos)) {
+	if (fp_flow_lookup(p, &k, &pos, false)) {
 		f = &pos.set->way[pos.way & (FP_FLOW_WAYS - 1)];
 		if (ip6->hop_limit <= 1)
 			return FP_R_TTL_EXCEEDED;
@@ -552,7 +572,7 @@ send:
 		fp_flow_touch(p, pos.set, pos.way, f, FP_AF_INET6, 0, k.daddr);
 	} else {
 		fp_neigh_touch(tx.neigh, p->clock);
-		filled = fp_flow_store(p, &pos, &k, &tx);
+		filled = fp_flow_store(p, &pos, &k, &tx, false);
 	}
 	if (fp_cfg.stateful)
 		fp_ct_done(&ctv, f ? pos.way : filled, !f, ip_len);

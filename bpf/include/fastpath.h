@@ -249,10 +249,20 @@ struct fp_group {
  * Flow cache: fp_flows holds fp_config.flow_sets sets per CPU, indexed by
  * the flow hash modulo flow_sets in the CPU's own slice; each set holds
  * FP_FLOW_WAYS flows. A set is one cache line of per-way bookkeeping
- * followed by one line per way, so a miss reads one line and a hit two
- * (the map keeps sets line-aligned, see maps.h): the ways' tags (the flow hash) are
- * compared first and only a matching way's key is read, and the whole key
- * must match, so a hash collision can never return another flow's result.
+ * followed by one line per way (the map keeps sets line-aligned, see
+ * maps.h). The whole key must match, so a hash collision can never return
+ * another flow's result.
+ *
+ * An IPv6 hit reads two lines: the ways' tags (the flow hash) in the first
+ * are compared, then only a matching way's key. An IPv4 key leaves 24 bytes
+ * of its address fields free, so an IPv4 way carries its own generation,
+ * used and packets there (struct fp_flow_way4) and a fill puts it in its
+ * home way (hash bits 28-29) when that way is free: most IPv4 hits read that
+ * one line and never the set's first, which halves the cache's footprint
+ * with many flows. The first line's tag, generation and used are written for
+ * IPv4 ways too (at fill and once per clock tick), for the victim choice and
+ * for a way found away from home by its tag.
+ *
  * A way is only trusted while its generation equals fp_runtime.generation
  * (low 32 bits: a false match would need 2^32 table changes within one idle
  * timeout) and it was used within fp_runtime.flow_timeout.
@@ -287,11 +297,29 @@ struct fp_flow_way {
 	__u16 mtu;               /* largest IP datagram that may go out (route, device) */
 };
 
+/*
+ * An IPv4 way: the same line, its key in the first 32 bytes (family, ports,
+ * addresses; the rest of fp_flow_key is 0 for IPv4) and the way's own
+ * bookkeeping in the address padding behind. IPv4 code compares only the
+ * 32 key bytes; an IPv6 key never matches one (family).
+ */
+struct fp_flow_way4 {
+	__u8  key[32];           /* struct fp_flow_key up to daddr[4] */
+	__u32 generation;        /* as fp_flow_set.generation, authoritative for IPv4 */
+	__u32 used;              /* as fp_flow_set.used, authoritative for IPv4 */
+	__u32 packets;           /* as fp_flow_set.packets (which stays 0 for IPv4) */
+	__u32 nh_id;
+	__u8  dmac[FP_ETH_ALEN];
+	__u8  smac[FP_ETH_ALEN];
+	__u16 slot;
+	__u16 mtu;
+};
+
 struct fp_flow_set {
 	__u32 tag[FP_FLOW_WAYS];         /* flow hash of the way's flow */
 	__u32 generation[FP_FLOW_WAYS];  /* fp_runtime.generation (low 32 bits) it was computed from; 0 = empty */
 	__u32 used[FP_FLOW_WAYS];        /* fp_runtime.neigh_clock of the last hit */
-	__u32 packets[FP_FLOW_WAYS];     /* packets through it on this CPU since it was filled */
+	__u32 packets[FP_FLOW_WAYS];     /* packets through it on this CPU since it was filled (IPv6) */
 	struct fp_flow_way way[FP_FLOW_WAYS];
 };
 

@@ -26,7 +26,7 @@
  * (re)validation refreshes the entry's timeout to what the kernel's own
  * per-packet refresh would set, so that a flow living on the fast path never
  * expires. The kfuncs cannot add to conntrack's packet/byte counters; the
- * fast path keeps its own per flow (fp_ct_way.bytes, fp_flow_set.packets).
+ * fast path keeps its own per flow (fp_ct_way.bytes, the packets of its way in fp_flows).
  */
 #ifndef FP_CT_H
 #define FP_CT_H
@@ -36,6 +36,7 @@
 #include "maps.h"
 #include "parse.h"
 #include "nat.h"
+#include "flow.h"
 
 /* Weak: a kernel without conntrack still loads the stateless program. */
 extern struct nf_conn *bpf_xdp_ct_lookup(struct xdp_md *xdp_ctx, struct bpf_sock_tuple *bpf_tuple,
@@ -291,7 +292,7 @@ static __always_inline __u32 fp_ct_nat_moved(struct fp_ct_way *cw, const struct 
 	cw->nat = *nat;
 	cw->validated = 0;
 	if (s)
-		s->generation[way & (FP_FLOW_WAYS - 1)] = 0;
+		fp_flow_invalidate(s, way);
 	return FP_R_CT_NAT;
 }
 

@@ -28,6 +28,22 @@ static __always_inline __u32 fp_flow_index(__u32 hash, __u32 sets)
 	return bpf_get_smp_processor_id() * sets + (hash & (sets - 1));
 }
 
+_Static_assert(sizeof(struct fp_flow_way) == 64 && sizeof(struct fp_flow_way4) == 64, "a way is one cache line");
+_Static_assert(__builtin_offsetof(struct fp_flow_way4, nh_id) == __builtin_offsetof(struct fp_flow_way, nh_id),
+	       "an IPv4 way keeps the result where every way has it");
+_Static_assert(__builtin_offsetof(struct fp_flow_key, daddr) + 4 == 32, "an IPv4 key ends at byte 32");
+
+static __always_inline struct fp_flow_way4 *fp_flow_way4(struct fp_flow_set *s, __u32 w)
+{
+	return (struct fp_flow_way4 *)&s->way[w & (FP_FLOW_WAYS - 1)];
+}
+
+/* The way an IPv4 flow of hash @hash is filled into when it is free. */
+static __always_inline __u32 fp_flow_home(__u32 hash)
+{
+	return (hash >> 28) & (FP_FLOW_WAYS - 1);
+}
+
 static __always_inline bool fp_flow_key_eq(const struct fp_flow_key *a, const struct fp_flow_key *b)
 {
 	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
@@ -37,25 +53,65 @@ static __always_inline bool fp_flow_key_eq(const struct fp_flow_key *a, const st
 		(x4[10] ^ y4[10])) == 0;
 }
 
+/* An IPv4 key (@b, rest 0) against a way: its first 32 bytes only. */
+static __always_inline bool fp_flow_key4_eq(const struct fp_flow_way *a, const struct fp_flow_key *b)
+{
+	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
+
+	return ((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3])) == 0;
+}
+
+static __always_inline bool fp_flow_way_eq(const struct fp_flow_way *a, const struct fp_flow_key *b, bool v4)
+{
+	return v4 ? fp_flow_key4_eq(a, b) : fp_flow_key_eq(&a->key, b);
+}
+
 /*
- * The way of @s holding @k (of any generation), or -1. The tags live in the
+ * The way of @s holding @k (of any generation), or -1, by the tags in the
  * set's first line; a way's key line is read only when its tag matches.
- * Hand-unrolled: the verifier then sees constant offsets.
+ * @v4: @k is an IPv4 key (a constant at every call). Hand-unrolled: the
+ * verifier then sees constant offsets.
  */
-static __always_inline int fp_flow_find(const struct fp_flow_set *s, const struct fp_flow_key *k, __u32 tag)
+static __always_inline int fp_flow_find(const struct fp_flow_set *s, const struct fp_flow_key *k, __u32 tag, bool v4)
 {
 	_Static_assert(FP_FLOW_WAYS == 4, "fp_flow_find is unrolled for 4 ways");
-	if (s->tag[0] == tag && fp_flow_key_eq(&s->way[0].key, k))
+	if (s->tag[0] == tag && fp_flow_way_eq(&s->way[0], k, v4))
 		return 0;
-	if (s->tag[1] == tag && fp_flow_key_eq(&s->way[1].key, k))
+	if (s->tag[1] == tag && fp_flow_way_eq(&s->way[1], k, v4))
 		return 1;
-	if (s->tag[2] == tag && fp_flow_key_eq(&s->way[2].key, k))
+	if (s->tag[2] == tag && fp_flow_way_eq(&s->way[2], k, v4))
 		return 2;
-	if (s->tag[3] == tag && fp_flow_key_eq(&s->way[3].key, k))
+	if (s->tag[3] == tag && fp_flow_way_eq(&s->way[3], k, v4))
 		return 3;
 	return -1;
 }
 
+/* Generation and last use of way @w: in the way itself for IPv4. */
+static __always_inline __u32 fp_flow_gen(struct fp_flow_set *s, __u32 w, bool v4)
+{
+	w &= FP_FLOW_WAYS - 1;
+	return v4 ? fp_flow_way4(s, w)->generation : s->generation[w];
+}
+
+static __always_inline __u32 fp_flow_used(struct fp_flow_set *s, __u32 w, bool v4)
+{
+	w &= FP_FLOW_WAYS - 1;
+	return v4 ? fp_flow_way4(s, w)->used : s->used[w];
+}
+
+/* Way @w is no longer to be trusted (whatever its family). */
+static __always_inline void fp_flow_invalidate(struct fp_flow_set *s, __u32 w)
+{
+	w &= FP_FLOW_WAYS - 1;
+	s->generation[w] = 0;
+	if (s->way[w].key.family == FP_AF_INET)
+		fp_flow_way4(s, w)->generation = 0;
+}
+
+/*
+ * Victim test by the set's first line, which mirrors every way's generation
+ * and (to the clock tick) its last use, IPv4 ways included.
+ */
 static __always_inline bool fp_flow_live(const struct fp_flow_set *s, __u32 w, __u32 gen, __u32 clock, __u32 timeout)
 {
 	w &= FP_FLOW_WAYS - 1;
@@ -63,11 +119,11 @@ static __always_inline bool fp_flow_live(const struct fp_flow_set *s, __u32 w, _
 }
 
 /*
- * Way to fill for a new flow: an empty or stale one first, then an idle
- * one, else the least recently used (by keep-alive clock second; ties go to
- * the first seen from a hash-chosen start, so equal ages do not always
- * evict the same way). Sets *@evict when a live flow is pushed out. Reads
- * only the set's first line.
+ * Way to fill for a new flow: an empty or stale one first, from the flow's
+ * home way on, then an idle one, else the least recently used (by
+ * keep-alive clock second; ties go to the first seen from home, so equal
+ * ages do not always evict the same way). Sets *@evict when a live flow is
+ * pushed out. Reads only the set's first line.
  */
 static __always_inline __u32
 fp_flow_victim(const struct fp_flow_set *s, __u32 hash, __u32 gen, __u32 clock, __u32 timeout, bool *evict)
@@ -76,7 +132,7 @@ fp_flow_victim(const struct fp_flow_set *s, __u32 hash, __u32 gen, __u32 clock, 
 
 #pragma unroll
 	for (i = 0; i < FP_FLOW_WAYS; i++) {
-		w = (i + (hash >> 28)) & (FP_FLOW_WAYS - 1);
+		w = (i + fp_flow_home(hash)) & (FP_FLOW_WAYS - 1);
 		if (!fp_flow_live(s, w, gen, clock, timeout)) {
 			*evict = false;
 			return w;
@@ -93,13 +149,23 @@ fp_flow_victim(const struct fp_flow_set *s, __u32 hash, __u32 gen, __u32 clock, 
 /* Stores the result of a full lookup for @k in way @w of @s. */
 static __always_inline void
 fp_flow_fill(struct fp_flow_set *s, __u32 w, __u32 tag, const struct fp_flow_key *k, const struct fp_tx *tx,
-	     __u32 gen, __u32 clock)
+	     __u32 gen, __u32 clock, bool v4)
 {
 	struct fp_flow_way *f;
 
 	w &= FP_FLOW_WAYS - 1;
 	f = &s->way[w];
 	f->key = *k;
+	if (v4) {
+		struct fp_flow_way4 *f4 = fp_flow_way4(s, w);
+
+		f4->generation = gen;
+		f4->used = clock;
+		f4->packets = 1;
+		s->packets[w] = 0;
+	} else {
+		s->packets[w] = 1;
+	}
 	f->nh_id = tx->nh_id;
 	__builtin_memcpy(f->dmac, tx->dmac, FP_ETH_ALEN);
 	__builtin_memcpy(f->smac, tx->smac, FP_ETH_ALEN);
@@ -108,7 +174,6 @@ fp_flow_fill(struct fp_flow_set *s, __u32 w, __u32 tag, const struct fp_flow_key
 	s->tag[w] = tag;
 	s->generation[w] = gen;
 	s->used[w] = clock;
-	s->packets[w] = 1;
 }
 
 #endif /* FP_FLOW_H */

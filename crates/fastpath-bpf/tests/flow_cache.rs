@@ -277,6 +277,60 @@ fn metadata_hints_and_eviction() {
     assert!(misses >= 1, "a full set admitted a new flow on its first miss");
 }
 
+/// Every live way of every set, as `fastpath flows` decodes it.
+fn cached(l: &Loaded) -> Vec<fastpath_bpf::FlowWay> {
+    let mut v = Vec::new();
+    for idx in 0..l.skel.maps.fp_flows.max_entries() {
+        let raw_set = l.skel.maps.fp_flows.lookup(&idx.to_ne_bytes(), MapFlags::ANY).expect("fp_flows").expect("set");
+        let set: fp_flow_set = support::world::from_raw(&raw_set);
+        v.extend((0..FP_FLOW_WAYS as usize).map(|w| fastpath_bpf::flow_way(&set, w)).filter(|f| f.generation != 0));
+    }
+    v
+}
+
+/// IPv4 ways keep their bookkeeping in their own line (one home way per
+/// hash): flows that share a set and a home way, mixed with an IPv6 flow in
+/// the same set, all hit from their second packet on, and each way decodes
+/// to its own key (padding zero again) and packet count.
+#[test]
+fn ipv4_flows_away_from_home_and_ipv6_share_a_set() {
+    let Some((_lab, w)) = lab("ipv4_flows_away_from_home_and_ipv6_share_a_set") else { return };
+    let l = Loaded::new(&w).expect("load");
+    let mut p6 = Ip6::new(v6("2001:db8:a::10"), v6("2001:db8:2::20"));
+    p6.payload = udp_ports(7, 9);
+    let mut o6 = p6.clone();
+    o6.hop -= 1;
+    let v4s: Vec<Ip4> = (3000..3003).map(p4).collect();
+    for round in 0..3u64 {
+        for q in &v4s {
+            let (v, out) = l.run_meta(w.a, &hint(9), &q.frame(MAC_A, MAC_CLIENT)).expect("run");
+            assert_eq!((v, out), (XDP_REDIRECT, out4(q, MAC_GW4)));
+        }
+        let (v, out) = l.run_meta(w.a, &hint(9), &p6.frame(MAC_A, MAC_CLIENT)).expect("run");
+        assert_eq!((v, out), (XDP_REDIRECT, o6.frame(MAC_GW6, MAC_B)));
+        assert_eq!(flow(&l)[FP_FC_HIT as usize], 4 * round, "round {round}: every flow of the set hits");
+    }
+    assert_eq!(flow(&l)[FP_FC_MISS as usize], 4);
+
+    let mut got: Vec<(u8, u16, Vec<u8>, Vec<u8>, u32, u32)> = cached(&l)
+        .iter()
+        .map(|f| {
+            let k = &f.key;
+            (k.family, u16::from_be(k.sport), k.saddr.to_vec(), k.daddr.to_vec(), f.packets, f.generation)
+        })
+        .collect();
+    got.sort();
+    let pad4 = |a: [u8; 4]| [a.to_vec(), vec![0; 12]].concat();
+    let gen = w.rt.generation as u32;
+    let mut want: Vec<_> = v4s
+        .iter()
+        .map(|q| (AF_INET as u8, u16::from_be_bytes([q.payload[0], q.payload[1]]), pad4(q.src), pad4(q.dst), 3, gen))
+        .collect();
+    want.push((AF_INET6 as u8, 7, p6.src.to_vec(), p6.dst.to_vec(), 3, gen));
+    want.sort();
+    assert_eq!(got, want);
+}
+
 #[test]
 fn timeout_zero_turns_the_cache_off() {
     let Some((_lab, mut w)) = lab("timeout_zero_turns_the_cache_off") else { return };

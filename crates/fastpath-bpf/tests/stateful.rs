@@ -578,8 +578,9 @@ fn per_flow_packets_and_bytes() {
         let f: fp_flow_set = from_raw(&f);
         let c: fp_ct_set = from_raw(&c);
         for i in 0..FP_FLOW_WAYS as usize {
-            if f.generation[i] != 0 {
-                got.push((f.way[i].key.proto, f.packets[i], c.way[i].bytes));
+            let way = fastpath_bpf::flow_way(&f, i);
+            if way.generation != 0 {
+                got.push((way.key.proto, way.packets, c.way[i].bytes));
             }
         }
     }

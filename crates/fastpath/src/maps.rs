@@ -231,13 +231,13 @@ impl Maps {
                 None
             };
             for (w, f) in set.way.iter().enumerate() {
-                let generation = set.generation[w];
+                let way = fastpath_bpf::flow_way(&set, w);
+                let (generation, used) = (way.generation, way.used);
                 if generation == 0 {
                     continue;
                 }
-                let used = set.used[w];
-                let e = merged.entry(bytes(&f.key).to_vec()).or_insert_with(|| CachedFlow {
-                    key: f.key,
+                let e = merged.entry(bytes(&way.key).to_vec()).or_insert_with(|| CachedFlow {
+                    key: way.key,
                     generation,
                     dmac: f.dmac,
                     slot: f.slot,
@@ -247,7 +247,7 @@ impl Maps {
                     bytes: ct_set.map(|_| 0),
                     cpus: 0,
                 });
-                e.packets += u64::from(set.packets[w]);
+                e.packets += u64::from(way.packets);
                 if let (Some(b), Some(c)) = (e.bytes.as_mut(), ct_set.as_ref()) {
                     *b += c.way[w].bytes;
                 }
@@ -261,7 +261,7 @@ impl Maps {
                     e.used = used;
                 }
             }
-    }
+        }
         Ok(merged.into_values().collect())
     }
 
