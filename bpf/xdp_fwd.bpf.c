@@ -142,7 +142,7 @@ fp_flow_lookup(struct fp_pkt *p, const struct fp_flow_key *k, struct fp_flow_pos
 	pos->prev_nh = 0;
 	if (!p->timeout || !fp_cfg.flow_sets)
 		return false;
-	pos->hash = p->hash_src != FP_HS_SOFTWARE ? p->hash : fp_flow_hash_sw(k);
+	pos->hash = p->hash_src != FP_HS_SOFTWARE ? p->hash : v4 ? fp_flow_hash_sw4(k) : fp_flow_hash_sw(k);
 	if (p->hash_src < FP_HS__COUNT)
 		p->st->hash_src[p->hash_src]++;
 	pos->idx = idx = fp_flow_index(pos->hash, fp_cfg.flow_sets);

@@ -56,7 +56,7 @@ int fp_bench_xdp1_parse(struct xdp_md *ctx)
 		k.sport = ports[0];
 		k.dport = ports[1];
 	}
-	hints_hash = fp_flow_hash_sw(&k);
+	hints_hash = fp_flow_hash_sw4(&k);
 	return XDP_DROP;
 }
 

@@ -16,17 +16,19 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 
-/* @clock: fp_runtime.neigh_clock; @grace: fp_runtime.orphan_grace (0 = off). */
+/*
+ * @clock: fp_runtime.neigh_clock; @grace: fp_runtime.orphan_grace (0 = off).
+ * The daemon's clock is whole seconds of the coarse clock plus one, so
+ * "now - clock > grace" in seconds is "ns >= (clock + grace) s": a multiply
+ * instead of a 64-bit divide on every packet. A clock never started counts
+ * as silent; one ahead of now (only the daemon writes it, from the same
+ * clock) is not.
+ */
 static __always_inline bool fp_orphaned(__u32 clock, __u32 grace)
 {
-	__u32 now;
-
 	if (!grace)
 		return false;
-	now = (__u32)(bpf_ktime_get_coarse_ns() / 1000000000ULL) + 1;
-	/* A clock never started counts as silent; one ahead of now (only the
-	 * daemon writes it, from the same clock) is not. */
-	return !clock || (__s32)(now - clock) > (__s32)grace;
+	return !clock || bpf_ktime_get_coarse_ns() >= ((__u64)clock + grace) * 1000000000ULL;
 }
 
 #endif /* FP_WATCHDOG_H */

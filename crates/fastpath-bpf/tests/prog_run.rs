@@ -132,6 +132,15 @@ fn forward_ipv4() {
             f4(&p),
             out4(&p, MAC_GW4),
         ),
+        Case::forward(
+            "daemon silent for a second less than the grace",
+            |w| {
+                w.rt.orphan_grace = 5;
+                w.rt.neigh_clock = heartbeat_now() - 4;
+            },
+            f4(&p),
+            out4(&p, MAC_GW4),
+        ),
         Case::forward("DF clear", same, f4(&no_df), out4(&no_df, MAC_GW4)),
         Case::forward("tos/ecn kept", same, f4(&tos), out4(&tos, MAC_GW4)),
         Case::forward("datagram == egress mtu", same, f4(&big), out4(&big, MAC_GW4)),
@@ -443,6 +452,16 @@ fn punt_cases(world: &World) -> Vec<Case> {
             |w| {
                 w.rt.orphan_grace = 5;
                 w.rt.neigh_clock = heartbeat_now().saturating_sub(60).max(1);
+            },
+            f4(&p4),
+            FP_R_ORPHANED,
+        ),
+        // Either side of the grace by one second (a second boundary may pass mid-test: no closer).
+        Case::punt(
+            "daemon silent for the grace plus a second",
+            |w| {
+                w.rt.orphan_grace = 5;
+                w.rt.neigh_clock = heartbeat_now() - 6;
             },
             f4(&p4),
             FP_R_ORPHANED,
