@@ -134,6 +134,7 @@ def test_same_next_hop_as_the_kernel(ecmp_lab: Lab, family: int, policy: int):
         st = d.status()
     assert delta.get("forwarded", 0) >= 2 * FLOWS, f"fastpath did not forward the flows: {delta}"
     assert st["flow_cache"]["hit"] >= FLOWS, st["flow_cache"]
+    assert st["families"][f"ipv{family}"]["multipath_hash"] == f"L{3 + policy} (policy {policy})", st["families"]
     differ = {p: (kernel[p], fast[p]) for p in ports if kernel[p] != fast[p]}
     assert not differ, f"{len(differ)} of {FLOWS} flows took another path, e.g. {list(differ.items())[:5]}"
     # The weights show in the split (1:2:3), within a few percent over 1000 flows.
@@ -151,9 +152,11 @@ def test_random_seed_is_not_guessed(ecmp_lab: Lab):
         before = d.counters("r0")
         choices(lab, 4, range(30000, 30050))
         delta = counter_delta(before, d.counters("r0"))
-        problems = d.status()["families"]["ipv4"]["problems"]
+        v4 = d.status()["families"]["ipv4"]
+        problems, multipath = v4["problems"], v4["multipath_hash"]
     assert delta.get("forwarded", 0) == 0 and delta.get("ecmp", 0) == 50, delta
     assert any("fib_multipath_hash_seed" in p for p in problems), problems
+    assert multipath.startswith("punted (fib_multipath_hash_seed is 0"), multipath
 
 
 @contextlib.contextmanager

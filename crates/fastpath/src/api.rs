@@ -220,6 +220,10 @@ impl Tables {
 pub struct FamilyStatus {
     pub fast_path: bool,
     pub problems: Vec<String>,
+    /// How multipath routes are hashed: "L3 (policy 0)", "L4 (policy 1)",
+    /// or why they are punted.
+    #[serde(default)]
+    pub multipath_hash: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -337,6 +341,18 @@ fn problem_families(p: &str) -> (bool, bool) {
     }
 }
 
+/// The kernel's multipath hash as the data path reproduces it, or why
+/// multipath routes of the family are punted (desired::mp_block says the same
+/// as a problem).
+fn multipath_hash(policy: u8, seed: u32) -> String {
+    match (seed, policy) {
+        (0, _) => "punted (fib_multipath_hash_seed is 0: the kernel's random seed)".into(),
+        (_, 0) => "L3 (policy 0)".into(),
+        (_, 1) => "L4 (policy 1)".into(),
+        (_, p) => format!("punted (policy {p} not implemented)"),
+    }
+}
+
 fn occ(used: usize, cap: u32) -> Occupancy {
     Occupancy { used: used as u64, capacity: cap as u64 }
 }
@@ -367,8 +383,16 @@ pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
         s.caps.unwrap_or(Capacities { fib4: 0, fib6: 0, nexthops: 0, neigh: 0, ifaces: 0, groups: 0, buckets: 0 });
     let punted = a.switches.table_full | a.switches.policy_punt;
     let mut families = Families {
-        ipv4: FamilyStatus { fast_path: punted & Family::V4.bit() == 0, problems: vec![] },
-        ipv6: FamilyStatus { fast_path: punted & Family::V6.bit() == 0, problems: vec![] },
+        ipv4: FamilyStatus {
+            fast_path: punted & Family::V4.bit() == 0,
+            problems: vec![],
+            multipath_hash: multipath_hash(a.switches.mp_policy4, a.switches.mp_seed),
+        },
+        ipv6: FamilyStatus {
+            fast_path: punted & Family::V6.bit() == 0,
+            problems: vec![],
+            multipath_hash: multipath_hash(a.switches.mp_policy6, a.switches.mp_seed),
+        },
     };
     for p in &s.problems {
         let (v4, v6) = problem_families(p);

@@ -327,7 +327,7 @@ mod tests {
                 hash: HashStatus::default(),
             }],
             tables: Tables { fib4: Occupancy { used: 3, capacity: 1024 }, ..Default::default() },
-            families: Families { ipv4: FamilyStatus { fast_path: true, problems: vec![] }, ipv6: FamilyStatus::default() },
+            families: Families { ipv4: FamilyStatus { fast_path: true, ..Default::default() }, ipv6: FamilyStatus::default() },
             totals: BTreeMap::new(),
             flow_cache: FlowCacheStatus::default(),
             routes_offload_failed: 2,

@@ -98,7 +98,7 @@ pub fn status(s: &Status, all: bool) -> String {
     }
     for (fam, f) in [("ipv4", &s.families.ipv4), ("ipv6", &s.families.ipv6)] {
         let state = if f.fast_path { "fast path" } else { "PUNTED to the kernel" };
-        let _ = writeln!(out, "{fam}: {state}");
+        let _ = writeln!(out, "{fam}: {state}   multipath hash: {}", f.multipath_hash);
         for p in &f.problems {
             let _ = writeln!(out, "  problem: {p}");
         }
