@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Where a loaded XDP program spends its time, by source line.
+
+The VM has no PMU, but perf's cpu-clock (hrtimer) sampling works, and the
+kernel keeps, for every JIT'd BPF program, the JIT address of each BTF line
+record. This samples one CPU with call chains, takes for each sample the
+innermost frame inside a matching program (so the time of the helpers and
+kfuncs it called counts at the line that called them), and maps that JIT
+offset to the source line. bpftool here is built without libbfd and cannot
+dump JIT images, hence the direct bpf(2) calls.
+
+Run it while the program carries traffic, e.g. next to a bench:
+
+    fastpath bench --flows 10000 --modes fastpath --no-hints --reps 12 &
+    sleep 5; bench/bpf_profile.py --cpu 0 --seconds 4
+
+(the bench's traffic starts ~3 s in and runs reps x 1.5 s; the samples
+outside the program are counted, so a short share means it was not busy).
+
+Needs root and perf. A developer tool; nothing in make test uses it.
+"""
+import argparse
+import bisect
+import collections
+import ctypes
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+
+SYS_BPF = 321  # x86-64
+BPF_PROG_GET_FD_BY_ID = 13
+BPF_OBJ_GET_INFO_BY_FD = 15
+BPF_BTF_GET_FD_BY_ID = 19
+PROG_INFO_SIZE = 232  # struct bpf_prog_info up to the fields read here (6.x uapi)
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def bpf(cmd: int, attr: bytes) -> int:
+    buf = ctypes.create_string_buffer(attr, 128)
+    r = libc.syscall(SYS_BPF, cmd, buf, 128)
+    if r < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"bpf({cmd}): {os.strerror(err)}")
+    return r
+
+
+def obj_info(fd: int, size: int, request: bytes = b"") -> bytes:
+    buf = ctypes.create_string_buffer(request.ljust(size, b"\0"), size)
+    bpf(BPF_OBJ_GET_INFO_BY_FD, struct.pack("IIQ", fd, size, ctypes.addressof(buf)))
+    return buf.raw
+
+
+def btf_strings(btf_id: int) -> bytes:
+    fd = bpf(BPF_BTF_GET_FD_BY_ID, struct.pack("I", btf_id))
+    try:
+        size = struct.unpack_from("I", obj_info(fd, 32), 8)[0]
+        data = ctypes.create_string_buffer(size)
+        obj_info(fd, 32, struct.pack("QI", ctypes.addressof(data), size))
+    finally:
+        os.close(fd)
+    b = data.raw
+    hdr_len, _type_off, _type_len, str_off, str_len = struct.unpack_from("IIIII", b, 4)
+    return b[hdr_len + str_off : hdr_len + str_off + str_len]
+
+
+def line_table(prog_id: int) -> list:
+    """[(jit offset, file, line, text)] sorted by offset, for one program."""
+    fd = bpf(BPF_PROG_GET_FD_BY_ID, struct.pack("I", prog_id))
+    try:
+        raw = obj_info(fd, PROG_INFO_SIZE)
+        nr_ksyms, = struct.unpack_from("I", raw, 104)
+        btf_id, = struct.unpack_from("I", raw, 128)
+        nr_line, = struct.unpack_from("I", raw, 148)
+        nr_jline, line_rec, jline_rec = struct.unpack_from("III", raw, 168)
+        if not nr_line or not nr_jline:
+            return []
+        ksyms = ctypes.create_string_buffer(8 * max(nr_ksyms, 1))
+        lines = ctypes.create_string_buffer(nr_line * line_rec)
+        jlines = ctypes.create_string_buffer(nr_jline * jline_rec)
+        req = bytearray(PROG_INFO_SIZE)
+        struct.pack_into("I", req, 104, nr_ksyms)
+        struct.pack_into("Q", req, 112, ctypes.addressof(ksyms))
+        struct.pack_into("I", req, 148, nr_line)
+        struct.pack_into("QQ", req, 152, ctypes.addressof(lines), ctypes.addressof(jlines))
+        struct.pack_into("III", req, 168, nr_jline, line_rec, jline_rec)
+        obj_info(fd, PROG_INFO_SIZE, bytes(req))
+    finally:
+        os.close(fd)
+    strs = btf_strings(btf_id)
+
+    def s(off: int) -> str:
+        return strs[off : strs.index(b"\0", off)].decode(errors="replace")
+
+    # Offsets are taken from the main function's start, which is what perf
+    # prints as sym+off for the program's own symbol.
+    base = struct.unpack_from("Q", ksyms.raw, 0)[0]
+    out = []
+    for i in range(min(nr_line, nr_jline)):
+        _insn, file_off, line_off, line_col = struct.unpack_from("IIII", lines.raw, i * line_rec)
+        addr, = struct.unpack_from("Q", jlines.raw, i * jline_rec)
+        out.append((addr - base, os.path.basename(s(file_off)), line_col >> 10, s(line_off).strip()))
+    return sorted(out)
+
+
+def programs(prefix: str) -> dict:
+    """Loaded programs whose name starts with prefix: tag -> line table."""
+    listing = json.loads(subprocess.run(["bpftool", "-j", "prog", "show"], check=True,
+                                        capture_output=True, text=True).stdout)
+    tables = {}
+    for p in listing:
+        if p.get("name", "").startswith(prefix[:15]) and p.get("tag") not in tables:
+            tables[p["tag"]] = line_table(p["id"])
+    return tables
+
+
+def samples(data: str, prefix: str):
+    """The innermost frame in a matching program of each sample: (tag, offset) or None."""
+    out = subprocess.run(["perf", "script", "-i", data, "-F", "ip,sym,symoff"],
+                         capture_output=True, text=True).stdout
+    sym = re.compile(r"bpf_prog_([0-9a-f]{16})_(\S+?)(?:\+0x([0-9a-f]+))?$")
+    for block in out.split("\n\n"):
+        hit = None
+        for line in block.strip().splitlines():
+            parts = line.split()
+            m = sym.match(parts[1]) if len(parts) >= 2 else None
+            if m and m.group(2).startswith(prefix[:15]):
+                hit = (m.group(1), int(m.group(3) or "0", 16))
+                break
+        if block.strip():
+            yield hit
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--prog", default="fp_xdp_fwd", help="program name prefix (default: fp_xdp_fwd)")
+    ap.add_argument("--cpu", type=int, default=0, help="CPU to sample (default 0)")
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--data", help="keep perf's data file here")
+    a = ap.parse_args()
+
+    tables = programs(a.prog)
+    if not tables:
+        print(f"no loaded program named {a.prog}*", file=sys.stderr)
+        return 1
+    with tempfile.TemporaryDirectory() as tmp:
+        data = a.data or os.path.join(tmp, "perf.data")
+        subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-g", "-C", str(a.cpu), "-o", data,
+                        "--", "sleep", str(a.seconds)], check=True, stdout=subprocess.DEVNULL)
+        total, inside, unknown = 0, 0, 0
+        by_line = collections.Counter()
+        for hit in samples(data, a.prog):
+            total += 1
+            if hit is None:
+                continue
+            inside += 1
+            # The kallsyms tag of a program can differ from the one bpf(2)
+            # reports (seen with stateful mode's build); one variant loaded
+            # leaves no doubt.
+            recs = tables.get(hit[0]) or (next(iter(tables.values())) if len(tables) == 1 else None)
+            if not recs:
+                unknown += 1
+                continue
+            i = bisect.bisect_right([r[0] for r in recs], hit[1]) - 1
+            by_line[recs[i][1:] if i >= 0 else ("?", 0, "")] += 1
+    if not total:
+        print("no samples", file=sys.stderr)
+        return 1
+    print(f"CPU {a.cpu}, {a.seconds:g} s: {total} samples, {inside} ({100 * inside / total:.1f}%) in {a.prog}* "
+          f"or what it called" + (f", {unknown} in programs loaded after the line tables were read" if unknown else ""))
+    print(f"{'share':>6} {'samples':>7}  line")
+    for (f, ln, text), n in by_line.most_common(a.top):
+        print(f"{100 * n / max(inside, 1):5.1f}% {n:7d}  {f}:{ln}  {text[:80]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
