@@ -232,8 +232,14 @@ class Lab:
             self.sysctl(name, k, v, check=False)
 
     def _veth(self, a: Iface, b: Iface) -> None:
-        sh("ip", "link", "add", a.name, "netns", a.ns, "address", a.mac, "type", "veth",
-           "peer", "name", b.name, "netns", b.ns, "address", b.mac)
+        # Each end gets an ifindex its peer does not have. With the numbers a
+        # fresh namespace hands out, both ends of c0-r0 were 2: the kernel
+        # then takes the pair for a non-tunnel device (ifindex == iflink), so
+        # its carrier-up is not urgent and linkwatch, which runs at most once
+        # a second, left r0 without a qdisc for up to a second per lab.
+        sh("ip", "link", "add", a.name, "netns", a.ns, "address", a.mac, "index", str(self._index(a)),
+           "type", "veth", "peer", "name", b.name, "netns", b.ns, "address", b.mac,
+           "index", str(self._index(b)))
         # Deleting one end deletes the pair; the namespace going away does too.
         self.defer(lambda: sh("ip", "-n", a.ns, "link", "del", a.name, check=False))
 
@@ -280,6 +286,10 @@ class Lab:
         self.wait_ready()
 
     # ------------------------------------------------------------ helpers
+
+    def _index(self, i: Iface) -> int:
+        """Fixed, pairwise distinct ifindexes for the lab's own veth ends."""
+        return 11 + [self.c0, self.r0, self.r1, self.s0, self.r2, self.s1].index(i)
 
     def router_ifaces(self) -> list[str]:
         return ["r0", "r1"] + (["r2"] if self.second_path else [])
