@@ -74,9 +74,13 @@ def in_netns(name: str):
 def packet_socket(ns: str, ifname: str) -> socket.socket:
     s = None
     with in_netns(ns):
-        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        # Protocol 0 until bound: a socket opened for ETH_P_ALL hooks into
+        # every device at once, and bind() then unhooks it with an RCU grace
+        # period (~30 ms a socket, three sockets a scenario); it also queued
+        # frames of other devices received before the bind.
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        s.bind((ifname, 0))
+        s.bind((ifname, ETH_P_ALL))
     return s
 
 
