@@ -363,13 +363,22 @@ class Lab:
 
     def resolve_neighbours(self) -> None:
         """Populate every ARP/ND cache on the paths so runs start alike."""
-        self.run(self.client, "ping", "-c1", "-W1", "-q", self.FAR4)
-        self.run(self.client, "ping", "-6", "-c1", "-W1", "-q", self.FAR6)
-        self.run(self.client, "ping", "-c1", "-W1", "-q", self.S4)
-        self.run(self.client, "ping", "-6", "-c1", "-W1", "-q", self.S6)
+        pings = [(self.client, "-4", self.FAR4), (self.client, "-6", self.FAR6),
+                 (self.client, "-4", self.S4), (self.client, "-6", self.S6)]
         if self.second_path:
-            self.run(self.router, "ping", "-c1", "-W1", "-q", self.S1_4)
-            self.run(self.router, "ping", "-6", "-c1", "-W1", "-q", self.S1_6)
+            pings += [(self.router, "-4", self.S1_4), (self.router, "-6", self.S1_6)]
+        # All at once: each waits mostly for its neighbour resolution, and a
+        # resolution another ping is waiting for too serves both.
+        procs = [(subprocess.Popen(["ip", "netns", "exec", ns, "ping", fam, "-c1", "-W1", "-q", dst],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), ns, dst)
+                 for ns, fam, dst in pings]
+        failed = []
+        for p, ns, dst in procs:
+            _, err = p.communicate(timeout=30)
+            if p.returncode != 0:
+                failed.append(f"ping {dst} in {ns} -> {p.returncode}: {err.strip()}")
+        if failed:
+            raise RuntimeError("; ".join(failed))
 
     def flush_router_neigh(self, dev: str = "r1") -> None:
         self.ip(self.router, "neigh", "flush", "dev", dev)
