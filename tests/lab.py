@@ -27,6 +27,7 @@ import socket
 import struct
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,10 +75,21 @@ def in_netns(name: str):
 def packet_socket(ns: str, ifname: str) -> socket.socket:
     s = None
     with in_netns(ns):
-        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        # Protocol 0 until bound: a socket opened for ETH_P_ALL hooks into
+        # every device at once, and bind() then unhooks it with an RCU grace
+        # period (~30 ms a socket, three sockets a scenario); it also queued
+        # frames of other devices received before the bind.
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        s.bind((ifname, 0))
+        s.bind((ifname, ETH_P_ALL))
     return s
+
+
+def close_in_background(socks: Sequence[socket.socket]) -> None:
+    """Close packet sockets without waiting: the kernel's release of one
+    waits for an RCU grace period (~15 ms), and a scenario closes three.
+    Nothing reads them any more; they only stop receiving a little later."""
+    threading.Thread(target=lambda: [s.close() for s in socks], daemon=True).start()
 
 
 # ---------------------------------------------------------------- frames
@@ -232,8 +244,14 @@ class Lab:
             self.sysctl(name, k, v, check=False)
 
     def _veth(self, a: Iface, b: Iface) -> None:
-        sh("ip", "link", "add", a.name, "netns", a.ns, "address", a.mac, "type", "veth",
-           "peer", "name", b.name, "netns", b.ns, "address", b.mac)
+        # Each end gets an ifindex its peer does not have. With the numbers a
+        # fresh namespace hands out, both ends of c0-r0 were 2: the kernel
+        # then takes the pair for a non-tunnel device (ifindex == iflink), so
+        # its carrier-up is not urgent and linkwatch, which runs at most once
+        # a second, left r0 without a qdisc for up to a second per lab.
+        sh("ip", "link", "add", a.name, "netns", a.ns, "address", a.mac, "index", str(self._index(a)),
+           "type", "veth", "peer", "name", b.name, "netns", b.ns, "address", b.mac,
+           "index", str(self._index(b)))
         # Deleting one end deletes the pair; the namespace going away does too.
         self.defer(lambda: sh("ip", "-n", a.ns, "link", "del", a.name, check=False))
 
@@ -280,6 +298,10 @@ class Lab:
         self.wait_ready()
 
     # ------------------------------------------------------------ helpers
+
+    def _index(self, i: Iface) -> int:
+        """Fixed, pairwise distinct ifindexes for the lab's own veth ends."""
+        return 11 + [self.c0, self.r0, self.r1, self.s0, self.r2, self.s1].index(i)
 
     def router_ifaces(self) -> list[str]:
         return ["r0", "r1"] + (["r2"] if self.second_path else [])
@@ -341,13 +363,22 @@ class Lab:
 
     def resolve_neighbours(self) -> None:
         """Populate every ARP/ND cache on the paths so runs start alike."""
-        self.run(self.client, "ping", "-c1", "-W1", "-q", self.FAR4)
-        self.run(self.client, "ping", "-6", "-c1", "-W1", "-q", self.FAR6)
-        self.run(self.client, "ping", "-c1", "-W1", "-q", self.S4)
-        self.run(self.client, "ping", "-6", "-c1", "-W1", "-q", self.S6)
+        pings = [(self.client, "-4", self.FAR4), (self.client, "-6", self.FAR6),
+                 (self.client, "-4", self.S4), (self.client, "-6", self.S6)]
         if self.second_path:
-            self.run(self.router, "ping", "-c1", "-W1", "-q", self.S1_4)
-            self.run(self.router, "ping", "-6", "-c1", "-W1", "-q", self.S1_6)
+            pings += [(self.router, "-4", self.S1_4), (self.router, "-6", self.S1_6)]
+        # All at once: each waits mostly for its neighbour resolution, and a
+        # resolution another ping is waiting for too serves both.
+        procs = [(subprocess.Popen(["ip", "netns", "exec", ns, "ping", fam, "-c1", "-W1", "-q", dst],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), ns, dst)
+                 for ns, fam, dst in pings]
+        failed = []
+        for p, ns, dst in procs:
+            _, err = p.communicate(timeout=30)
+            if p.returncode != 0:
+                failed.append(f"ping {dst} in {ns} -> {p.returncode}: {err.strip()}")
+        if failed:
+            raise RuntimeError("; ".join(failed))
 
     def flush_router_neigh(self, dev: str = "r1") -> None:
         self.ip(self.router, "neigh", "flush", "dev", dev)
@@ -394,8 +425,7 @@ class Capture:
         self.stamps: dict[str, list[float]] = {p.name: [] for p in self.points}
 
     def close(self) -> None:
-        for s in self.socks:
-            s.close()
+        close_in_background(self.socks)
 
     def __enter__(self) -> "Capture":
         return self
@@ -447,7 +477,7 @@ class Sender:
         self.sock.send(frame)
 
     def close(self) -> None:
-        self.sock.close()
+        close_in_background([self.sock])
 
 
 def to_bytes(packets: Iterable) -> list[bytes]:

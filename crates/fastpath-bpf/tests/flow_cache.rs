@@ -4,7 +4,9 @@
 //! very next packet; idle entries are recomputed; per-packet checks (TTL,
 //! length) still apply on a hit; hints in the metadata area pick the set.
 //!
-//! Needs root, like prog_run.rs (private netns with a veth pair per test).
+//! Needs root, like prog_run.rs. The tests share one private netns with a
+//! veth pair and one loaded program, reset at each test's start, and so run
+//! one after the other.
 //!
 //!   cargo test --release -p fastpath-bpf --test flow_cache
 
@@ -17,19 +19,24 @@ use fastpath_bpf::intf::fp_reason::*;
 use fastpath_bpf::intf::*;
 use libbpf_rs::{MapCore, MapFlags};
 
-use support::netns::{require_root, Lab};
+use support::netns::require_root;
 use support::packet::*;
 use support::runner::*;
 use support::world::*;
 
 const TIMEOUT: u32 = 30;
 
-fn lab(test: &str) -> Option<(Lab, World)> {
+/// The namespace and program the tests of this file share (`SharedLab`: one
+/// verifier run instead of one per test), with this file's world.
+fn lab(test: &str) -> Option<(SharedLab, World)> {
     if !require_root(test) {
         return None;
     }
-    let lab = Lab::new().expect("private netns with a veth pair");
-    let mut world = World::new(lab.a, lab.b);
+    let mut lab = SharedLab::take().expect("shared netns with a veth pair");
+    // Hits are per CPU: the second packet of a flow must run where the first did.
+    support::cpu::pin_here().expect("pin the test thread");
+    let (a, b) = lab.ports().expect("veth pair");
+    let mut world = World::new(a, b);
     world.rt.flow_timeout = TIMEOUT;
     world.rt.neigh_clock = 100;
     Some((lab, world))
@@ -95,8 +102,8 @@ fn set_neigh4(l: &Loaded, ifindex: u32, addr: &str, mac: Mac) {
 
 #[test]
 fn second_packet_is_a_hit_with_the_same_bytes() {
-    let Some((_lab, w)) = lab("second_packet_is_a_hit_with_the_same_bytes") else { return };
-    let l = Loaded::new(&w).expect("load");
+    let Some((mut lab, w)) = lab("second_packet_is_a_hit_with_the_same_bytes") else { return };
+    let l = lab.program(&w).expect("load");
     let p = p4(1000);
     forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(&p, MAC_GW4));
     assert_eq!(flow(&l)[FP_FC_MISS as usize], 1);
@@ -124,8 +131,8 @@ fn second_packet_is_a_hit_with_the_same_bytes() {
 /// daemon bumps it after every table change), then recomputes at once.
 #[test]
 fn neighbour_change_is_seen_after_the_generation_bump() {
-    let Some((_lab, mut w)) = lab("neighbour_change_is_seen_after_the_generation_bump") else { return };
-    let l = Loaded::new(&w).expect("load");
+    let Some((mut lab, mut w)) = lab("neighbour_change_is_seen_after_the_generation_bump") else { return };
+    let l = lab.program(&w).expect("load");
     let p = p4(1000);
     let f = p.frame(MAC_A, MAC_CLIENT);
     forwards(&l, &w, &f, &out4(&p, MAC_GW4));
@@ -142,8 +149,8 @@ fn neighbour_change_is_seen_after_the_generation_bump() {
 
 #[test]
 fn route_change_is_seen_by_the_next_packet() {
-    let Some((_lab, mut w)) = lab("route_change_is_seen_by_the_next_packet") else { return };
-    let l = Loaded::new(&w).expect("load");
+    let Some((mut lab, mut w)) = lab("route_change_is_seen_by_the_next_packet") else { return };
+    let l = lab.program(&w).expect("load");
     let p = p4(1000);
     let f = p.frame(MAC_A, MAC_CLIENT);
     forwards(&l, &w, &f, &out4(&p, MAC_GW4));
@@ -161,8 +168,8 @@ fn route_change_is_seen_by_the_next_packet() {
 
 #[test]
 fn link_down_is_seen_by_the_next_packet() {
-    let Some((_lab, mut w)) = lab("link_down_is_seen_by_the_next_packet") else { return };
-    let l = Loaded::new(&w).expect("load");
+    let Some((mut lab, mut w)) = lab("link_down_is_seen_by_the_next_packet") else { return };
+    let l = lab.program(&w).expect("load");
     let p = p4(1000);
     let f = p.frame(MAC_A, MAC_CLIENT);
     forwards(&l, &w, &f, &out4(&p, MAC_GW4));
@@ -181,9 +188,9 @@ fn link_down_is_seen_by_the_next_packet() {
 /// TTL and length are per packet, not per flow: a hit still punts them.
 #[test]
 fn per_packet_checks_apply_on_a_hit() {
-    let Some((_lab, mut w)) = lab("per_packet_checks_apply_on_a_hit") else { return };
+    let Some((mut lab, mut w)) = lab("per_packet_checks_apply_on_a_hit") else { return };
     w.iface_mut(w.b).mtu = 1000;
-    let l = Loaded::new(&w).expect("load");
+    let l = lab.program(&w).expect("load");
     let p = p4(1000);
     forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(&p, MAC_GW4));
     let mut ttl1 = p.clone();
@@ -200,8 +207,8 @@ fn per_packet_checks_apply_on_a_hit() {
 
 #[test]
 fn idle_flows_are_recomputed() {
-    let Some((_lab, mut w)) = lab("idle_flows_are_recomputed") else { return };
-    let l = Loaded::new(&w).expect("load");
+    let Some((mut lab, mut w)) = lab("idle_flows_are_recomputed") else { return };
+    let l = lab.program(&w).expect("load");
     let p = p4(1000);
     let f = p.frame(MAC_A, MAC_CLIENT);
     forwards(&l, &w, &f, &out4(&p, MAC_GW4));
@@ -220,8 +227,8 @@ fn idle_flows_are_recomputed() {
 /// path does for every packet.
 #[test]
 fn hits_keep_the_neighbour_alive() {
-    let Some((_lab, mut w)) = lab("hits_keep_the_neighbour_alive") else { return };
-    let l = Loaded::new(&w).expect("load");
+    let Some((mut lab, mut w)) = lab("hits_keep_the_neighbour_alive") else { return };
+    let l = lab.program(&w).expect("load");
     let p = p4(1000);
     let f = p.frame(MAC_A, MAC_CLIENT);
     forwards(&l, &w, &f, &out4(&p, MAC_GW4));
@@ -239,8 +246,8 @@ fn hits_keep_the_neighbour_alive() {
 /// the fifth evicts a live one, and every packet is still forwarded right.
 #[test]
 fn metadata_hints_and_eviction() {
-    let Some((_lab, w)) = lab("metadata_hints_and_eviction") else { return };
-    let l = Loaded::new(&w).expect("load");
+    let Some((mut lab, w)) = lab("metadata_hints_and_eviction") else { return };
+    let l = lab.program(&w).expect("load");
     let p = p4(1000);
     let f = p.frame(MAC_A, MAC_CLIENT);
     let (v, out) = l.run_meta(w.a, &hint(42), &f).expect("run");
@@ -294,8 +301,8 @@ fn cached(l: &Loaded) -> Vec<fastpath_bpf::FlowWay> {
 /// to its own key (padding zero again) and packet count.
 #[test]
 fn ipv4_flows_away_from_home_and_ipv6_share_a_set() {
-    let Some((_lab, w)) = lab("ipv4_flows_away_from_home_and_ipv6_share_a_set") else { return };
-    let l = Loaded::new(&w).expect("load");
+    let Some((mut lab, w)) = lab("ipv4_flows_away_from_home_and_ipv6_share_a_set") else { return };
+    let l = lab.program(&w).expect("load");
     let mut p6 = Ip6::new(v6("2001:db8:a::10"), v6("2001:db8:2::20"));
     p6.payload = udp_ports(7, 9);
     let mut o6 = p6.clone();
@@ -333,9 +340,9 @@ fn ipv4_flows_away_from_home_and_ipv6_share_a_set() {
 
 #[test]
 fn timeout_zero_turns_the_cache_off() {
-    let Some((_lab, mut w)) = lab("timeout_zero_turns_the_cache_off") else { return };
+    let Some((mut lab, mut w)) = lab("timeout_zero_turns_the_cache_off") else { return };
     w.rt.flow_timeout = 0;
-    let l = Loaded::new(&w).expect("load");
+    let l = lab.program(&w).expect("load");
     let p = p4(1000);
     for _ in 0..2 {
         forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(&p, MAC_GW4));
@@ -381,9 +388,9 @@ fn policy_path(p: &Ip4, bounds: [i32; 2], policy: u32) -> Mac {
 /// (any value), misses and hits, every flow takes the kernel's path.
 #[test]
 fn ecmp_paths_do_not_depend_on_the_hint() {
-    let Some((_lab, mut w)) = lab("ecmp_paths_do_not_depend_on_the_hint") else { return };
+    let Some((mut lab, mut w)) = lab("ecmp_paths_do_not_depend_on_the_hint") else { return };
     let bounds = ecmp_world(&mut w);
-    let l = Loaded::new(&w).expect("load");
+    let l = lab.program(&w).expect("load");
     write_group(&l, bounds);
     let mut seen = [0u32; 2];
     for port in 3000..3200u16 {
@@ -407,9 +414,9 @@ fn ecmp_paths_do_not_depend_on_the_hint() {
 /// path leaves the group it moves to what the hash says.
 #[test]
 fn stale_ecmp_flows_keep_their_path() {
-    let Some((_lab, mut w)) = lab("stale_ecmp_flows_keep_their_path") else { return };
+    let Some((mut lab, mut w)) = lab("stale_ecmp_flows_keep_their_path") else { return };
     let bounds = ecmp_world(&mut w);
-    let l = Loaded::new(&w).expect("load");
+    let l = lab.program(&w).expect("load");
     write_group(&l, bounds);
     let flows: Vec<Ip4> = (3000..3100u16).map(p4).collect();
     for p in &flows {
@@ -436,9 +443,9 @@ fn stale_ecmp_flows_keep_their_path() {
 /// stickiness is for group changes, not for a changed hash.
 #[test]
 fn a_new_hash_policy_is_not_sticky() {
-    let Some((_lab, mut w)) = lab("a_new_hash_policy_is_not_sticky") else { return };
+    let Some((mut lab, mut w)) = lab("a_new_hash_policy_is_not_sticky") else { return };
     let bounds = ecmp_world(&mut w);
-    let l = Loaded::new(&w).expect("load");
+    let l = lab.program(&w).expect("load");
     write_group(&l, bounds);
     let flows: Vec<Ip4> = (3000..3100u16).map(p4).collect();
     for p in &flows {
@@ -461,10 +468,10 @@ fn a_new_hash_policy_is_not_sticky() {
 /// inner header); echo is forwarded.
 #[test]
 fn icmp_errors_over_ecmp_punt() {
-    let Some((_lab, mut w)) = lab("icmp_errors_over_ecmp_punt") else { return };
+    let Some((mut lab, mut w)) = lab("icmp_errors_over_ecmp_punt") else { return };
     let bounds = ecmp_world(&mut w);
     w.rt.mp_policy4 = 0;
-    let l = Loaded::new(&w).expect("load");
+    let l = lab.program(&w).expect("load");
     write_group(&l, bounds);
     let mut err = Ip4::new(v4("192.0.2.10"), v4("203.0.113.20"));
     err.proto = 1;

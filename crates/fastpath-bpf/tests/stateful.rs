@@ -9,6 +9,9 @@
 //! next packet sees the deletion; without a flow cache every packet looks
 //! conntrack up; a validation refreshes the entry's timeout; per-flow bytes.
 //!
+//! The tests share one loaded program and namespace (`shared_lab`), reset
+//! to a fresh load's state at each start, and so run one after the other.
+//!
 //! Needs root and conntrack-tools, like prog_run.rs.
 //!
 //!   cargo test --release -p fastpath-bpf --test stateful
@@ -112,8 +115,8 @@ fn out6(p: &Ip6) -> Vec<u8> {
     o.frame(MAC_GW6, MAC_B)
 }
 
-fn stateful_world(lab: &Lab) -> World {
-    let mut w = World::new(lab.a, lab.b);
+fn stateful_world(a: u32, b: u32) -> World {
+    let mut w = World::new(a, b);
     w.stateful = true;
     w.rt.ct_mark = 1;
     w.rt.ct_revalidate_ms = FP_DEFAULT_CT_REVALIDATE_MS;
@@ -134,8 +137,20 @@ fn lab(test: &str) -> Option<(Lab, World)> {
     let lab = Lab::new().expect("private netns with a veth pair");
     // Sequences below rely on the per-CPU flow cache keeping their flow.
     support::cpu::pin_here().expect("pin the test thread");
-    let w = stateful_world(&lab);
+    let w = stateful_world(lab.a, lab.b);
     Some((lab, w))
+}
+
+/// As `lab`, on the programs and namespace the tests of this file share
+/// (`SharedLab`: one load of the stateful program instead of one per test).
+fn shared_lab(test: &str) -> Option<(SharedLab, World)> {
+    if !require_root(test) {
+        return None;
+    }
+    let mut lab = SharedLab::take().expect("shared netns with a veth pair");
+    support::cpu::pin_here().expect("pin the test thread");
+    let (a, b) = lab.ports().expect("veth pair");
+    Some((lab, stateful_world(a, b)))
 }
 
 fn entries(list: &[&str]) -> impl Fn(&mut World) + 'static {
@@ -161,7 +176,7 @@ fn without_opt(entry: &str, opt: &str) -> String {
 
 #[test]
 fn established_marked_flows_forward() {
-    let Some((_lab, world)) = lab("established_marked_flows_forward") else { return };
+    let Some((mut lab, world)) = shared_lab("established_marked_flows_forward") else { return };
     let data = t4(ACK | PSH);
     let udp = u4();
     let data6 = t6(ACK);
@@ -191,7 +206,7 @@ fn established_marked_flows_forward() {
             out4(&data),
         ),
     ];
-    run_all(&world, &cases);
+    lab.run_all(&world, &cases);
 }
 
 fn punt_cases() -> Vec<Case> {
@@ -290,7 +305,7 @@ fn punt_cases() -> Vec<Case> {
 /// Every stateful reason has a case here (prog_run.rs leaves them to this file).
 #[test]
 fn stateful_punt_reasons() {
-    let Some((_lab, world)) = lab("stateful_punt_reasons") else { return };
+    let Some((mut lab, world)) = shared_lab("stateful_punt_reasons") else { return };
     let cases = punt_cases();
     let covered: BTreeSet<usize> = cases
         .iter()
@@ -302,16 +317,16 @@ fn stateful_punt_reasons() {
     let missing: Vec<&str> =
         STATEFUL_REASONS.iter().map(|r| *r as usize).filter(|r| !covered.contains(r)).map(reason_name).collect();
     assert!(missing.is_empty(), "stateful punt reasons without a case: {missing:?}");
-    run_all(&world, &cases);
+    lab.run_all(&world, &cases);
 }
 
 /// The stateless program never asks conntrack: no entry, still forwarded.
 #[test]
 fn stateless_ignores_conntrack() {
-    let Some((_lab, mut world)) = lab("stateless_ignores_conntrack") else { return };
+    let Some((mut lab, mut world)) = shared_lab("stateless_ignores_conntrack") else { return };
     world.stateful = false;
     let data = t4(SYN);
-    run_all(&world, &[Case::forward("syn, no entry", entries(&[]), f4(&data), out4(&data))]);
+    lab.run_all(&world, &[Case::forward("syn, no entry", entries(&[]), f4(&data), out4(&data))]);
 }
 
 fn set_rt(l: &Loaded, w: &World) {
@@ -327,11 +342,11 @@ fn hits(l: &Loaded) -> u64 {
 /// revalidation drops the verdict; a new entry is picked up again.
 #[test]
 fn cached_verdict_rechecked_after_generation_bump() {
-    let Some((_lab, mut w)) = lab("cached_verdict_rechecked_after_generation_bump") else { return };
+    let Some((mut lab, mut w)) = shared_lab("cached_verdict_rechecked_after_generation_bump") else { return };
     w.rt.flow_timeout = 30;
     w.rt.ct_revalidate_ms = 600_000;
     w.conntrack = vec![TCP_EST.into()];
-    let l = Loaded::new(&w).expect("load");
+    let l = lab.program(&w).expect("load");
     let p = t4(ACK);
     forwards(&l, &w, &f4(&p), &out4(&p));
     forwards(&l, &w, &f4(&p), &out4(&p));
@@ -362,12 +377,12 @@ fn cached_verdict_rechecked_after_generation_bump() {
 /// the strict entry is made by clearing them over ctnetlink.
 #[test]
 fn tcp_entry_not_liberal_punts() {
-    let Some((_lab, mut w)) = lab("tcp_entry_not_liberal_punts") else { return };
+    let Some((mut lab, mut w)) = shared_lab("tcp_entry_not_liberal_punts") else { return };
     w.rt.ct_tcp_liberal = 0;
     // Every packet looks conntrack up: the flags change under one cached flow.
     w.rt.ct_revalidate_ms = 0;
     w.conntrack = vec![TCP_EST.into()];
-    let l = Loaded::new(&w).expect("load");
+    let l = lab.program(&w).expect("load");
     let p = t4(ACK);
     let liberal = |dirs| {
         conntrack::set_tcp_liberal(v4("192.0.2.10"), v4("203.0.113.20"), 1000, 80, dirs).expect("ctnetlink update")
@@ -396,11 +411,11 @@ fn tcp_entry_not_liberal_punts() {
 /// The request is the entry's original tuple as a struct fp_flow_key.
 #[test]
 fn strict_tcp_entry_asks_for_liberal_after_a_while() {
-    let Some((_lab, mut w)) = lab("strict_tcp_entry_asks_for_liberal_after_a_while") else { return };
+    let Some((mut lab, mut w)) = shared_lab("strict_tcp_entry_asks_for_liberal_after_a_while") else { return };
     w.rt.ct_tcp_liberal = 0;
     w.rt.ct_revalidate_ms = 400;
     w.conntrack = vec![TCP_EST.into()];
-    let l = Loaded::new(&w).expect("load");
+    let l = lab.program(&w).expect("load");
     conntrack::set_tcp_liberal(v4("192.0.2.10"), v4("203.0.113.20"), 1000, 80, [false, false]).expect("ctnetlink update");
     let got = std::rc::Rc::new(std::cell::RefCell::new(Vec::<Vec<u8>>::new()));
     let sink = std::rc::Rc::clone(&got);
@@ -447,11 +462,11 @@ fn strict_tcp_entry_asks_for_liberal_after_a_while() {
 /// Without an event, a verdict older than ct_revalidate_ms is re-checked.
 #[test]
 fn cached_verdict_rechecked_after_revalidate_interval() {
-    let Some((_lab, mut w)) = lab("cached_verdict_rechecked_after_revalidate_interval") else { return };
+    let Some((mut lab, mut w)) = shared_lab("cached_verdict_rechecked_after_revalidate_interval") else { return };
     w.rt.flow_timeout = 30;
     w.rt.ct_revalidate_ms = 300;
     w.conntrack = vec![TCP_EST.into()];
-    let l = Loaded::new(&w).expect("load");
+    let l = lab.program(&w).expect("load");
     let p = t4(ACK);
     forwards(&l, &w, &f4(&p), &out4(&p));
     conntrack::delete(TCP_FILTER).expect("conntrack -D");
@@ -464,11 +479,11 @@ fn cached_verdict_rechecked_after_revalidate_interval() {
 /// the coarse clock.
 #[test]
 fn revalidate_zero_looks_up_every_packet() {
-    let Some((_lab, mut w)) = lab("revalidate_zero_looks_up_every_packet") else { return };
+    let Some((mut lab, mut w)) = shared_lab("revalidate_zero_looks_up_every_packet") else { return };
     w.rt.flow_timeout = 30;
     w.rt.ct_revalidate_ms = 0;
     w.conntrack = vec![TCP_EST.into()];
-    let l = Loaded::new(&w).expect("load");
+    let l = lab.program(&w).expect("load");
     let p = t4(ACK);
     forwards(&l, &w, &f4(&p), &out4(&p));
     forwards(&l, &w, &f4(&p), &out4(&p));
@@ -481,11 +496,11 @@ fn revalidate_zero_looks_up_every_packet() {
 /// every packet looks conntrack up.
 #[test]
 fn no_flow_cache_looks_up_every_packet() {
-    let Some((_lab, mut w)) = lab("no_flow_cache_looks_up_every_packet") else { return };
+    let Some((mut lab, mut w)) = shared_lab("no_flow_cache_looks_up_every_packet") else { return };
     w.rt.flow_timeout = 0;
     w.rt.ct_revalidate_ms = 600_000;
     w.conntrack = vec![TCP_EST.into()];
-    let l = Loaded::new(&w).expect("load");
+    let l = lab.program(&w).expect("load");
     let p = t4(ACK);
     forwards(&l, &w, &f4(&p), &out4(&p));
     forwards(&l, &w, &f4(&p), &out4(&p));
@@ -500,11 +515,11 @@ fn no_flow_cache_looks_up_every_packet() {
 /// generation on conntrack's event, when a lookup decides again.
 #[test]
 fn tcp_flags_punt_on_cache_hits() {
-    let Some((_lab, mut w)) = lab("tcp_flags_punt_on_cache_hits") else { return };
+    let Some((mut lab, mut w)) = shared_lab("tcp_flags_punt_on_cache_hits") else { return };
     w.rt.flow_timeout = 30;
     w.rt.ct_revalidate_ms = 600_000;
     w.conntrack = vec![TCP_EST.into()];
-    let l = Loaded::new(&w).expect("load");
+    let l = lab.program(&w).expect("load");
     let data = t4(ACK);
     forwards(&l, &w, &f4(&data), &out4(&data));
     for f in [FIN | ACK, RST, SYN] {
@@ -524,11 +539,11 @@ fn tcp_flags_punt_on_cache_hits() {
 /// cached hits in between leave it alone.
 #[test]
 fn validation_refreshes_the_conntrack_timeout() {
-    let Some((_lab, mut w)) = lab("validation_refreshes_the_conntrack_timeout") else { return };
+    let Some((mut lab, mut w)) = shared_lab("validation_refreshes_the_conntrack_timeout") else { return };
     w.rt.flow_timeout = 30;
     w.rt.ct_revalidate_ms = 600_000;
     w.conntrack = vec![TCP_EST.into(), UDP_EST.into()];
-    let l = Loaded::new(&w).expect("load");
+    let l = lab.program(&w).expect("load");
     assert!(conntrack::timeout(TCP_FILTER).expect("timeout") <= 100);
     let p = t4(ACK);
     forwards(&l, &w, &f4(&p), &out4(&p));

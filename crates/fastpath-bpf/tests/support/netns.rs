@@ -79,3 +79,29 @@ impl Drop for Lab {
         let _ = ip(&["link", "del", "fpt-a"]);
     }
 }
+
+/// A namespace with its veth pair that outlives the thread that made it, so
+/// that later test threads can join it (`enter`). It goes away, veth and all,
+/// when the process exits and closes the last reference to it.
+pub struct Kept {
+    pub lab: Lab,
+    ns: std::fs::File,
+}
+
+impl Kept {
+    /// `Lab::new`, keeping a handle on the namespace it made.
+    pub fn new() -> Result<Self> {
+        let lab = Lab::new()?;
+        let ns = std::fs::File::open("/proc/thread-self/ns/net").context("opening the new netns")?;
+        Ok(Kept { lab, ns })
+    }
+
+    /// Moves the calling thread into the kept namespace.
+    pub fn enter(&self) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        if unsafe { libc::setns(self.ns.as_raw_fd(), CLONE_NEWNET) } != 0 {
+            return Err(io::Error::last_os_error()).context("setns into the shared netns");
+        }
+        Ok(())
+    }
+}

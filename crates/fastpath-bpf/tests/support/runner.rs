@@ -12,6 +12,7 @@ use fastpath_bpf::intf::{
 };
 use fastpath_bpf::skel::xdp_fwd::{XdpFwdSkel, XdpFwdSkelBuilder};
 use std::cell::RefCell;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapType, OpenObject, ProgramInput};
@@ -91,10 +92,15 @@ impl Loaded {
             match map.map_type() {
                 // Frozen at load; the same for every case of one test (see `check`).
                 _ if name.ends_with(".rodata") => {}
+                // One batch per map: the flow-cache arrays have tens of
+                // thousands of slots, and a syscall per slot made the reset
+                // most of a table case's time.
                 MapType::Array => {
-                    for k in 0..map.max_entries() {
-                        map.update(&k.to_ne_bytes(), &zero, MapFlags::ANY).with_context(|| format!("zeroing {name}"))?;
-                    }
+                    let n = map.max_entries();
+                    let keys: Vec<u8> = (0..n).flat_map(u32::to_ne_bytes).collect();
+                    let zeros = vec![0u8; zero.len() * n as usize];
+                    map.update_batch(&keys, &zeros, n, MapFlags::ANY, MapFlags::ANY)
+                        .with_context(|| format!("zeroing {name}"))?;
                 }
                 MapType::PercpuArray => {
                     let zeros = vec![zero.clone(); cpus];
@@ -281,6 +287,10 @@ fn check_loaded(world: &World, case: &Case, loaded: &Loaded) -> Result<()> {
 /// once on (a first packet: the full path, then filling the cache), and
 /// reports every failure at once.
 pub fn run_all(base: &World, cases: &[Case]) {
+    run_all_with(base, cases, check)
+}
+
+fn run_all_with(base: &World, cases: &[Case], mut check: impl FnMut(&World, &Case) -> Result<()>) {
     let mut failed = Vec::new();
     for timeout in [0, 30] {
         let mut world = base.clone();
@@ -312,4 +322,76 @@ pub fn punts(l: &Loaded, w: &World, pkt: &[u8], reason: fp_reason) {
     assert_eq!(out, pkt, "a punt must not modify the frame");
     let after = l.stats(super::world::SLOT_A).expect("stats").packets[reason as usize];
     assert_eq!(after, before + 1, "not counted as {}", reason_name(reason as usize));
+}
+
+/// Programs loaded once for all tests of a binary that use `Shared`, in one
+/// namespace kept for them: a load of the stateful program costs the
+/// verifier seconds, a reset milliseconds. Tests holding it run one at a
+/// time (they share the namespace's conntrack table too).
+pub struct Shared {
+    kept: super::netns::Kept,
+    programs: Vec<(LoadKey, Loaded)>,
+}
+
+// SAFETY: a libbpf object is file descriptors and heap memory with no tie to
+// the thread that loaded it; the mutex below gives one test at a time access.
+unsafe impl Send for Shared {}
+
+static SHARED: Mutex<Option<Shared>> = Mutex::new(None);
+
+/// A test's hold on the shared namespace and programs; released when dropped.
+pub struct SharedLab(MutexGuard<'static, Option<Shared>>);
+
+impl SharedLab {
+    /// Waits for the other tests of this binary that share the programs and
+    /// moves the calling thread into their namespace (made by the first).
+    pub fn take() -> Result<Self> {
+        // A test that failed while holding it left nothing that the next
+        // `program` does not reset.
+        let mut guard = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+        match guard.as_ref() {
+            Some(s) => s.kept.enter()?,
+            None => *guard = Some(Shared { kept: super::netns::Kept::new()?, programs: Vec::new() }),
+        }
+        Ok(SharedLab(guard))
+    }
+
+    fn shared(&mut self) -> Result<&mut Shared> {
+        self.0.as_mut().context("shared lab missing")
+    }
+
+    /// Ingress and egress ifindex of the namespace's veth pair.
+    pub fn ports(&mut self) -> Result<(u32, u32)> {
+        let lab = &self.shared()?.kept.lab;
+        Ok((lab.a, lab.b))
+    }
+
+    /// A program in the state a fresh load of `world` would have: loaded
+    /// the first time these load-time settings are asked for, reset after.
+    pub fn program(&mut self, world: &World) -> Result<&Loaded> {
+        let key = load_key(world);
+        let shared = self.shared()?;
+        match shared.programs.iter().position(|(k, _)| *k == key) {
+            Some(i) => {
+                let l = &shared.programs[i].1;
+                l.reset()?;
+                world.apply(&l.skel)?;
+                Ok(l)
+            }
+            None => {
+                shared.programs.push((key, Loaded::new(world)?));
+                shared.programs.last().map(|(_, l)| l).context("no program")
+            }
+        }
+    }
+
+    /// `run_all` on the shared programs.
+    pub fn run_all(&mut self, base: &World, cases: &[Case]) {
+        run_all_with(base, cases, |world, case| {
+            let mut world = world.clone();
+            (case.world)(&mut world);
+            let loaded = self.program(&world)?;
+            check_loaded(&world, case, loaded)
+        })
+    }
 }
