@@ -32,10 +32,7 @@ fn lab(test: &str) -> Option<(SharedLab, World)> {
     if !require_root(test) {
         return None;
     }
-    let mut lab = SharedLab::take().expect("shared netns with a veth pair");
-    // Hits are per CPU: the second packet of a flow must run where the first did.
-    support::cpu::pin_here().expect("pin the test thread");
-    let (a, b) = lab.ports().expect("veth pair");
+    let (lab, a, b) = SharedLab::take_pinned().expect("shared netns with a veth pair");
     let mut world = World::new(a, b);
     world.rt.flow_timeout = TIMEOUT;
     world.rt.neigh_clock = 100;

@@ -147,9 +147,7 @@ fn shared_lab(test: &str) -> Option<(SharedLab, World)> {
     if !require_root(test) {
         return None;
     }
-    let mut lab = SharedLab::take().expect("shared netns with a veth pair");
-    support::cpu::pin_here().expect("pin the test thread");
-    let (a, b) = lab.ports().expect("veth pair");
+    let (lab, a, b) = SharedLab::take_pinned().expect("shared netns with a veth pair");
     Some((lab, stateful_world(a, b)))
 }
 

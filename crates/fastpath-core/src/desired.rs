@@ -1184,7 +1184,7 @@ pub fn compute_gated(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures::{ip, main_route, plain_rule};
+    use crate::fixtures::{default_rules, ip, main_route, plain_rule};
     use crate::overflow::Offload;
     use crate::model::{
         IfSysctl, Link, Neighbour, NexthopObject, NUD_DELAY, NUD_FAILED, NUD_INCOMPLETE,
@@ -1285,20 +1285,6 @@ mod tests {
         }
     }
 
-    fn rule(family: Family, priority: u32, table: u32) -> Rule {
-        plain_rule(family, priority, table)
-    }
-
-    fn default_rule_set() -> Vec<Rule> {
-        vec![
-            rule(Family::V4, 0, 255),
-            rule(Family::V4, 32766, 254),
-            rule(Family::V4, 32767, 253),
-            rule(Family::V6, 0, 255),
-            rule(Family::V6, 32766, 254),
-        ]
-    }
-
     /// lo (1), eth0 (2), eth1 (3), eth2 (4, unmanaged); forwarding on; default rules.
     fn base() -> KernelState {
         let mut st = KernelState::default();
@@ -1322,7 +1308,7 @@ mod tests {
             st.links.insert(l.ifindex, l);
         }
         st.sysctl.forwarding6_all = true;
-        st.rules = default_rule_set();
+        st.rules = default_rules();
         st
     }
 
@@ -2170,40 +2156,40 @@ mod tests {
     #[test]
     fn policy_rules() {
         let both = Family::V4.bit() | Family::V6.bit();
-        let mut cases: Vec<(&str, Vec<Rule>, u32)> = vec![("defaults", default_rule_set(), 0)];
-        let mut extra4 = default_rule_set();
-        extra4.push(rule(Family::V4, 100, 10));
+        let mut cases: Vec<(&str, Vec<Rule>, u32)> = vec![("defaults", default_rules(), 0)];
+        let mut extra4 = default_rules();
+        extra4.push(plain_rule(Family::V4, 100, 10));
         cases.push(("extra v4 rule", extra4, Family::V4.bit()));
-        let mut extra6 = default_rule_set();
-        extra6.push(rule(Family::V6, 32765, 254));
+        let mut extra6 = default_rules();
+        extra6.push(plain_rule(Family::V6, 32765, 254));
         cases.push(("extra v6 rule", extra6, Family::V6.bit()));
-        let mut missing4 = default_rule_set();
+        let mut missing4 = default_rules();
         missing4.retain(|r| !(r.family == Family::V4 && r.priority == 32767));
         cases.push(("v4 default rule deleted", missing4, Family::V4.bit()));
-        let mut missing6 = default_rule_set();
+        let mut missing6 = default_rules();
         missing6.retain(|r| r.family != Family::V6);
         cases.push(("no v6 rules", missing6, Family::V6.bit()));
-        let mut sel = default_rule_set();
+        let mut sel = default_rules();
         sel[1].has_selectors = true;
         cases.push(("selector on main rule", sel, Family::V4.bit()));
-        let mut inv = default_rule_set();
+        let mut inv = default_rules();
         inv[3].invert = true;
         cases.push(("inverted v6 local rule", inv, Family::V6.bit()));
-        let mut goto = default_rule_set();
+        let mut goto = default_rules();
         goto[1].action = 2;
         cases.push(("goto instead of lookup", goto, Family::V4.bit()));
-        let mut dup = default_rule_set();
-        dup.push(rule(Family::V4, 32766, 254));
+        let mut dup = default_rules();
+        dup.push(plain_rule(Family::V4, 32766, 254));
         cases.push(("duplicate rule", dup, Family::V4.bit()));
-        let mut moved = default_rule_set();
+        let mut moved = default_rules();
         moved[1].priority = 1000;
         cases.push(("main rule moved", moved, Family::V4.bit()));
-        let mut bh = default_rule_set();
+        let mut bh = default_rules();
         bh.push(Rule {
             action: 6,
-            ..rule(Family::V6, 10, 0)
+            ..plain_rule(Family::V6, 10, 0)
         });
-        bh.push(rule(Family::V4, 5, 100));
+        bh.push(plain_rule(Family::V4, 5, 100));
         cases.push(("both", bh, both));
         for (name, rules, want) in cases {
             let mut st = base();
@@ -2221,7 +2207,7 @@ mod tests {
             assert_eq!(d.fib4.len(), 1, "{name}: tables are still computed");
         }
         let mut st = base();
-        st.rules.push(rule(Family::V4, 100, 10));
+        st.rules.push(plain_rule(Family::V4, 100, 10));
         let d = run(&st);
         assert!(d.problems[0].contains("100: table 10"), "{:?}", d.problems);
         assert!(d.problems[0].ends_with("IPv4 punted"), "{:?}", d.problems);

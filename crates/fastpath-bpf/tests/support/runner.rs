@@ -356,6 +356,16 @@ impl SharedLab {
         Ok(SharedLab(guard))
     }
 
+    /// As `take`, with the calling thread pinned to its CPU (flow-cache hits
+    /// and conntrack verdicts are per CPU: a flow's later packets must run
+    /// where its first did), and the veth pair's ifindexes.
+    pub fn take_pinned() -> Result<(Self, u32, u32)> {
+        let mut lab = Self::take()?;
+        super::cpu::pin_here().context("pinning the test thread")?;
+        let (a, b) = lab.ports()?;
+        Ok((lab, a, b))
+    }
+
     fn shared(&mut self) -> Result<&mut Shared> {
         self.0.as_mut().context("shared lab missing")
     }
