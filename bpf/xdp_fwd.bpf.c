@@ -34,7 +34,7 @@
  *
  * Two entry points share all of this: fp_xdp_fwd takes the flow hash from
  * an fp_rx_hint in the metadata area or computes it, fp_xdp_fwd_hw first
- * asks the NIC (bpf_xdp_metadata_rx_hash, so it must be loaded bound to
+ * asks a real NIC (bpf_xdp_metadata_rx_hash, so it must be loaded bound to
  * its device; BPF_PROG_RUN cannot run it), and also punts frames whose
  * VLAN tag the NIC stripped (bpf_xdp_metadata_rx_vlan_tag), which the plain
  * entry point cannot see. One instance is loaded per interface with its
@@ -697,9 +697,9 @@ int fp_xdp_fwd_hw(struct xdp_md *ctx)
 	if (bpf_xdp_metadata_rx_vlan_tag(ctx, &vlan_proto, &vlan_tci) == 0)
 		p.vlan_stripped = 1;
 
-	/* -ENODATA (no hash for this frame: veth's redirected frames) or
-	 * -EOPNOTSUPP: fall back to a metadata hint or our own hash. */
-	if (bpf_xdp_metadata_rx_hash(ctx, &hash, &type) == 0) {
+	/* Not asked (fp_config.nic_rx_hash), -ENODATA (no hash for this
+	 * frame) or -EOPNOTSUPP: fall back to a metadata hint or our own hash. */
+	if (fp_cfg.nic_rx_hash && bpf_xdp_metadata_rx_hash(ctx, &hash, &type) == 0) {
 		p.hash = hash;
 		p.hash_l4 = (type & XDP_RSS_L4) != 0;
 		p.hash_src = FP_HS_NIC;

@@ -25,6 +25,7 @@ import pytest
 
 from lab import Capture, Daemon, Lab, Sender, counter_delta
 from pkts import IP, IPv6, UDP, Ether, Raw
+from scapy.layers.inet import IPOption_NOP
 
 FLOWS = 1000
 GW4 = ["198.51.100.11", "198.51.100.12", "198.51.100.13"]
@@ -41,18 +42,20 @@ def gw_of(frame: bytes) -> int | None:
 
 def sport_of(frame: bytes) -> int:
     et = struct.unpack_from("!H", frame, 12)[0]
-    off = 14 + (20 if et == 0x0800 else 40)
+    off = 14 + ((frame[14] & 0xF) * 4 if et == 0x0800 else 40)
     return struct.unpack_from("!H", frame, off)[0]
 
 
-def flow_frames(lab: Lab, family: int, ports) -> list[bytes]:
+def flow_frames(lab: Lab, family: int, ports, options: bool = False) -> list[bytes]:
     """One frame per flow; flows differ in source port and, so that the L3
-    policy spreads them too, in addresses (and the IPv6 flow label)."""
-    return list(_flow_frames(lab.c0.mac, lab.r0.mac, family, tuple(ports)))
+    policy spreads them too, in addresses (and the IPv6 flow label).
+    `options`: IPv4 with four NOP options, which fastpath punts."""
+    return list(_flow_frames(lab.c0.mac, lab.r0.mac, family, tuple(ports), options))
 
 
 @functools.lru_cache(maxsize=16)
-def _flow_frames(src_mac: str, dst_mac: str, family: int, ports: tuple[int, ...]) -> tuple[bytes, ...]:
+def _flow_frames(src_mac: str, dst_mac: str, family: int, ports: tuple[int, ...],
+                 options: bool) -> tuple[bytes, ...]:
     # Built once per set of flows: the kernel run and the fast-path runs send
     # the same frames, and scapy takes milliseconds per frame.
     eth = Ether(src=src_mac, dst=dst_mac)
@@ -60,16 +63,17 @@ def _flow_frames(src_mac: str, dst_mac: str, family: int, ports: tuple[int, ...]
     for p in ports:
         i = p % 1000
         if family == 4:
-            ip = IP(src=f"192.0.2.{10 + i % 200}", dst=f"203.0.113.{1 + i // 200}")
+            ip = IP(src=f"192.0.2.{10 + i % 200}", dst=f"203.0.113.{1 + i // 200}",
+                    options=[IPOption_NOP()] * 4 if options else [])
         else:
             ip = IPv6(src=f"2001:db8:1::{0x1000 + i:x}", dst=f"2001:db8:3::{1 + i % 7:x}", fl=(i * 7919) & 0xFFFFF)
         out.append(bytes(eth / ip / UDP(sport=p, dport=9) / Raw(b"ecmp")))
     return tuple(out)
 
 
-def choices(lab: Lab, family: int, ports, repeat: int = 1) -> dict[int, int]:
+def choices(lab: Lab, family: int, ports, repeat: int = 1, options: bool = False) -> dict[int, int]:
     """Send each flow `repeat` times; return source port -> gateway index."""
-    frames = flow_frames(lab, family, ports) * repeat
+    frames = flow_frames(lab, family, ports, options) * repeat
     got: dict[int, int] = {}
     with Capture([lab.s0]) as cap:
         tx = Sender(lab.c0)
@@ -142,6 +146,32 @@ def test_same_next_hop_as_the_kernel(ecmp_lab: Lab, family: int, policy: int):
     for i, w in enumerate(WEIGHTS):
         share = split[i] / FLOWS
         assert abs(share - w / sum(WEIGHTS)) < 0.06, f"path {i}: {share:.2f} of flows, weights {WEIGHTS}"
+
+
+def test_punted_frames_take_the_kernels_path(ecmp_lab: Lab):
+    """Frames fastpath punts (here: IPv4 options) are routed by the kernel,
+    whose policy-1 hash short-cuts to skb->hash once an L4 hash is set.
+    Asking veth for its RX hash (`--rx-hash nic`) makes it compute and store
+    one (skb_get_hash), which moves such frames to other paths than the
+    kernel alone takes; the default asks no virtual device."""
+    lab = ecmp_lab
+    set_policy(lab, 1)
+    ports = range(21000, 21300)
+    kernel = choices(lab, 4, ports, options=True)
+    with Daemon(lab) as d:
+        before = d.counters("r0")
+        fast = choices(lab, 4, ports, options=True)
+        delta = counter_delta(before, d.counters("r0"))
+        r0 = next(i for i in d.status()["interfaces"] if i["name"] == "r0")
+    assert delta.get("ip_options", 0) == len(ports) and not delta.get("forwarded"), delta
+    assert r0["hash"]["variant"] == "meta hint / software (device-bound)", r0["hash"]
+    differ = [p for p in ports if kernel[p] != fast[p]]
+    assert not differ, f"{len(differ)} of {len(ports)} punted flows took another path than the kernel's alone"
+    # The check can see the difference: with the hash asked for, many move.
+    with Daemon(lab, extra=["--rx-hash", "nic"]):
+        asked = choices(lab, 4, ports, options=True)
+    moved = sum(kernel[p] != asked[p] for p in ports)
+    assert moved > len(ports) // 4, f"only {moved} of {len(ports)} flows moved with --rx-hash nic"
 
 
 def test_random_seed_is_not_guessed(ecmp_lab: Lab):

@@ -141,6 +141,15 @@ struct fp_config {
 	 * ECMP uses it as fib_multipath_hash() does (skb->l4_hash short-cut).
 	 */
 	__u32 nic_hash_is_skb_hash;
+	/*
+	 * 1 = fp_xdp_fwd_hw asks the driver for the RX hash. 0 on a virtual
+	 * device (veth), where that "RX hash" is skb_get_hash(): a software
+	 * hash computed by the call and stored in the skb, whose l4_hash bit
+	 * fib_multipath_hash() then short-cuts on for a frame we punt. Asking
+	 * there costs a call per packet, gains nothing over our own hash, and
+	 * would change the kernel's own ECMP choice for punted frames.
+	 */
+	__u32 nic_rx_hash;
 	/* 1 = stateful mode: forward only conntrack entries that are established and carry fp_runtime.ct_mark. */
 	__u32 stateful;
 	/* 1 = AF_XDP data path: what would be forwarded goes to user space (fp_xsks), see struct fp_xsk_meta. */

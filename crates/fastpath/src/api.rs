@@ -13,7 +13,7 @@
 //!                 "mtu":n, "up":bool, "fwd4":bool, "fwd6":bool, "rp_filter":0|1|2,
 //!                 "counters":{"<reason>":{"packets":n,"bytes":n}, ... every reason},
 //!                 "flow_cache":{"hit":n,"miss":n,"stale":n,"expired":n,"evict":n},
-//!                 "hash":{"variant":"nic rx-hash"|"meta hint / software",
+//!                 "hash":{"variant":"nic rx-hash"|"meta hint / software (device-bound)"|"meta hint / software",
 //!                         "packets":{"software":n,"meta":n,"nic":n}}}],
 //!  "flow_cache":{"enabled":bool, "timeout_s":n, "entries_per_cpu":n,
 //!                "hit":n,"miss":n,"stale":n,"expired":n,"evict":n},

@@ -101,7 +101,8 @@ pub fn run(loaded: Loaded) -> Result<()> {
     }
     let opts = loader::LoadOpts {
         flow_sets: if args.flow_timeout == 0 { 0 } else { loader::flow_sets(args.flow_entries) },
-        nic_hash: args.rx_hash == crate::RxHash::Auto && args.xdp_mode != crate::XdpMode::Generic,
+        nic_hash: args.rx_hash != crate::RxHash::Off && args.xdp_mode != crate::XdpMode::Generic,
+        nic_hash_virtual: args.rx_hash == crate::RxHash::Nic,
         stateful,
         afxdp: afxdp_on,
     };

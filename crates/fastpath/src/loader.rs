@@ -39,8 +39,11 @@ pub fn bridge_libbpf_log() {
 pub struct LoadOpts {
     /// fp_flows sets per CPU (a power of two), 0 = no cache.
     pub flow_sets: u32,
-    /// Try the device-bound variant that reads the NIC's RX hash.
+    /// Try the device-bound variant (RX metadata: the NIC's hash, a
+    /// stripped VLAN tag).
     pub nic_hash: bool,
+    /// Ask virtual devices (veth) for their RX hash too (`--rx-hash nic`).
+    pub nic_hash_virtual: bool,
     /// Stateful mode (fp_config.stateful): the conntrack gate and its
     /// per-flow verdict cache (fp_ct_flows, sized like fp_flows). Without a
     /// flow cache it stays correct, looking conntrack up for every packet.
@@ -66,6 +69,9 @@ pub enum HashVariant {
     /// Device-bound program asking the driver (bpf_xdp_metadata_rx_hash),
     /// falling back per packet to a metadata hint or software.
     NicRxHash,
+    /// Device-bound program (stripped VLAN tags) on a virtual device: its
+    /// RX hash would be a software one, so a metadata hint or software.
+    DeviceBound,
     /// Metadata hint when an upstream program left one, else software.
     MetaOrSoftware,
 }
@@ -74,6 +80,7 @@ impl HashVariant {
     pub fn name(self) -> &'static str {
         match self {
             HashVariant::NicRxHash => "nic rx-hash",
+            HashVariant::DeviceBound => "meta hint / software (device-bound)",
             HashVariant::MetaOrSoftware => "meta hint / software",
         }
     }
@@ -95,18 +102,19 @@ impl Instance {
         self.prog(v)
     }
 
-    /// The entry point of a variant. A `NicRxHash` instance has only the
+    /// The entry point of a variant. A device-bound instance has only the
     /// device-bound one loaded (see `open_one`).
     fn prog(&self, v: HashVariant) -> &libbpf_rs::Program<'_> {
         match v {
-            HashVariant::NicRxHash => &self.skel.progs.fp_xdp_fwd_hw,
+            HashVariant::NicRxHash | HashVariant::DeviceBound => &self.skel.progs.fp_xdp_fwd_hw,
             HashVariant::MetaOrSoftware => &self.skel.progs.fp_xdp_fwd,
         }
     }
 }
 
 /// A real NIC fills skb->hash from the same RX hash the program reads; a
-/// virtual device (veth: no `device` link in sysfs) computes it on demand.
+/// virtual device (veth: no `device` link in sysfs) computes it on demand
+/// (skb_get_hash, only for frames that came as skbs).
 fn hash_is_skb_hash(name: &str) -> bool {
     std::path::Path::new("/sys/class/net").join(name).join("device").exists()
 }
@@ -201,11 +209,12 @@ fn open_one(iface: &Iface, caps: &Capacities, opts: &LoadOpts, variant: HashVari
     cfg.stateful = u32::from(opts.stateful);
     cfg.afxdp = u32::from(opts.afxdp);
     cfg.nic_hash_is_skb_hash = u32::from(hash_is_skb_hash(&iface.name));
+    cfg.nic_rx_hash = u32::from(variant == HashVariant::NicRxHash);
     match variant {
         // Only the device-bound entry point: each load is a full verifier
         // run (seconds on a busy box), and the plain one is needed only when
         // the kernel refuses to attach this one; attach_all loads it then.
-        HashVariant::NicRxHash => {
+        HashVariant::NicRxHash | HashVariant::DeviceBound => {
             open.progs.fp_xdp_fwd_hw.set_ifindex(iface.ifindex);
             open.progs.fp_xdp_fwd_hw.set_flags(libbpf_sys::BPF_F_XDP_DEV_BOUND_ONLY);
             open.progs.fp_xdp_fwd.set_autoload(false);
@@ -279,7 +288,12 @@ fn load_one<'a>(iface: &Iface, caps: &Capacities, opts: &LoadOpts, share: &dyn F
     if !opts.nic_hash {
         return open_one(iface, caps, opts, HashVariant::MetaOrSoftware, share());
     }
-    match open_one(iface, caps, opts, HashVariant::NicRxHash, share()) {
+    let variant = if opts.nic_hash_virtual || hash_is_skb_hash(&iface.name) {
+        HashVariant::NicRxHash
+    } else {
+        HashVariant::DeviceBound
+    };
+    match open_one(iface, caps, opts, variant, share()) {
         Ok(i) => Ok(i),
         Err(e) => {
             log::info!("{}: no device-bound RX-hash program ({e:#}); using the plain one", iface.name);
@@ -348,7 +362,7 @@ pub fn attach_all(
             None => link_xdp(prog.as_fd().as_raw_fd(), instances[k].ifindex, flags),
         };
         let mut res = attach(instances[k].prog(instances[k].hash));
-        if let (Err(e), HashVariant::NicRxHash) = (&res, instances[k].hash) {
+        if let (Err(e), HashVariant::NicRxHash | HashVariant::DeviceBound) = (&res, instances[k].hash) {
             log::info!("{}: device-bound RX-hash program not attachable ({e}); using the plain one", instances[k].name);
             let replacement = plain(k, &instances[0])?;
             res = attach(replacement.prog(HashVariant::MetaOrSoftware));

@@ -130,9 +130,12 @@ pub struct RunArgs {
     /// the flow cache off (every packet takes the full lookup).
     #[arg(long, value_name = "SECS", default_value_t = intf::FP_DEFAULT_FLOW_TIMEOUT)]
     pub flow_timeout: u32,
-    /// Flow hash source: `auto` loads a device-bound program that asks the
-    /// driver for the NIC's RX hash where the kernel allows it; `off` uses a
-    /// metadata hint left by an upstream program, else a software hash.
+    /// Flow hash source: `auto` loads a device-bound program where the kernel
+    /// allows it (for the driver's RX metadata) and asks a real NIC for its
+    /// RX hash; a virtual device's (veth) is a software hash computed per
+    /// call, so there fastpath hashes itself; `nic` asks every device, veth
+    /// too; `off` loads the plain program. Without a NIC hash: a metadata
+    /// hint left by an upstream program, else fastpath's own hash.
     #[arg(long, value_enum, default_value_t = RxHash::Auto)]
     pub rx_hash: RxHash,
     /// `stateless` forwards by the routing tables alone; `stateful` forwards
@@ -249,6 +252,7 @@ fn parse_u32_mask(s: &str) -> Result<u32, String> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum RxHash {
     Auto,
+    Nic,
     Off,
 }
 
