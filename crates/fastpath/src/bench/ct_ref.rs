@@ -39,6 +39,13 @@ pub struct CtVerdicts {
 }
 
 impl CtVerdicts {
+    /// Adds another run's counts (reasons matched by name).
+    pub fn add(&mut self, o: &CtVerdicts) {
+        self.forwarded += o.forwarded;
+        self.passed += o.passed;
+        super::router::add_by_name(&mut self.passed_by_reason, &o.passed_by_reason);
+    }
+
     /// At most 1% passed to the kernel, as for fastpath's own modes.
     pub fn mostly_forwarded(&self) -> bool {
         self.forwarded > 0 && self.passed * 100 <= self.forwarded + self.passed

@@ -22,6 +22,7 @@ mod points;
 mod report;
 mod router;
 mod stateful;
+mod stateful_crr;
 mod table1;
 mod table1_frr;
 mod table1_watch;

@@ -316,6 +316,21 @@ pub struct Verdicts {
 }
 
 impl Verdicts {
+    /// Adds another run's counts (reasons matched by name).
+    pub fn add(&mut self, o: &Verdicts) {
+        self.forwarded += o.forwarded;
+        self.punted += o.punted;
+        add_by_name(&mut self.punted_by_reason, &o.punted_by_reason);
+        self.cache_hits += o.cache_hits;
+        self.cache_misses += o.cache_misses;
+        self.cache_stale += o.cache_stale;
+        self.cache_expired += o.cache_expired;
+        self.cache_evictions += o.cache_evictions;
+        self.hash_software += o.hash_software;
+        self.hash_meta += o.hash_meta;
+        self.hash_nic += o.hash_nic;
+    }
+
     /// At most 1% punted: anything beyond stray packets means a figure would
     /// be the kernel's, not fastpath's.
     pub fn mostly_forwarded(&self) -> bool {
@@ -481,4 +496,14 @@ pub fn verdicts(before: &FpSnapshot, after: &FpSnapshot) -> Verdicts {
     v.hash_meta = hs(intf::fp_hash_src::FP_HS_META);
     v.hash_nic = hs(intf::fp_hash_src::FP_HS_NIC);
     v
+}
+
+/// Adds `more` to `sum`, a list of (name, count) pairs, by name.
+pub fn add_by_name(sum: &mut Vec<(String, u64)>, more: &[(String, u64)]) {
+    for (name, n) in more {
+        match sum.iter_mut().find(|(s, _)| s == name) {
+            Some((_, c)) => *c += n,
+            None => sum.push((name.clone(), *n)),
+        }
+    }
 }

@@ -28,13 +28,13 @@ use super::report::{self, Cell};
 use super::router::{self, Daemon, FpStats, Mode, RawFwd, Verdicts};
 use super::topo::{self, Topology};
 use super::traffic::{self, Placement, Sink};
-use super::{repo_root, Bench, Plan};
+use super::{repo_root, stateful_crr, Bench, Plan};
 
 /// Issue #4: fastpath stateful >= 4.5x kernel with conntrack at 64 B (reported, never asserted).
 const TARGET_RATIO: f64 = 4.5;
 /// Loading the stateful program (the verifier) takes half a minute on a
 /// busy shared machine.
-const DAEMON_READY: Duration = Duration::from_secs(90);
+pub(super) const DAEMON_READY: Duration = Duration::from_secs(90);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 pub enum StMode {
@@ -45,7 +45,7 @@ pub enum StMode {
 }
 
 impl StMode {
-    fn mode(self) -> Mode {
+    pub(super) fn mode(self) -> Mode {
         match self {
             StMode::KernelCt => Mode::KernelCt,
             StMode::CtRef => Mode::CtRef,
@@ -110,12 +110,12 @@ pub struct StatefulArgs {
 }
 
 #[derive(Debug, Serialize)]
-struct CrrRow {
+pub(super) struct CrrRow {
     mode: Mode,
     /// An A/B row (`--ab`), measured after the main ones.
     variant: Option<Variant>,
     /// The daemon's CPU time per connection (fastpath-stateful), in ms.
-    daemon_cpu_ms_per_conn: Option<f64>,
+    pub(super) daemon_cpu_ms_per_conn: Option<f64>,
     clients: usize,
     reps: Vec<CrrRep>,
     median_conns_per_s: f64,
@@ -335,63 +335,18 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
             }
         }
 
-        // Connections per second, with the sink program gone so TCP reaches the server.
-        if crr && st != StMode::Raw {
-            let fp_before = match &side {
-                RouterSide::Fastpath(_, s) => Some(s.read()?),
-                _ => None,
-            };
-            let ct_before = match &side {
-                RouterSide::CtRef(f) => Some(f.read()?),
-                _ => None,
-            };
-            let cpu_before = match &side {
-                RouterSide::Fastpath(d, _) => d.cpu_time(),
-                _ => None,
-            };
-            let reps = crr_reps(&topo, crr_place, a, crr_duration, stop)?;
-            let daemon_cpu = match &side {
-                RouterSide::Fastpath(d, _) => d.cpu_time().zip(cpu_before).map(|(b, a)| b.saturating_sub(a)),
-                _ => None,
-            };
-            let fastpath_verdicts = match (&side, fp_before) {
-                (RouterSide::Fastpath(_, s), Some(b)) => Some(router::verdicts(&b, &s.read()?)),
-                _ => None,
-            };
-            let ct_ref_verdicts = match (&side, ct_before) {
-                (RouterSide::CtRef(f), Some(b)) => Some(ct_ref::verdicts(&b, &f.read()?)),
-                _ => None,
-            };
-            let mut row = crr_row(mode, a.crr_clients, reps, fastpath_verdicts, ct_ref_verdicts);
-            row.daemon_cpu_ms_per_conn = ct_ab::cpu_ms_per_conn(daemon_cpu, row.reps.iter().map(|r| r.completed).sum());
-            println!(
-                "   TCP connections/s: {} ({} failed)",
-                row.reps.iter().map(|r| format!("{:.0}", r.conns_per_s)).collect::<Vec<_>>().join("  "),
-                row.failed
-            );
-            if let Some(v) = &row.fastpath_verdicts {
-                println!("   TCP connections: fastpath {}", v.summary());
-                // SYN and FIN must reach conntrack: none punted for them
-                // means no conntrack gate, and the figures would be stateless fastpath's.
-                let flags = v.punted_by_reason.iter().find(|(r, _)| r == "ct_tcp_flags").map_or(0, |r| r.1);
-                if row.reps.iter().any(|r| r.completed > 0) && flags == 0 {
-                    problems.push(format!(
-                        "{}: no TCP SYN/FIN/RST punted to conntrack over {} connections: the conntrack gate is not in the data path",
-                        mode.name(),
-                        row.reps.iter().map(|r| r.completed).sum::<u64>()
-                    ));
-                }
-            }
-            if let Some(v) = &row.ct_ref_verdicts {
-                println!("   TCP connections: ct-ref {}", v.summary());
-            }
-            crr_rows.push(row);
-        }
         if let RouterSide::Fastpath(mut daemon, _) = side {
             daemon.stop()?;
         }
     }
     if crr {
+        // Modes whose router side could not be set up are not measured.
+        let measured: Vec<StMode> = modes.iter().copied().filter(|m| !not_measured.contains_key(m.mode().name())).collect();
+        let run = stateful_crr::CrrRun { topo: &topo, exe, work, args: a, place: crr_place, duration: crr_duration, stop };
+        crr_rows = stateful_crr::interleaved(&run, &measured)?;
+        for row in &crr_rows {
+            crr_checks(row, &mut problems);
+        }
         for &v in &a.ab {
             crr_rows.push(ab_row(v, &topo, exe, work, a, crr_place, crr_duration, stop)?);
         }
@@ -442,6 +397,21 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         bail!("the figures do not measure what their mode names: {}", problems.join("; "));
     }
     Ok(())
+}
+
+/// A fastpath-stateful row whose counters show no conntrack gate measured
+/// stateless fastpath: SYN and FIN must reach conntrack.
+fn crr_checks(row: &CrrRow, problems: &mut Vec<String>) {
+    let Some(v) = &row.fastpath_verdicts else { return };
+    println!("   TCP connections: fastpath {}", v.summary());
+    let flags = v.punted_by_reason.iter().find(|(r, _)| r == "ct_tcp_flags").map_or(0, |r| r.1);
+    let completed: u64 = row.reps.iter().map(|r| r.completed).sum();
+    if completed > 0 && flags == 0 {
+        problems.push(format!(
+            "{}: no TCP SYN/FIN/RST punted to conntrack over {completed} connections: the conntrack gate is not in the data path",
+            row.mode.name()
+        ));
+    }
 }
 
 /// The connection-rate repetitions against a fresh server, after a warm-up.
@@ -513,7 +483,7 @@ fn ab_row(
     Ok(row)
 }
 
-fn crr_row(
+pub(super) fn crr_row(
     mode: Mode,
     clients: usize,
     reps: Vec<CrrRep>,
