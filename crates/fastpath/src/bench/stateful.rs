@@ -4,7 +4,8 @@
 //! forwarder that asks conntrack on every packet (`ct-ref`, the paper's
 //! design), `fastpath run --mode stateful` (`fastpath-stateful`) and the raw
 //! redirect (`raw`, the limit); 64 B, 1 and 10k established flows; then
-//! short TCP connections per second through each stateful router.
+//! short TCP connections per second through each stateful router, the
+//! modes' repetitions interleaved (stateful_crr.rs).
 //!
 //! Before every mode the generator's flows are checked (and if needed made)
 //! to be established, assured and marked in the router's conntrack, so each
