@@ -20,6 +20,7 @@ mod fullrate;
 mod hints;
 mod points;
 mod report;
+mod rounds;
 mod router;
 mod stateful;
 mod stateful_crr;
@@ -30,7 +31,6 @@ mod tablesync;
 mod topo;
 mod traffic;
 
-use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use report::{Cell, Rep, Report, Target};
-use router::{Daemon, FibFwd, FpStats, Mode, RawFwd, Verdicts};
+use router::{Daemon, FpStats, Mode, Verdicts};
 use topo::Topology;
 use traffic::{Generator, Placement, Sink};
 
@@ -266,41 +266,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         dsts: None,
     };
 
-    let mut cells = Vec::new();
-    let mut fp_verdicts: BTreeMap<&'static str, Verdicts> = BTreeMap::new();
-    for &mode in &plan.modes {
-        println!("-- {}", mode.name());
-        match mode {
-            Mode::Kernel => bench.measure_mode(mode, &mut cells, None)?,
-            Mode::FibFwd => {
-                let mut obj = MaybeUninit::uninit();
-                let _fib = FibFwd::attach(&mut obj, &topo)?;
-                bench.measure_mode(mode, &mut cells, None)?;
-            }
-            Mode::Raw => {
-                let mut obj = MaybeUninit::uninit();
-                let _raw = RawFwd::attach(&mut obj, &topo)?;
-                bench.measure_mode(mode, &mut cells, None)?;
-            }
-            Mode::FastpathNocache | Mode::Fastpath | Mode::FastpathHint | Mode::Afxdp => {
-                let mut extra = mode.daemon_args();
-                if let Some(n) = plan.flow_entries {
-                    extra.extend(["--flow-entries".to_string(), n.to_string()]);
-                }
-                let mut daemon = Daemon::spawn_with(&topo, &exe, work.path(), &extra)?;
-                daemon.wait_ready(Duration::from_secs(20), &stop)?;
-                let stats = bench.wait_fast_path(&daemon, mode)?;
-                let before = stats.read()?;
-                bench.measure_mode(mode, &mut cells, Some(&stats))?;
-                let v = router::verdicts(&before, &stats.read()?);
-                daemon.stop()?;
-                fp_verdicts.insert(mode.name(), v);
-            }
-            Mode::KernelCt | Mode::CtRef | Mode::FastpathStateful => {
-                bail!("{}: only in `fastpath bench stateful`", mode.name())
-            }
-        }
-    }
+    let (mut cells, fp_verdicts) = rounds::run(&bench, &exe, work.path())?;
     drop(sink);
     drop(topo);
 
@@ -445,13 +411,18 @@ impl Bench<'_> {
     }
 
     fn measure(&self, mode: Mode, size: usize, flows: u32) -> Result<Cell> {
+        Ok(Cell::new(mode, size, flows, self.measure_reps(mode, size, flows, self.plan.reps)?))
+    }
+
+    /// `n` repetitions of one cell after its warm-up.
+    fn measure_reps(&self, mode: Mode, size: usize, flows: u32, n: usize) -> Result<Vec<Rep>> {
         let mut obj = MaybeUninit::uninit();
         let gen = self.generator(&mut obj, size, flows, mode)?;
         let (gen_ns, cpu) = (self.topo.gen.as_str(), self.plan.place);
         // Warm caches, the page pool and (for fastpath) its flow state first.
         gen.run(gen_ns, self.g0, cpu, self.plan.warmup, self.stop)?;
         let mut reps = Vec::new();
-        for _ in 0..self.plan.reps {
+        for _ in 0..n {
             self.check_stop()?;
             self.sink.zero()?;
             let run = gen.run(gen_ns, self.g0, cpu, self.plan.duration, self.stop)?;
@@ -476,7 +447,7 @@ impl Bench<'_> {
                 cpu_share: cpu / secs,
             });
         }
-        Ok(Cell::new(mode, size, flows, reps))
+        Ok(reps)
     }
 
     /// After `status` answers, the daemon may still be filling its tables;
