@@ -266,7 +266,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         dsts: None,
     };
 
-    let (mut cells, fp_verdicts) = rounds::run(&bench, &exe, work.path())?;
+    let (mut cells, fp_verdicts) = rounds::forward(&bench, &exe, work.path())?;
     drop(sink);
     drop(topo);
 

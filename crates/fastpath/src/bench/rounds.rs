@@ -32,9 +32,20 @@ fn add(sum: &mut Option<Verdicts>, v: Verdicts) {
     }
 }
 
-/// The cells in plan order (mode, size, flows), and each fastpath mode's
-/// counters over all its runs.
-pub(super) fn run(bench: &Bench<'_>, exe: &Path, work: &Path) -> Result<(Vec<Cell>, BTreeMap<&'static str, Verdicts>)> {
+/// Sets the router up for a mode, runs the closure it is given (with
+/// fastpath's counters in the fastpath modes), tears the set-up down, and
+/// returns fastpath's counters over the closure. Ok(None) without running
+/// the closure: the mode could not be set up this round (the caller says why).
+pub(super) type InMode<'s> = dyn FnMut(Mode, &mut dyn FnMut(Option<&FpStats>) -> Result<()>) -> Result<Option<Verdicts>> + 's;
+
+/// The forward bench's rounds.
+pub(super) fn forward(bench: &Bench<'_>, exe: &Path, work: &Path) -> Result<(Vec<Cell>, BTreeMap<&'static str, Verdicts>)> {
+    run(bench, &mut |mode, f| in_mode(bench, mode, exe, work, f))
+}
+
+/// The cells in plan order (mode, size, flows; a cell never measured is
+/// left out), and each fastpath mode's counters over all its runs.
+pub(super) fn run(bench: &Bench<'_>, in_mode: &mut InMode<'_>) -> Result<(Vec<Cell>, BTreeMap<&'static str, Verdicts>)> {
     let plan = bench.plan;
     let modes = &plan.modes;
     let mut acc: BTreeMap<(usize, usize, u32), Acc> = BTreeMap::new();
@@ -49,7 +60,7 @@ pub(super) fn run(bench: &Bench<'_>, exe: &Path, work: &Path) -> Result<(Vec<Cel
         );
         for i in order {
             let mode = modes[i];
-            let v = in_mode(bench, mode, exe, work, &mut |fp| {
+            let v = in_mode(mode, &mut |fp| {
                 for &size in &plan.sizes {
                     for &flows in &plan.flows {
                         let before = fp.map(|s| s.read()).transpose()?;
@@ -82,7 +93,7 @@ pub(super) fn run(bench: &Bench<'_>, exe: &Path, work: &Path) -> Result<(Vec<Cel
     for (i, &mode) in modes.iter().enumerate() {
         for &size in &plan.sizes {
             for &flows in &plan.flows {
-                let a = acc.remove(&(i, size, flows)).unwrap_or_default();
+                let Some(a) = acc.remove(&(i, size, flows)).filter(|a| !a.reps.is_empty()) else { continue };
                 let mut cell = Cell::new(mode, size, flows, a.reps);
                 cell.fastpath_verdicts = a.verdicts;
                 if let Some(v) = &cell.fastpath_verdicts {

@@ -3,11 +3,11 @@
 //! Linux forwarding through conntrack (`kernel-ct`), a reference XDP
 //! forwarder that asks conntrack on every packet (`ct-ref`, the paper's
 //! design), `fastpath run --mode stateful` (`fastpath-stateful`) and the raw
-//! redirect (`raw`, the limit); 64 B, 1 and 10k established flows; then
-//! short TCP connections per second through each stateful router, the
-//! modes' repetitions interleaved (stateful_crr.rs).
+//! redirect (`raw`, the limit); 64 B, 1 and 10k established flows, the
+//! modes interleaved in rounds (rounds.rs); then short TCP connections per
+//! second through each stateful router, interleaved too (stateful_crr.rs).
 //!
-//! Before every mode the generator's flows are checked (and if needed made)
+//! Before every mode's turn the generator's flows are checked (and if needed made)
 //! to be established, assured and marked in the router's conntrack, so each
 //! mode forwards the same established traffic; each XDP mode's own counters
 //! must show it forwarded the traffic itself, or the bench fails.
@@ -29,7 +29,7 @@ use super::report::{self, Cell};
 use super::router::{self, Daemon, FpStats, Mode, RawFwd, Verdicts};
 use super::topo::{self, Topology};
 use super::traffic::{self, Placement, Sink};
-use super::{repo_root, stateful_crr, Bench, Plan};
+use super::{repo_root, rounds, stateful_crr, Bench, Plan};
 
 /// Issue #4: fastpath stateful >= 4.5x kernel with conntrack at 64 B (reported, never asserted).
 const TARGET_RATIO: f64 = 4.5;
@@ -171,15 +171,6 @@ const METHOD: &str = "the main bench's generator -> router -> sink on one pinned
     TCP connections/s: clients in the generator namespace (connect, 26 B request, read the 64 B response \
     until the server closes), server in the sink namespace, all threads on the same CPU";
 
-/// The router's part of one mode, set up for the mode's whole turn.
-enum RouterSide<'o> {
-    Kernel,
-    CtRef(CtFwd<'o>),
-    Fastpath(Daemon, FpStats),
-    // Held for its attachment only.
-    Raw { _fwd: RawFwd<'o> },
-}
-
 pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Result<()> {
     let mut modes = a.modes.clone();
     modes.sort();
@@ -254,92 +245,40 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         before_mode: BTreeMap::new(),
     };
 
-    let mut cells = Vec::new();
     let mut crr_rows = Vec::new();
-    let mut fp_verdicts = BTreeMap::new();
-    let mut ct_verdicts = None;
     let mut not_measured = BTreeMap::new();
     let mut problems = Vec::new();
-    for &st in &modes {
-        let mode = st.mode();
-        println!("-- {}", mode.name());
-        let (recreated, _) = ctlab::ensure_entries(&topo, max_flows, a.ct_mark, work)?;
-        if recreated > 0 {
-            println!("   conntrack: {recreated} entries had gone and were made again");
-        }
-        let (good, _) = ctlab::flow_entries(&topo, a.ct_mark)?;
-        setup.before_mode.insert(mode.name(), good.len());
-        println!("   conntrack: {} of the generator's flows established and marked", good.len());
-
-        let mut obj = MaybeUninit::uninit();
-        let side = match st {
-            StMode::KernelCt => RouterSide::Kernel,
-            StMode::CtRef => RouterSide::CtRef(CtFwd::attach(&mut obj, &topo, a.ct_mark)?),
-            StMode::Raw => RouterSide::Raw { _fwd: RawFwd::attach(&mut obj, &topo)? },
-            StMode::FastpathStateful => {
-                let extra: Vec<String> = vec!["--mode".into(), "stateful".into(), "--ct-mark".into(), format!("{:#x}", a.ct_mark)];
-                let mut daemon = Daemon::spawn_with(&topo, exe, work, &extra)?;
-                match daemon.wait_ready(DAEMON_READY, stop) {
-                    Ok(()) => match FpStats::find(&topo) {
-                        Ok(stats) => RouterSide::Fastpath(daemon, stats),
-                        Err(e) => {
-                            problems.push(format!("{}: {e:#}", mode.name()));
-                            continue;
-                        }
-                    },
-                    Err(e) => {
-                        let why = format!("{e:#}");
-                        println!("   not measured: {}", why.lines().collect::<Vec<_>>().join(" | "));
-                        not_measured.insert(mode.name(), why);
-                        continue;
-                    }
-                }
-            }
+    let mut ct_verdicts = None;
+    // Packet rates, in rounds (rounds.rs), with the sink counting (and
+    // dropping) at s0 throughout.
+    let (mut cells, fp_verdicts) = {
+        let mut sink_obj = MaybeUninit::uninit();
+        let sink = Sink::attach(&mut sink_obj, &topo)?;
+        let bench = Bench { plan: &plan, topo: &topo, sink: &sink, stop, g0: topo.ifindex(&topo.gen, topo::G0)?, dsts: None };
+        let mut ctx = PacketCtx {
+            exe,
+            work,
+            args: a,
+            max_flows,
+            setup: &mut setup,
+            ct_verdicts: &mut ct_verdicts,
+            not_measured: &mut not_measured,
         };
-
-        // Packet rate, with the sink counting (and dropping) at s0.
-        {
-            let mut sink_obj = MaybeUninit::uninit();
-            let sink = Sink::attach(&mut sink_obj, &topo)?;
-            let bench = Bench {
-                plan: &plan,
-                topo: &topo,
-                sink: &sink,
-                stop,
-                g0: topo.ifindex(&topo.gen, topo::G0)?,
-                dsts: None,
-            };
-            match &side {
-                RouterSide::Kernel | RouterSide::Raw { .. } => bench.measure_mode(mode, &mut cells, None)?,
-                RouterSide::CtRef(fwd) => {
-                    let before = fwd.read()?;
-                    bench.measure_mode(mode, &mut cells, None)?;
-                    let v = ct_ref::verdicts(&before, &fwd.read()?);
-                    println!("   ct-ref counters: {}", v.summary());
-                    if !v.mostly_forwarded() {
-                        problems.push(format!("ct-ref passed the traffic to the kernel instead of forwarding it: {}", v.summary()));
-                    }
-                    ct_verdicts = Some(v);
-                }
-                RouterSide::Fastpath(daemon, stats) => match bench.wait_fast_path(daemon, mode) {
-                    Ok(_) => {
-                        let before = stats.read()?;
-                        bench.measure_mode(mode, &mut cells, Some(stats))?;
-                        let v = router::verdicts(&before, &stats.read()?);
-                        if !v.mostly_forwarded() {
-                            problems.push(format!("{}: fastpath punted the traffic: {}", mode.name(), v.summary()));
-                        }
-                        fp_verdicts.insert(mode.name(), v);
-                    }
-                    Err(e) => problems.push(format!("{}: {e:#}", mode.name())),
-                },
-            }
-        }
-
-        if let RouterSide::Fastpath(mut daemon, _) = side {
-            daemon.stop()?;
+        rounds::run(&bench, &mut |mode, f| packet_side(&bench, mode, f, &mut ctx))?
+    };
+    for (m, v) in &fp_verdicts {
+        if !v.mostly_forwarded() {
+            problems.push(format!("{m}: fastpath punted the traffic: {}", v.summary()));
         }
     }
+    if let Some(v) = &ct_verdicts {
+        println!("ct-ref counters over its packet-rate runs: {}", v.summary());
+        if !v.mostly_forwarded() {
+            problems.push(format!("ct-ref passed the traffic to the kernel instead of forwarding it: {}", v.summary()));
+        }
+    }
+
+    // Connections per second, the sink program gone so TCP reaches the server.
     if crr {
         // Modes whose router side could not be set up are not measured.
         let measured: Vec<StMode> = modes.iter().copied().filter(|m| !not_measured.contains_key(m.mode().name())).collect();
@@ -398,6 +337,80 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         bail!("the figures do not measure what their mode names: {}", problems.join("; "));
     }
     Ok(())
+}
+
+/// What the packet-rate set-ups need besides the bench, and what they report.
+struct PacketCtx<'a> {
+    exe: &'a Path,
+    work: &'a Path,
+    args: &'a StatefulArgs,
+    /// The generator's flows, each needing an established, marked entry.
+    max_flows: u32,
+    setup: &'a mut CtSetup,
+    ct_verdicts: &'a mut Option<CtVerdicts>,
+    not_measured: &'a mut BTreeMap<&'static str, String>,
+}
+
+/// One round's set-up of `mode` for the packet-rate part (rounds::InMode),
+/// the generator's flows checked (and if gone, made again) to be
+/// established and marked in conntrack first, so every mode forwards the
+/// same established traffic. A daemon that never gets ready leaves its
+/// mode not measured, in this round and the next ones.
+fn packet_side(
+    bench: &Bench<'_>,
+    mode: Mode,
+    f: &mut dyn FnMut(Option<&FpStats>) -> Result<()>,
+    c: &mut PacketCtx<'_>,
+) -> Result<Option<Verdicts>> {
+    if c.not_measured.contains_key(mode.name()) {
+        return Ok(None);
+    }
+    let topo = bench.topo;
+    let (recreated, _) = ctlab::ensure_entries(topo, c.max_flows, c.args.ct_mark, c.work)?;
+    if recreated > 0 {
+        println!("   conntrack: {recreated} entries had gone and were made again");
+    }
+    let (good, _) = ctlab::flow_entries(topo, c.args.ct_mark)?;
+    let seen = c.setup.before_mode.entry(mode.name()).or_insert(good.len());
+    *seen = (*seen).min(good.len());
+    let mut obj = MaybeUninit::uninit();
+    match mode {
+        Mode::KernelCt => f(None).map(|()| None),
+        Mode::Raw => {
+            let _raw = RawFwd::attach(&mut obj, topo)?;
+            f(None).map(|()| None)
+        }
+        Mode::CtRef => {
+            let fwd = CtFwd::attach(&mut obj, topo, c.args.ct_mark)?;
+            let before = fwd.read()?;
+            f(None)?;
+            let v = ct_ref::verdicts(&before, &fwd.read()?);
+            match c.ct_verdicts {
+                Some(sum) => sum.add(&v),
+                None => *c.ct_verdicts = Some(v),
+            }
+            Ok(None)
+        }
+        Mode::FastpathStateful => {
+            let extra: Vec<String> =
+                vec!["--mode".into(), "stateful".into(), "--ct-mark".into(), format!("{:#x}", c.args.ct_mark)];
+            let mut daemon = Daemon::spawn_with(topo, c.exe, c.work, &extra)?;
+            if let Err(e) = daemon.wait_ready(DAEMON_READY, bench.stop) {
+                let why = format!("{e:#}");
+                println!("   not measured: {}", why.lines().collect::<Vec<_>>().join(" | "));
+                c.not_measured.insert(mode.name(), why);
+                return Ok(None);
+            }
+            let stats = bench.wait_fast_path(&daemon, mode)?;
+            let before = stats.read()?;
+            let ran = f(Some(&stats));
+            let v = stats.read().map(|after| router::verdicts(&before, &after));
+            daemon.stop()?;
+            ran?;
+            Ok(Some(v?))
+        }
+        _ => bail!("{}: not a mode of `fastpath bench stateful`", mode.name()),
+    }
 }
 
 /// A fastpath-stateful row whose counters show no conntrack gate measured
