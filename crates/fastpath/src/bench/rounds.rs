@@ -1,7 +1,7 @@
-//! The forward bench in rounds: each repetition is one round in which every
-//! mode is set up, measured once in every cell (size x flows, each after
-//! its warm-up) and torn down, the modes' order rotating from round to
-//! round. Measured mode after mode, a mode met the machine minutes after
+//! The packet-rate benches (forward, stateful) in rounds: each repetition is
+//! one round in which every mode is set up, measured once in every cell
+//! (size x flows, each after its warm-up) and torn down, the modes' order
+//! rotating from round to round. Measured mode after mode, a mode met the machine minutes after
 //! another did, and on this VM the ratios between modes swung by a third
 //! from one run to the next (fastpath at 64 B, 1 flow: 3.83x the kernel in
 //! one session, 2.88x in the next). Interleaved, the drift falls on every

@@ -416,6 +416,9 @@ fn packet_side(
 /// A fastpath-stateful row whose counters show no conntrack gate measured
 /// stateless fastpath: SYN and FIN must reach conntrack.
 fn crr_checks(row: &CrrRow, problems: &mut Vec<String>) {
+    if let Some(v) = &row.ct_ref_verdicts {
+        println!("   TCP connections: ct-ref {}", v.summary());
+    }
     let Some(v) = &row.fastpath_verdicts else { return };
     println!("   TCP connections: fastpath {}", v.summary());
     let flags = v.punted_by_reason.iter().find(|(r, _)| r == "ct_tcp_flags").map_or(0, |r| r.1);
