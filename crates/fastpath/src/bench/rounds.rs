@@ -136,16 +136,27 @@ fn in_mode(
             }
             let mut daemon = Daemon::spawn_with(topo, exe, work, &extra)?;
             daemon.wait_ready(Duration::from_secs(20), bench.stop)?;
-            let stats = bench.wait_fast_path(&daemon, mode)?;
-            let before = stats.read()?;
-            let ran = f(Some(&stats));
-            let v = stats.read().map(|after| router::verdicts(&before, &after));
-            daemon.stop()?;
-            ran?;
-            Ok(Some(v?))
+            under_daemon(bench, daemon, mode, f).map(Some)
         }
         Mode::KernelCt | Mode::CtRef | Mode::FastpathStateful => {
             bail!("{}: only in `fastpath bench stateful`", mode.name())
         }
     }
+}
+
+/// With a ready daemon: once it really forwards the bench traffic, runs `f`
+/// with its counters, stops it, and returns its counters over `f`.
+pub(super) fn under_daemon(
+    bench: &Bench<'_>,
+    mut daemon: Daemon,
+    mode: Mode,
+    f: &mut dyn FnMut(Option<&FpStats>) -> Result<()>,
+) -> Result<Verdicts> {
+    let stats = bench.wait_fast_path(&daemon, mode)?;
+    let before = stats.read()?;
+    let ran = f(Some(&stats));
+    let v = stats.read().map(|after| router::verdicts(&before, &after));
+    daemon.stop()?;
+    ran?;
+    v
 }

@@ -401,13 +401,7 @@ fn packet_side(
                 c.not_measured.insert(mode.name(), why);
                 return Ok(None);
             }
-            let stats = bench.wait_fast_path(&daemon, mode)?;
-            let before = stats.read()?;
-            let ran = f(Some(&stats));
-            let v = stats.read().map(|after| router::verdicts(&before, &after));
-            daemon.stop()?;
-            ran?;
-            Ok(Some(v?))
+            rounds::under_daemon(bench, daemon, mode, f).map(Some)
         }
         _ => bail!("{}: not a mode of `fastpath bench stateful`", mode.name()),
     }
