@@ -17,7 +17,7 @@ endif
 # rustup installs into ~/.cargo/bin, which non-login root shells often lack.
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: setup build build-tests test test-rust test-e2e soak demo bench bench-table1 bench-stateful bench-points clean
+.PHONY: setup build build-tests test test-rust test-e2e soak demo bench bench-table1 bench-stateful bench-points bench-afxdp clean
 # `test` runs its layers in order (setup, build, Rust, end to end), also under make -j.
 .NOTPARALLEL:
 
@@ -74,6 +74,10 @@ bench-stateful: setup build
 # Execution-point study (issue #6, paper 003), ~3.5 minutes.
 bench-points: setup build
 	$(BIN) bench points
+
+# AF_XDP forwarding (prefetch on/off) vs native XDP and AF_XDP transmit alone (issue #6), ~3 minutes.
+bench-afxdp: setup build
+	$(BIN) bench --modes fastpath,afxdp,afxdp-noprefetch,afxdp-tx --sizes 64 --flows 1,10000 --no-hints --out bench/out/afxdp
 
 clean:
 	$(CARGO) clean

@@ -19,7 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 MODE_ORDER = ["kernel", "fib-fwd", "fastpath-nocache", "fastpath", "fastpath-hint",
-              "kernel-ct", "ct-ref", "fastpath-stateful", "raw"]
+              "kernel-ct", "ct-ref", "fastpath-stateful", "raw", "afxdp", "afxdp-noprefetch", "afxdp-tx"]
 COLORS = {
     "kernel": "#7f7f7f",
     "fib-fwd": "#ff7f0e",
@@ -30,6 +30,9 @@ COLORS = {
     "ct-ref": "#ff7f0e",
     "fastpath-stateful": "#1f77b4",
     "raw": "#2ca02c",
+    "afxdp": "#d62728",
+    "afxdp-noprefetch": "#e377c2",
+    "afxdp-tx": "#ff9896",
 }
 
 

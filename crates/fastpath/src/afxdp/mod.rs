@@ -11,11 +11,13 @@
 //! of frame i+k while frame i is rewritten, optional busy polling.
 //!
 //! For the execution-point bench: `run_forwarder` (this data path) and
-//! `drop_loop` (receive and recycle, nothing else).
+//! `drop_loop` (receive and recycle, nothing else); for the forward bench's
+//! ceiling: `txonly` (transmit, nothing else).
 
 mod fwd;
 mod ring;
 mod socket;
+pub mod txonly;
 mod umem;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -360,7 +360,8 @@ fn measure_table(
                 let _raw = RawFwd::attach(&mut obj, bench.topo)?;
                 bench.measure_mode(mode, &mut cells, None)?;
             }
-            Mode::FastpathNocache | Mode::Fastpath | Mode::FastpathHint | Mode::Afxdp => {
+            Mode::AfxdpTx => bail!("{}: only in `fastpath bench`", mode.name()),
+            Mode::FastpathNocache | Mode::Fastpath | Mode::FastpathHint | Mode::Afxdp | Mode::AfxdpNoprefetch => {
                 let mut extra = mode.daemon_args();
                 extra.extend(fib_args.iter().cloned());
                 let t0 = Instant::now();

@@ -8,6 +8,7 @@
 //! forward the traffic, because then its figure would be the kernel's, and
 //! when the hint mode's hints did not reach fastpath.
 
+mod afxdp_tx;
 mod crr;
 mod ct_ab;
 mod ct_ref;
@@ -416,6 +417,15 @@ impl Bench<'_> {
 
     /// `n` repetitions of one cell after its warm-up.
     fn measure_reps(&self, mode: Mode, size: usize, flows: u32, n: usize) -> Result<Vec<Rep>> {
+        self.measure_reps_with(mode, size, flows, n, None)
+    }
+
+    /// As `measure_reps`; the CPU time of process `also` (the afxdp daemon,
+    /// whose forwarder thread works on another CPU) counts with the generator's.
+    fn measure_reps_with(&self, mode: Mode, size: usize, flows: u32, n: usize, also: Option<u32>) -> Result<Vec<Rep>> {
+        if mode == Mode::AfxdpTx {
+            return afxdp_tx::measure_reps(self, size, flows, n);
+        }
         let mut obj = MaybeUninit::uninit();
         let gen = self.generator(&mut obj, size, flows, mode)?;
         let (gen_ns, cpu) = (self.topo.gen.as_str(), self.plan.place);
@@ -425,7 +435,13 @@ impl Bench<'_> {
         for _ in 0..n {
             self.check_stop()?;
             self.sink.zero()?;
+            let also_before = also.and_then(router::process_cpu_time);
             let run = gen.run(gen_ns, self.g0, cpu, self.plan.duration, self.stop)?;
+            let also_cpu = also
+                .and_then(router::process_cpu_time)
+                .zip(also_before)
+                .map(|(after, before)| after.saturating_sub(before))
+                .unwrap_or_default();
             // Frames still in the veth rings are processed on the same CPU
             // right after the generator's last batch; a short pause covers it.
             std::thread::sleep(Duration::from_millis(20));
@@ -439,7 +455,7 @@ impl Bench<'_> {
                     run.sent
                 );
             }
-            let cpu = run.cpu_time.as_secs_f64().max(1e-9);
+            let cpu = (run.cpu_time + also_cpu).as_secs_f64().max(1e-9);
             reps.push(Rep {
                 mpps: pkts as f64 / secs / 1e6,
                 offered_mpps: run.sent as f64 / secs / 1e6,
@@ -472,6 +488,8 @@ impl Bench<'_> {
                     )?;
                     let v = router::verdicts(&before, &stats.read()?);
                     if v.mostly_forwarded() {
+                        let mut stats = stats;
+                        stats.daemon_pid = Some(daemon.pid());
                         return Ok(stats);
                     }
                     last = v.summary();

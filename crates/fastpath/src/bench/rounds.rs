@@ -64,7 +64,9 @@ pub(super) fn run(bench: &Bench<'_>, in_mode: &mut InMode<'_>) -> Result<(Vec<Ce
                 for &size in &plan.sizes {
                     for &flows in &plan.flows {
                         let before = fp.map(|s| s.read()).transpose()?;
-                        let reps = bench.measure_reps(mode, size, flows, 1)?;
+                        // afxdp: its forwarder thread's CPU counts too.
+                        let also = fp.and_then(|s| s.daemon_pid).filter(|_| mode.afxdp());
+                        let reps = bench.measure_reps_with(mode, size, flows, 1, also)?;
                         let a = acc.entry((i, size, flows)).or_default();
                         if let (Some(stats), Some(before)) = (fp, before) {
                             add(&mut a.verdicts, router::verdicts(&before, &stats.read()?));
@@ -118,7 +120,8 @@ fn in_mode(
 ) -> Result<Option<Verdicts>> {
     let topo = bench.topo;
     match mode {
-        Mode::Kernel => f(None).map(|()| None),
+        // afxdp-tx: its own socket per cell is the traffic (Bench::measure_reps).
+        Mode::Kernel | Mode::AfxdpTx => f(None).map(|()| None),
         Mode::FibFwd => {
             let mut obj = MaybeUninit::uninit();
             let _fib = FibFwd::attach(&mut obj, topo)?;
@@ -129,7 +132,7 @@ fn in_mode(
             let _raw = RawFwd::attach(&mut obj, topo)?;
             f(None).map(|()| None)
         }
-        Mode::FastpathNocache | Mode::Fastpath | Mode::FastpathHint | Mode::Afxdp => {
+        Mode::FastpathNocache | Mode::Fastpath | Mode::FastpathHint | Mode::Afxdp | Mode::AfxdpNoprefetch => {
             let mut extra = mode.daemon_args();
             if let Some(n) = bench.plan.flow_entries {
                 extra.extend(["--flow-entries".to_string(), n.to_string()]);

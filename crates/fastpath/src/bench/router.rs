@@ -52,6 +52,10 @@ pub enum Mode {
     Raw,
     /// `fastpath run --datapath afxdp`: XDP decides, user space (AF_XDP) rewrites and sends.
     Afxdp,
+    /// As `afxdp` without the forward prefetch of frame i+k (`--afxdp-prefetch 0`).
+    AfxdpNoprefetch,
+    /// AF_XDP transmit alone: user space sends ready frames out of r1, nothing received or looked up: the ceiling for an AF_XDP forwarder here.
+    AfxdpTx,
 }
 
 impl Mode {
@@ -67,6 +71,8 @@ impl Mode {
             Mode::FastpathStateful => "fastpath-stateful",
             Mode::Raw => "raw",
             Mode::Afxdp => "afxdp",
+            Mode::AfxdpNoprefetch => "afxdp-noprefetch",
+            Mode::AfxdpTx => "afxdp-tx",
         }
     }
 
@@ -75,11 +81,17 @@ impl Mode {
         self == Mode::FastpathHint
     }
 
+    /// The daemon forwards with its AF_XDP data path (a thread on another CPU).
+    pub fn afxdp(self) -> bool {
+        matches!(self, Mode::Afxdp | Mode::AfxdpNoprefetch)
+    }
+
     /// `fastpath run` options that make this mode what it is.
     pub fn daemon_args(self) -> Vec<String> {
         match self {
             Mode::FastpathNocache => vec!["--flow-timeout".into(), "0".into()],
             Mode::Afxdp => vec!["--datapath".into(), "afxdp".into()],
+            Mode::AfxdpNoprefetch => ["--datapath", "afxdp", "--afxdp-prefetch", "0"].map(String::from).to_vec(),
             _ => Vec::new(),
         }
     }
@@ -253,14 +265,7 @@ impl Daemon {
 
     /// CPU time (user + system) the daemon has used so far, from /proc.
     pub fn cpu_time(&self) -> Option<Duration> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
-        // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
-        let rest = stat.rsplit_once(')')?.1;
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-        (hz > 0).then(|| Duration::from_secs_f64(ticks as f64 / hz as f64))
+        process_cpu_time(self.child.id())
     }
 
     pub fn log_tail(&self) -> String {
@@ -396,6 +401,20 @@ pub struct FpSnapshot {
 /// and does not depend on the CLI's output format.
 pub struct FpStats {
     map: MapHandle,
+    /// The daemon whose program this is, once `Bench::wait_fast_path` knows it.
+    pub daemon_pid: Option<u32>,
+}
+
+/// CPU time (user + system) process `pid` has used so far, from /proc.
+pub fn process_cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| Duration::from_secs_f64(ticks as f64 / hz as f64))
 }
 
 impl FpStats {
@@ -404,7 +423,7 @@ impl FpStats {
         if (map.value_size() as usize) < std::mem::size_of::<fp_stats>() {
             bail!("fp_stats of the XDP program on r0 is older than this bench's fastpath.h");
         }
-        Ok(FpStats { map })
+        Ok(FpStats { map, daemon_pid: None })
     }
 
     pub fn read(&self) -> Result<FpSnapshot> {

@@ -76,7 +76,7 @@ fn dst_entry(frame: &[u8], dst: Ipv4Addr) -> [u8; 8] {
     e
 }
 
-fn ipv4_checksum(hdr: &[u8]) -> u16 {
+pub(super) fn ipv4_checksum(hdr: &[u8]) -> u16 {
     let mut sum: u32 = hdr.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
