@@ -75,9 +75,9 @@ bench-stateful: setup build
 bench-points: setup build
 	$(BIN) bench points
 
-# AF_XDP forwarding (prefetch on/off) vs native XDP and AF_XDP transmit alone (issue #6), ~3 minutes.
+# AF_XDP forwarding (prefetch on/off) vs the kernel, native XDP and AF_XDP transmit alone (issue #6), ~3.5 minutes.
 bench-afxdp: setup build
-	$(BIN) bench --modes fastpath,afxdp,afxdp-noprefetch,afxdp-tx --sizes 64 --flows 1,10000 --no-hints --out bench/out/afxdp
+	$(BIN) bench --modes kernel,fastpath,afxdp,afxdp-noprefetch,afxdp-tx --sizes 64 --flows 1,10000 --no-hints --out bench/out/afxdp
 
 clean:
 	$(CARGO) clean
