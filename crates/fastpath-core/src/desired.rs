@@ -288,18 +288,18 @@ impl Prefix {
         }
     }
 
-    fn v4(self) -> (Ipv4Addr, u8) {
+    pub(crate) fn v4(self) -> (Ipv4Addr, u8) {
         (Ipv4Addr::from((self.bits >> 96) as u32), self.len)
     }
 
-    fn v6(self) -> (Ipv6Addr, u8) {
+    pub(crate) fn v6(self) -> (Ipv6Addr, u8) {
         (Ipv6Addr::from(self.bits), self.len)
     }
 }
 
 /// What a prefix should do, before next-hop and group ids are assigned.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Intent {
+pub(crate) enum Intent {
     Forward { hop: NexthopEntry, mtu: u32 },
     Multipath { group: GroupIntent, mtu: u32 },
     Act(RouteAction),
@@ -307,7 +307,7 @@ enum Intent {
 
 /// An ECMP group before ids are assigned.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct GroupIntent {
+pub(crate) struct GroupIntent {
     kind: GroupKind,
     /// (upper bound, next hop); None: a path we cannot forward by (its
     /// flows are punted and the kernel chooses for them).
@@ -324,7 +324,7 @@ fn punt(reason: u8) -> Intent {
 
 /// The route the kernel would pick among those of one table with the same
 /// prefix, as an intent.
-fn select(fam: Family, routes: &[&Route], state: &KernelState) -> Intent {
+pub(crate) fn select(fam: Family, routes: &[&Route], state: &KernelState) -> Intent {
     // The kernel matches TOS-specific routes against the packet's TOS, which
     // the FIB here does not look at.
     if routes.iter().any(|r| r.key.tos != 0) {
@@ -642,7 +642,7 @@ fn fib_intents(state: &KernelState, fam: Family) -> Vec<(Prefix, Intent)> {
 }
 
 /// The intent of each prefix of one table, sorted by prefix.
-fn pick<'a>(fam: Family, mut routes: Vec<(Prefix, &'a Route)>, state: &KernelState) -> Vec<(Prefix, Intent)> {
+pub(crate) fn pick<'a>(fam: Family, mut routes: Vec<(Prefix, &'a Route)>, state: &KernelState) -> Vec<(Prefix, Intent)> {
     // HashMap order must not leak into the choice: within a prefix the
     // routes come sorted by key.
     routes.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.key.cmp(&b.1.key)));
@@ -672,7 +672,7 @@ fn pick<'a>(fam: Family, mut routes: Vec<(Prefix, &'a Route)>, state: &KernelSta
 /// are back to the defaults. Netlink does not tell which, so take `l` only
 /// when that is safe either way: `l` is a punt of some kind (the usual case:
 /// local, broadcast), or forwards exactly like `m`.
-fn merge_covered(fam: Family, l: &Intent, m: Intent) -> Intent {
+pub(crate) fn merge_covered(fam: Family, l: &Intent, m: Intent) -> Intent {
     match (fam, l) {
         (Family::V4, Intent::Forward { .. } | Intent::Multipath { .. }) if *l != m => {
             punt(reason::ROUTE_UNSUPPORTED)

@@ -1,7 +1,8 @@
 //! fastpath's control-plane logic, free of BPF: mirror the kernel's
 //! forwarding state over netlink (`mirror`, `parse`, `sysctl`), compute the
-//! tables fastpath should hold (`desired`), and turn the difference into an
-//! ordered list of map writes (`reconcile`).
+//! tables fastpath should hold (`desired`, or `route_delta` when only routes
+//! changed), and turn the difference into an ordered list of map writes
+//! (`reconcile`).
 
 pub mod desired;
 #[cfg(test)]
@@ -13,6 +14,7 @@ pub mod overflow;
 pub mod parse;
 pub mod reconcile;
 pub mod resources;
+pub mod route_delta;
 mod route_fast;
 pub mod sysctl;
 pub mod tables;

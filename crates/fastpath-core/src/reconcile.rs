@@ -276,6 +276,10 @@ impl Reconciler {
         w: &mut W,
     ) -> Result<usize, ReconcileError<W::Error>> {
         let ops = self.plan(desired);
+        self.run(ops, w)
+    }
+
+    fn run<W: TableWriter>(&mut self, ops: Vec<Op>, w: &mut W) -> Result<usize, ReconcileError<W::Error>> {
         let (n, res) = w.apply_many(&ops);
         let n = n.min(ops.len());
         for op in &ops[..n] {
@@ -289,6 +293,28 @@ impl Reconciler {
             return Err(ReconcileError { op, source });
         }
         Ok(ops.len())
+    }
+
+    /// Writes FIB changes alone (`route_delta::fib_delta`, which checked
+    /// that nothing else moves), in the order `plan` would write them, then
+    /// bumps the generation: the same ops as `apply` with the desired state
+    /// the delta stands for, without walking a million-route table.
+    pub fn apply_fib_delta<W: TableWriter>(
+        &mut self,
+        delta: &crate::route_delta::FibDelta,
+        w: &mut W,
+    ) -> Result<usize, ReconcileError<W::Error>> {
+        let old4: BTreeMap<_, _> = delta.v4.keys().filter_map(|k| self.applied.fib4.get(k).map(|e| (*k, *e))).collect();
+        let new4: BTreeMap<_, _> = delta.v4.iter().filter_map(|(k, e)| e.map(|e| (*k, e))).collect();
+        let old6: BTreeMap<_, _> = delta.v6.keys().filter_map(|k| self.applied.fib6.get(k).map(|e| (*k, *e))).collect();
+        let new6: BTreeMap<_, _> = delta.v6.iter().filter_map(|(k, e)| e.map(|e| (*k, e))).collect();
+        let mut ops = Vec::new();
+        fib_ops(&old4, &new4, false, &mut ops, Op::UpsertRoute4, Op::DeleteRoute4);
+        fib_ops(&old6, &new6, false, &mut ops, Op::UpsertRoute6, Op::DeleteRoute6);
+        if !ops.is_empty() || self.dirty {
+            ops.push(Op::BumpGeneration);
+        }
+        self.run(ops, w)
     }
 
     /// What the maps hold now. `problems` is not part of the maps and stays empty.

@@ -1,0 +1,472 @@
+//! Route changes with a full table in the kernel. `desired::compute`
+//! recomputes every prefix, about a second at a million routes, so each BGP
+//! update would reach the fast path a second late (and until then it
+//! forwards by the old route). When only plain main-table routes changed and
+//! nothing else did, only those prefixes' FIB entries can differ; when it is
+//! also certain that nothing derived from the FIB moves — the entries
+//! forward through next hops the tables already hold and that stay in use,
+//! no source-check or ECMP entry is involved, nothing was left out for lack
+//! of room and nothing will be — `fib_delta` computes just those entries,
+//! with the functions `compute` uses. Any doubt answers None and the caller
+//! recomputes everything. A property test holds the result to `compute`'s.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use crate::desired::{self, Intent, Prefix};
+use crate::model::{Family, KernelState, Route, RouteKey, RT_TABLE_LOCAL, RT_TABLE_MAIN};
+use crate::overflow::Offload;
+use crate::tables::{Capacities, Desired, NexthopEntry, RouteAction, RouteEntry};
+
+/// FIB entries to write (Some) or delete (None); only entries that change.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct FibDelta {
+    pub v4: BTreeMap<(Ipv4Addr, u8), Option<RouteEntry>>,
+    pub v6: BTreeMap<(Ipv6Addr, u8), Option<RouteEntry>>,
+}
+
+impl FibDelta {
+    pub fn is_empty(&self) -> bool {
+        self.v4.is_empty() && self.v6.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.v4.len() + self.v6.len()
+    }
+
+    /// `d` as it is once the delta is written.
+    pub fn apply_to(&self, d: &mut Desired) {
+        for (k, e) in &self.v4 {
+            match e {
+                Some(e) => d.fib4.insert(*k, *e),
+                None => d.fib4.remove(k),
+            };
+        }
+        for (k, e) in &self.v6 {
+            match e {
+                Some(e) => d.fib6.insert(*k, *e),
+                None => d.fib6.remove(k),
+            };
+        }
+    }
+}
+
+/// The entries of the main-table prefixes in `touched` (route keys whose
+/// routes were added, replaced or deleted since `applied` was computed
+/// from the same state otherwise), or None when only a full `compute` is
+/// exact. `offload` is the last full compute's.
+pub fn fib_delta(
+    applied: &Desired,
+    offload: &Offload,
+    state: &KernelState,
+    touched: &[(Family, RouteKey)],
+    caps: &Capacities,
+) -> Option<FibDelta> {
+    // Something did not fit: trimming and its covers depend on every prefix.
+    if applied.switches.table_full != 0 || !offload_empty(offload) {
+        return None;
+    }
+    let mut want: HashSet<(Family, Prefix)> = HashSet::new();
+    for (fam, key) in touched {
+        if key.table != RT_TABLE_MAIN {
+            return None;
+        }
+        want.insert((*fam, Prefix::new(*fam, &key.dst, key.prefix_len)?));
+    }
+    let mut delta = FibDelta::default();
+    if want.is_empty() {
+        return Some(delta);
+    }
+    let lens: HashSet<(Family, u8)> = want.iter().map(|(f, p)| (*f, p.len)).collect();
+
+    // One pass: the touched prefixes' main-table routes, all local-table ones.
+    let mut main: HashMap<(Family, Prefix), Vec<&Route>> = HashMap::new();
+    let mut local: [Vec<(Prefix, &Route)>; 2] = [Vec::new(), Vec::new()];
+    for ((fam, key), route) in &state.routes {
+        match key.table {
+            RT_TABLE_LOCAL => {
+                if let Some(p) = Prefix::new(*fam, &key.dst, key.prefix_len) {
+                    local[fam_index(*fam)].push((p, route));
+                }
+            }
+            RT_TABLE_MAIN if lens.contains(&(*fam, key.prefix_len)) => {
+                if let Some(p) = Prefix::new(*fam, &key.dst, key.prefix_len).filter(|p| want.contains(&(*fam, *p))) {
+                    main.entry((*fam, p)).or_default().push(route);
+                }
+            }
+            _ => {}
+        }
+    }
+    let [local4, local6] = local;
+    let local = [Local::new(Family::V4, local4, state), Local::new(Family::V6, local6, state)];
+
+    let ids: HashMap<&NexthopEntry, u32> = applied.nexthops.iter().map(|(id, hop)| (hop, *id)).collect();
+    // Next hops that lose a user here, and those that gain one.
+    let mut losing: HashSet<u32> = HashSet::new();
+    let mut gaining: HashSet<u32> = HashSet::new();
+    let (mut new4, mut new6) = (0usize, 0usize);
+    for (fam, p) in &want {
+        let m = main.get_mut(&(*fam, *p)).map(|routes| {
+            // As `desired::pick` sees them: sorted by key.
+            routes.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+            desired::select(*fam, routes, state)
+        });
+        let intent = local[fam_index(*fam)].intent(*fam, *p, m);
+        let new = match intent {
+            None => None,
+            Some(Intent::Forward { hop, mtu }) => {
+                let id = *ids.get(&hop)?;
+                gaining.insert(id);
+                Some(RouteEntry { action: RouteAction::Forward { nh_id: id }, mtu })
+            }
+            // Groups, punts and local classes feed the source check, the
+            // ECMP hash settings and group ids: not here.
+            Some(_) => return None,
+        };
+        let old = match fam {
+            Family::V4 => applied.fib4.get(&p.v4()),
+            Family::V6 => applied.fib6.get(&p.v6()),
+        };
+        match old.map(|e| e.action) {
+            None => {}
+            Some(RouteAction::Forward { nh_id }) => {
+                losing.insert(nh_id);
+            }
+            Some(_) => return None,
+        }
+        if old == new.as_ref() {
+            continue;
+        }
+        match fam {
+            Family::V4 => {
+                new4 += usize::from(old.is_none());
+                delta.v4.insert(p.v4(), new);
+            }
+            Family::V6 => {
+                new6 += usize::from(old.is_none());
+                delta.v6.insert(p.v6(), new);
+            }
+        }
+    }
+    // `compute` trims past the capacity, and the reconciler deletes first
+    // when old and new together would not fit.
+    if applied.fib4.len() + new4 > caps.fib4 as usize || applied.fib6.len() + new6 > caps.fib6 as usize {
+        return None;
+    }
+    // A next hop nobody uses any more leaves `compute`'s tables.
+    for id in losing.difference(&gaining) {
+        if !still_used(applied, &delta, *id) {
+            return None;
+        }
+    }
+    Some(delta)
+}
+
+fn fam_index(f: Family) -> usize {
+    match f {
+        Family::V4 => 0,
+        Family::V6 => 1,
+    }
+}
+
+fn offload_empty(o: &Offload) -> bool {
+    o.failed4.is_empty() && o.failed6.is_empty() && o.covers4.is_empty() && o.covers6.is_empty()
+}
+
+/// Next hop `id` is referenced outside the prefixes `delta` changes.
+fn still_used(applied: &Desired, delta: &FibDelta, id: u32) -> bool {
+    let fwd = |e: &RouteEntry| e.action == RouteAction::Forward { nh_id: id };
+    applied.groups.values().any(|g| g.paths.iter().any(|p| p.nh_id == id))
+        || applied.res_buckets.values().any(|v| *v == id)
+        || applied.fib4.iter().any(|(k, e)| fwd(e) && !delta.v4.contains_key(k))
+        || applied.fib6.iter().any(|(k, e)| fwd(e) && !delta.v6.contains_key(k))
+}
+
+/// A family's local table, as `desired::fib_intents` merges it over main.
+struct Local {
+    idx: HashMap<Prefix, Intent>,
+    /// Prefix lengths present, longest first.
+    lens: Vec<u8>,
+}
+
+impl Local {
+    fn new(fam: Family, routes: Vec<(Prefix, &Route)>, state: &KernelState) -> Local {
+        let picked = desired::pick(fam, routes, state);
+        let mut lens: Vec<u8> = picked.iter().map(|(p, _)| p.len).collect();
+        lens.sort_unstable_by(|a, b| b.cmp(a));
+        lens.dedup();
+        Local { idx: picked.into_iter().collect(), lens }
+    }
+
+    /// The intent of prefix `p` given its main-table intent `m`.
+    fn intent(&self, fam: Family, p: Prefix, m: Option<Intent>) -> Option<Intent> {
+        // A local route wins an identical prefix.
+        if let Some(l) = self.idx.get(&p) {
+            return Some(l.clone());
+        }
+        let m = m?;
+        let cover = self.lens.iter().filter(|l| **l <= p.len).find_map(|l| self.idx.get(&p.truncate(*l)));
+        Some(match cover {
+            None => m,
+            Some(l) => desired::merge_covered(fam, l, m),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::desired::{compute, Ids};
+    use crate::fixtures::{default_rules, ip, main_route, veth};
+    use crate::model::{Addr, IfSysctl, NextHop, Neighbour, RouteKind, RouteTarget, NUD_REACHABLE};
+    use crate::reconcile::Reconciler;
+    use crate::tables::{Op, TableWriter};
+
+    /// Records the ops it is given.
+    #[derive(Default)]
+    struct Log(Vec<Op>);
+
+    impl TableWriter for Log {
+        type Error = std::io::Error;
+        fn apply(&mut self, op: &Op) -> Result<(), Self::Error> {
+            self.0.push(op.clone());
+            Ok(())
+        }
+    }
+
+    fn caps() -> Capacities {
+        Capacities { fib4: 64, fib6: 64, nexthops: 32, neigh: 64, ifaces: 16, groups: 8, buckets: 64 }
+    }
+
+    fn managed() -> BTreeMap<u32, u32> {
+        [(2, 1), (3, 2)].into_iter().collect()
+    }
+
+    /// eth0 (2) and eth1 (3) managed, eth2 (4) not; an address on eth0, a
+    /// local /16 covering main prefixes; a neighbour per gateway.
+    fn base() -> KernelState {
+        let mut st = KernelState::default();
+        for l in [veth(2, "eth0"), veth(3, "eth1"), veth(4, "eth2")] {
+            st.if_sysctl.insert(
+                l.ifindex,
+                IfSysctl { forwarding4: true, forwarding6: true, mtu6: 1500, ..Default::default() },
+            );
+            st.links.insert(l.ifindex, l);
+        }
+        st.sysctl.forwarding6_all = true;
+        st.rules = default_rules();
+        st.addrs.insert(Addr { ifindex: 2, addr: ip("192.0.2.1"), prefix_len: 24 }, ());
+        let mut l = main_route("192.0.2.1", 32, RouteTarget::Single(hop(2, None)));
+        l.key.table = RT_TABLE_LOCAL;
+        l.kind = RouteKind::Local;
+        add(&mut st, l);
+        let mut l = main_route("10.9.0.0", 16, RouteTarget::Single(hop(2, None)));
+        l.key.table = RT_TABLE_LOCAL;
+        l.kind = RouteKind::Local;
+        add(&mut st, l);
+        for (ifindex, gw) in [(2, "192.0.2.2"), (3, "198.51.100.2"), (2, "2001:db8::2"), (3, "2001:db8:1::2")] {
+            let addr = ip(gw);
+            st.neighbours.insert(
+                (ifindex, addr),
+                Neighbour { ifindex, addr, mac: Some([2, 0, 0, 0, 9, ifindex as u8]), state: NUD_REACHABLE, flags: 0 },
+            );
+        }
+        st
+    }
+
+    fn hop(ifindex: u32, gw: Option<&str>) -> NextHop {
+        NextHop { ifindex, gateway: gw.map(ip), flags: 0, weight: 1 }
+    }
+
+    fn add(st: &mut KernelState, r: Route) {
+        st.routes.insert((Family::of(&r.key.dst), r.key.clone()), r);
+    }
+
+    fn via(dst: &str, len: u8, ifindex: u32, gw: &str) -> Route {
+        main_route(dst, len, RouteTarget::Single(hop(ifindex, Some(gw))))
+    }
+
+    fn key(r: &Route) -> (Family, RouteKey) {
+        (Family::of(&r.key.dst), r.key.clone())
+    }
+
+    struct World {
+        st: KernelState,
+        ids: Ids,
+        applied: Desired,
+    }
+
+    impl World {
+        fn new(st: KernelState) -> World {
+            let mut ids = Ids::new(caps().nexthops, caps().groups);
+            let applied = compute(&st, &managed(), &caps(), &mut ids);
+            World { st, ids, applied }
+        }
+
+        fn delta(&self, touched: &[(Family, RouteKey)]) -> Option<FibDelta> {
+            fib_delta(&self.applied, &self.applied.offload, &self.st, touched, &caps())
+        }
+
+        /// One change: the delta (if any) must give exactly `compute`'s
+        /// tables, and the reconciler must write what `plan` would.
+        fn change(&mut self, touched: &[(Family, RouteKey)]) -> bool {
+            let d = self.delta(touched);
+            let full = compute(&self.st, &managed(), &caps(), &mut self.ids);
+            if let Some(d) = &d {
+                let mut inc = self.applied.clone();
+                d.apply_to(&mut inc);
+                assert_eq!(inc, full, "delta {d:?}");
+                let mut r = Reconciler::with_capacities(caps());
+                r.apply(&self.applied, &mut Log::default()).unwrap();
+                let want = r.plan(&full);
+                let mut log = Log::default();
+                r.apply_fib_delta(d, &mut log).unwrap();
+                assert_eq!(log.0, want);
+            }
+            self.applied = full;
+            d.is_some()
+        }
+    }
+
+    #[test]
+    fn a_route_via_a_next_hop_in_use_is_a_delta() {
+        let mut st = base();
+        for i in 0..4 {
+            add(&mut st, via(&format!("203.0.{i}.0"), 24, 2, "192.0.2.2"));
+        }
+        add(&mut st, via("198.18.0.0", 15, 3, "198.51.100.2"));
+        add(&mut st, via("198.18.0.0", 16, 3, "198.51.100.2"));
+        let mut w = World::new(st);
+
+        let r = via("203.0.113.0", 24, 2, "192.0.2.2");
+        add(&mut w.st, r.clone());
+        let d = w.delta(&[key(&r)]).expect("add via a used next hop");
+        assert_eq!(d.len(), 1);
+        assert!(w.change(&[key(&r)]));
+
+        // Moved to the other used next hop, then deleted.
+        let moved = via("203.0.113.0", 24, 3, "198.51.100.2");
+        add(&mut w.st, moved.clone());
+        assert!(w.change(&[key(&moved)]));
+        w.st.routes.remove(&key(&moved));
+        assert!(w.change(&[key(&moved)]));
+        // Touched but unchanged: an empty delta.
+        assert_eq!(w.delta(&[key(&moved)]), Some(FibDelta::default()));
+    }
+
+    #[test]
+    fn anything_else_takes_the_full_compute() {
+        let mut st = base();
+        add(&mut st, via("203.0.0.0", 24, 2, "192.0.2.2"));
+        add(&mut st, via("198.18.0.0", 15, 3, "198.51.100.2"));
+        let mut w = World::new(st);
+
+        // A next hop the tables do not hold yet.
+        let r = via("203.0.1.0", 24, 3, "198.51.100.3");
+        add(&mut w.st, r.clone());
+        assert!(!w.change(&[key(&r)]));
+        // The last route via a next hop goes.
+        let last = via("198.18.0.0", 15, 3, "198.51.100.2");
+        w.st.routes.remove(&key(&last));
+        assert!(w.delta(&[key(&last)]).is_none());
+        w.change(&[key(&last)]);
+        // A blackhole (the source check reads it).
+        let mut b = main_route("203.0.2.0", 24, RouteTarget::None);
+        b.kind = RouteKind::Blackhole;
+        add(&mut w.st, b.clone());
+        assert!(!w.change(&[key(&b)]));
+        // A local-table route.
+        let mut l = via("203.0.3.0", 24, 2, "192.0.2.2");
+        l.key.table = RT_TABLE_LOCAL;
+        assert!(w.delta(&[key(&l)]).is_none());
+        // Something did not fit before.
+        let mut o = w.applied.offload.clone();
+        o.failed4.insert((Ipv4Addr::new(203, 0, 9, 0), 24));
+        let r = via("203.0.4.0", 24, 2, "192.0.2.2");
+        add(&mut w.st, r.clone());
+        assert!(fib_delta(&w.applied, &o, &w.st, &[key(&r)], &caps()).is_none());
+    }
+
+    #[test]
+    fn a_full_table_takes_the_full_compute() {
+        let mut st = base();
+        for i in 0..caps().fib4 - 2 {
+            add(&mut st, via(&format!("203.{}.{}.0", i / 256, i % 256), 24, 2, "192.0.2.2"));
+        }
+        let w = World::new(st);
+        assert_eq!(w.applied.fib4.len() as u32, caps().fib4);
+        let mut st = w.st.clone();
+        let r = via("198.18.0.0", 24, 2, "192.0.2.2");
+        add(&mut st, r.clone());
+        assert!(fib_delta(&w.applied, &w.applied.offload, &st, &[key(&r)], &caps()).is_none());
+    }
+
+    /// Candidate routes: plain ones via either gateway or an unmanaged
+    /// interface, a new gateway, metrics, TOS, a blackhole, same-metric
+    /// IPv6 siblings, prefixes inside the local /16, a default route.
+    fn candidates() -> Vec<Route> {
+        let mut v = Vec::new();
+        for dst in ["203.0.113.0", "203.0.114.0", "10.9.1.0", "198.18.0.0", "0.0.0.0"] {
+            let len = if dst == "0.0.0.0" { 0 } else { 24 };
+            v.push(via(dst, len, 2, "192.0.2.2"));
+            v.push(via(dst, len, 3, "198.51.100.2"));
+            let mut m = via(dst, len, 3, "198.51.100.2");
+            m.key.priority = 10;
+            v.push(m);
+        }
+        v.push(via("203.0.115.0", 25, 4, "192.0.2.9"));
+        v.push(via("203.0.116.0", 24, 3, "198.51.100.3"));
+        let mut t = via("203.0.117.0", 24, 2, "192.0.2.2");
+        t.key.tos = 4;
+        v.push(t);
+        let mut b = main_route("203.0.118.0", 24, RouteTarget::None);
+        b.kind = RouteKind::Blackhole;
+        v.push(b);
+        for dst in ["2001:db8:10::", "2001:db8:11::", "::"] {
+            let len = if dst == "::" { 0 } else { 48 };
+            v.push(via(dst, len, 2, "2001:db8::2"));
+            v.push(via(dst, len, 3, "2001:db8:1::2"));
+            let mut m = via(dst, len, 3, "2001:db8:1::2");
+            m.key.priority = 1;
+            v.push(m);
+        }
+        v
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// Whenever a delta is given it is exactly `compute`'s tables and
+        /// the reconciler's ops for them, over random route churn.
+        #[test]
+        fn delta_is_compute(init in proptest::collection::vec(any::<bool>(), 28),
+                            steps in proptest::collection::vec((0usize..28, any::<bool>(), 1usize..3), 1..25)) {
+            let cands = candidates();
+            let mut st = base();
+            for (r, on) in cands.iter().zip(&init) {
+                if *on {
+                    add(&mut st, r.clone());
+                }
+            }
+            let mut w = World::new(st);
+            for (i, on, n) in steps {
+                // n changes in one batch, as a debounced burst delivers them.
+                let mut touched = Vec::new();
+                for j in 0..n {
+                    let r = &cands[(i + j * 7) % cands.len()];
+                    if on ^ (j % 2 == 1) {
+                        add(&mut w.st, r.clone());
+                    } else {
+                        w.st.routes.remove(&key(r));
+                    }
+                    touched.push(key(r));
+                }
+                w.change(&touched);
+            }
+        }
+    }
+}
