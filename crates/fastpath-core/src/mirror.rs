@@ -233,6 +233,32 @@ pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
     }
 }
 
+/// What the state took in since the daemon last asked (`Mirror::take_touched`).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Touched {
+    /// Keys of routes that route messages added, replaced or deleted.
+    pub routes: Vec<(Family, RouteKey)>,
+    /// Anything else changed (links, addresses, neighbours, next hops,
+    /// rules, sysctls, a re-dump): only a full recompute is exact.
+    pub other: bool,
+}
+
+/// `apply`, noting in `t` what changed.
+pub fn apply_noting(state: &mut KernelState, msg: Msg, f: &mut Followups, t: &mut Touched) -> bool {
+    let key = match &msg {
+        Msg::NewRoute(fam, r) | Msg::AddRoute(fam, r) | Msg::DelRoute(fam, r) => Some((*fam, r.key.clone())),
+        _ => None,
+    };
+    let changed = apply(state, msg, f);
+    if changed {
+        match key {
+            Some(k) => t.routes.push(k),
+            None => t.other = true,
+        }
+    }
+    changed
+}
+
 /// The opaque (punted) entry standing for several routes under one key.
 fn alias_marker(key: RouteKey) -> Route {
     Route {
@@ -364,6 +390,7 @@ pub struct Mirror {
     resyncs: u64,
     buf: Vec<u8>,
     sysctl: SysctlReader,
+    touched: Touched,
 }
 
 impl Mirror {
@@ -395,6 +422,7 @@ impl Mirror {
             resyncs: 0,
             buf: vec![0; RECV_BUF],
             sysctl: SysctlReader::default(),
+            touched: Touched::default(),
         })
     }
 
@@ -435,6 +463,7 @@ impl Mirror {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     log::warn!("netlink event socket overran; full resync");
+                    self.touched.other = true;
                     *state = self.resync()?;
                     self.resyncs += 1;
                     return Ok(PollOutcome::Resynced);
@@ -456,13 +485,18 @@ impl Mirror {
                     }
                 };
                 match parse::decode_frame(&frame) {
-                    Ok(m) => changed |= apply(state, m, &mut f),
+                    Ok(m) => changed |= apply_noting(state, m, &mut f, &mut self.touched),
                     Err(e) => {
                         log::warn!("undecodable event ({e}); full re-dump");
                         f.full = true;
                     }
                 }
             }
+        }
+        // Every follow-up re-reads more than a route; the link sysctls
+        // only matter if they changed (below).
+        if f.full || f.fib || f.buckets || f.rules || f.all_sysctls {
+            self.touched.other = true;
         }
         if f.full {
             let fresh = self.resync()?;
@@ -499,6 +533,7 @@ impl Mirror {
                 if state.if_sysctl.get(&idx) != Some(&s) {
                     state.if_sysctl.insert(idx, s);
                     changed = true;
+                    self.touched.other = true;
                 }
             }
         }
@@ -509,10 +544,16 @@ impl Mirror {
         })
     }
 
+    /// What `poll` and the refreshes changed since the last call.
+    pub fn take_touched(&mut self) -> Touched {
+        std::mem::take(&mut self.touched)
+    }
+
     /// Re-reads the sysctls of every link into `state`; true if anything changed.
     pub fn refresh_sysctls(&mut self, state: &mut KernelState) -> bool {
         let (per_link, global) = self.sysctl.read_all(&state.links);
         let changed = per_link != state.if_sysctl || global != state.sysctl;
+        self.touched.other |= changed;
         state.if_sysctl = per_link;
         state.sysctl = global;
         changed
@@ -591,6 +632,7 @@ impl Mirror {
     pub fn refresh_buckets(&mut self, state: &mut KernelState) -> Result<bool, MirrorError> {
         let fresh = self.dump_buckets()?;
         let changed = fresh != state.res_buckets;
+        self.touched.other |= changed;
         state.res_buckets = fresh;
         Ok(changed)
     }
@@ -831,6 +873,22 @@ mod tests {
         let mut f = Followups::default();
         let changed = apply(st, msg, &mut f);
         (changed, f)
+    }
+
+    #[test]
+    fn apply_noting_tells_route_keys_from_everything_else() {
+        let mut st = KernelState::default();
+        let mut t = Touched::default();
+        let mut f = Followups::default();
+        let a = route("198.51.100.0", 24, RouteTarget::Single(via(3, "192.0.2.2")));
+        assert!(apply_noting(&mut st, Msg::NewRoute(Family::V4, a.clone()), &mut f, &mut t));
+        // No change, nothing noted.
+        assert!(!apply_noting(&mut st, Msg::NewRoute(Family::V4, a.clone()), &mut f, &mut t));
+        assert!(apply_noting(&mut st, Msg::DelRoute(Family::V4, a.clone()), &mut f, &mut t));
+        let k = (Family::V4, a.key.clone());
+        assert_eq!(t, Touched { routes: vec![k.clone(), k], other: false });
+        assert!(apply_noting(&mut st, Msg::NewNeigh(neigh(3, "192.0.2.2", NUD_REACHABLE)), &mut f, &mut t));
+        assert!(t.other);
     }
 
     #[test]

@@ -10,8 +10,9 @@ use anyhow::{Context, Result};
 use fastpath_bpf::intf;
 use fastpath_core::desired::{self, Ids};
 use fastpath_core::mirror::{Mirror, PollOutcome};
-use fastpath_core::model::{Family, KernelState};
+use fastpath_core::model::{Family, KernelState, RouteKey};
 use fastpath_core::reconcile::Reconciler;
+use fastpath_core::route_delta;
 use fastpath_core::tables::{Capacities, Desired, Op, TableWriter};
 use log::{debug, error, info, warn};
 
@@ -214,6 +215,10 @@ pub fn run(loaded: Loaded) -> Result<()> {
     );
 
     let mut dirty = false;
+    // Only route messages since the last reconcile: their FIB entries may
+    // be all that changes (route_delta). Anything else sets `full`.
+    let mut full = true;
+    let mut touched_routes: Vec<(Family, RouteKey)> = Vec::new();
     let mut retry_at: Option<Instant> = None;
     let mut last_periodic = Instant::now();
     let mut last_buckets = Instant::now();
@@ -241,6 +246,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
             // A changed interface set is written by this reconcile; without
             // one it finds nothing to write.
             dirty = true;
+            full = true;
             lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
         }
         let idle = if lp.admission.as_ref().is_some_and(|a| a.has_pending()) { LANDED_POLL } else { IDLE_POLL };
@@ -271,6 +277,12 @@ pub fn run(loaded: Loaded) -> Result<()> {
                 }
                 dirty = true;
                 debounce(&mut mirror, &mut state);
+                let t = mirror.take_touched();
+                if t.other {
+                    full = true;
+                } else {
+                    touched_routes.extend(t.routes);
+                }
             }
             Err(e) => {
                 let msg = e.to_string();
@@ -284,12 +296,14 @@ pub fn run(loaded: Loaded) -> Result<()> {
 
         if lp.admission.as_mut().is_some_and(|a| a.take_landed()) {
             dirty = true;
+            full = true;
         }
 
         if let Some(f) = &mut fpm {
             let ch = f.take_changed();
             if ch.table {
                 dirty = true;
+                full = true;
                 pending_since.get_or_insert_with(Instant::now);
             }
             if ch.status {
@@ -320,14 +334,19 @@ pub fn run(loaded: Loaded) -> Result<()> {
             if nf_watch.refresh() {
                 lp.netfilter_block = nf_watch.blocking().to_vec();
                 dirty = true;
+                full = true;
             }
             if mirror.refresh_sysctls(&mut state) {
                 dirty = true;
+                full = true;
             }
             if last_buckets.elapsed() >= BUCKET_REFRESH && state.nexthops.values().any(|n| n.resilient) {
                 last_buckets = Instant::now();
                 match mirror.refresh_buckets(&mut state) {
-                    Ok(true) => dirty = true,
+                    Ok(true) => {
+                        dirty = true;
+                        full = true;
+                    }
                     Ok(false) => {}
                     Err(e) => warn!("re-dumping next-hop buckets: {e}"),
                 }
@@ -338,10 +357,18 @@ pub fn run(loaded: Loaded) -> Result<()> {
             if let Some(f) = &mut fpm {
                 f.overlay(&mut state);
             }
-            match lp.reconcile(&state) {
+            // FPM overlays its routes on `state` without telling which.
+            let res = if full || fpm.is_some() {
+                lp.reconcile(&state)
+            } else {
+                lp.reconcile_routes(&state, &touched_routes)
+            };
+            match res {
                 Ok(()) => {
                     lp.fpm_report(&mut fpm);
                     dirty = false;
+                    full = false;
+                    touched_routes.clear();
                     retry_at = None;
                     if let Some(t) = pending_since.take() {
                         lp.ops.record_lag(t.elapsed());
@@ -349,6 +376,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
                 }
                 Err(e) => {
                     lp.ops.reconcile_failures += 1;
+                    full = true;
                     error!("{e:#}; retrying");
                     retry_at = Some(Instant::now() + RETRY);
                 }
@@ -575,6 +603,32 @@ impl Loop {
         let n = res.context("reconciling the BPF maps")?;
         timing.log(n, self.reconciler.generation());
         self.writer.forget_retired(&self.reconciler.applied().ifaces);
+        Ok(())
+    }
+
+    /// After route messages only: writes just the changed prefixes' FIB
+    /// entries when `route_delta` is sure that is all that changes, else
+    /// the full reconcile.
+    fn reconcile_routes(&mut self, state: &KernelState, touched: &[(Family, RouteKey)]) -> Result<()> {
+        if self.admission.is_some() || !self.reslot.is_empty() {
+            return self.reconcile(state);
+        }
+        let t = Instant::now();
+        let delta = route_delta::fib_delta(self.reconciler.applied(), &self.applied.offload, state, touched, &self.caps);
+        let Some(delta) = delta else {
+            debug!("{} route change(s) need a full recompute", touched.len());
+            return self.reconcile(state);
+        };
+        let mut timing = Timing { compute: t.elapsed(), ..Timing::default() };
+        let t = Instant::now();
+        let res = self.reconciler.apply_fib_delta(&delta, &mut self.writer);
+        timing.apply = t.elapsed();
+        let t = Instant::now();
+        // The published copy follows the maps (cloned if a reader holds it).
+        delta.apply_to(Arc::make_mut(&mut self.applied));
+        timing.publish = t.elapsed();
+        let n = res.context("writing changed routes to the BPF maps")?;
+        timing.log(n, self.reconciler.generation());
         Ok(())
     }
 
