@@ -4,6 +4,8 @@ netlink overruns, end to end."""
 from __future__ import annotations
 
 import ipaddress
+import os
+import signal
 import threading
 import time
 
@@ -92,6 +94,46 @@ def test_vanished_neighbour_stops_the_fast_path_like_the_kernel(lab, daemon):
     time.sleep(1.0)
     d = counter_delta(before, daemon.counters("r0"))
     assert d.get("forwarded", 0) == 0 and d.get("no_neigh", 0) > 0, d
+
+
+def test_route_only_changes_write_just_those_routes(lab, daemon):
+    """A route added or deleted via a next hop the tables already hold is
+    written as that route's entry alone (no full recompute); a new next
+    hop takes the full recompute. A full recompute afterwards (SIGHUP)
+    finds nothing to write: the route-only updates left exactly its tables."""
+    prefix = "203.0.113.128/25"  # inside the remote /24
+
+    def entry():
+        return next((r for r in daemon.routes() if r["prefix"] == prefix), None)
+
+    def reconciles():
+        return daemon.status()["reconciles"]
+
+    lab.gateway_routes()  # the remote prefix via S4: that next hop is in use
+    wait_for("gateway route mirrored", lambda: any(r["prefix"] == Lab.REMOTE4 for r in daemon.routes()), 5)
+    before = reconciles()
+    lab.ip(lab.router, "route", "add", prefix, "via", Lab.S4)
+    e = wait_for("route via S4", entry, 5)
+    assert e["action"] == "forward" and e["nexthop"]["gateway"] == Lab.S4, e
+    lab.ip(lab.router, "route", "del", prefix)
+    wait_for("route gone", lambda: entry() is None, 5)
+    after = reconciles()
+    assert after["routes"] >= before["routes"] + 2 and after["full"] == before["full"], (before, after)
+
+    # 198.51.100.77 is no next hop yet: a new next-hop entry, the full path.
+    lab.ip(lab.router, "route", "add", prefix, "via", "198.51.100.77")
+    e = wait_for("route via a new gateway", entry, 5)
+    assert e["nexthop"]["gateway"] == "198.51.100.77", e
+    full = reconciles()["full"]
+    assert full > after["full"], (after, reconciles())
+
+    lab.ip(lab.router, "route", "replace", prefix, "via", Lab.S4)
+    wait_for("route back via S4", lambda: (entry() or {}).get("nexthop", {}).get("gateway") == Lab.S4, 5)
+    routes, gen = daemon.routes(), daemon.status()["generation"]
+    os.kill(daemon.proc.pid, signal.SIGHUP)
+    wait_for("SIGHUP's full recompute", lambda: reconciles()["full"] > full, 5)
+    assert daemon.status()["generation"] == gen, "the full recompute wrote something"
+    assert daemon.routes() == routes
 
 
 def test_netlink_overrun_resyncs_to_the_exact_table(lab, fastpath_bin):

@@ -9,6 +9,7 @@
 //! status:
 //! ```text
 //! {"generation":u64, "netlink_resyncs":u64, "neigh_keepalives":u64,
+//!  "reconciles":{"full":n, "routes":n} (table updates: full recomputes, route-only changes),
 //!  "interfaces":[{"name":str, "ifindex":n, "xdp_mode":"native"|"generic", "mac":"aa:bb:..",
 //!                 "mtu":n, "up":bool, "fwd4":bool, "fwd6":bool, "rp_filter":0|1|2,
 //!                 "counters":{"<reason>":{"packets":n,"bytes":n}, ... every reason},
@@ -226,6 +227,14 @@ pub struct FamilyStatus {
     pub multipath_hash: String,
 }
 
+/// Table updates since start: full recomputes, and route-only changes
+/// written as just those routes' entries (fastpath-core's route_delta).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct Reconciles {
+    pub full: u64,
+    pub routes: u64,
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Families {
     pub ipv4: FamilyStatus,
@@ -237,6 +246,8 @@ pub struct Status {
     pub generation: u64,
     pub netlink_resyncs: u64,
     pub neigh_keepalives: u64,
+    #[serde(default)]
+    pub reconciles: Reconciles,
     pub interfaces: Vec<IfaceStatus>,
     pub tables: Tables,
     pub families: Families,
@@ -407,6 +418,7 @@ pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
         generation: s.generation,
         netlink_resyncs: s.netlink_resyncs,
         neigh_keepalives: s.neigh_keepalives,
+        reconciles: Reconciles { full: s.ops.reconciles_full, routes: s.ops.reconciles_routes },
         interfaces,
         tables: Tables {
             fib4: occ(a.fib4.len(), caps.fib4),

@@ -215,9 +215,10 @@ pub fn run(loaded: Loaded) -> Result<()> {
     );
 
     let mut dirty = false;
-    // Only route messages since the last reconcile: their FIB entries may
-    // be all that changes (route_delta). Anything else sets `full`.
-    let mut full = true;
+    // Only route messages since the last reconcile (the initial one above
+    // was full): their FIB entries may be all that changes (route_delta).
+    // Anything else sets `full`.
+    let mut full = false;
     let mut touched_routes: Vec<(Family, RouteKey)> = Vec::new();
     let mut retry_at: Option<Instant> = None;
     let mut last_periodic = Instant::now();
@@ -602,6 +603,7 @@ impl Loop {
         timing.publish = t.elapsed();
         let n = res.context("reconciling the BPF maps")?;
         timing.log(n, self.reconciler.generation());
+        self.ops.reconciles_full += 1;
         self.writer.forget_retired(&self.reconciler.applied().ifaces);
         Ok(())
     }
@@ -629,6 +631,7 @@ impl Loop {
         timing.publish = t.elapsed();
         let n = res.context("writing changed routes to the BPF maps")?;
         timing.log(n, self.reconciler.generation());
+        self.ops.reconciles_routes += 1;
         Ok(())
     }
 

@@ -16,6 +16,8 @@
 //! - `fastpath_full_sync_age_seconds`: since the last full dump (start or resync)
 //! - `fastpath_netlink_resyncs`, `fastpath_reconcile_failures`,
 //!   `fastpath_config_reloads` {result=ok|failed}, `fastpath_neigh_keepalives`
+//! - `fastpath_reconciles` {kind=full|routes}: table updates that recomputed
+//!   everything, and route-only changes written as just those entries
 //! - `fastpath_generation`: table generation
 
 use std::net::SocketAddr;
@@ -61,6 +63,9 @@ pub struct OpsStats {
     pub lag_max: Duration,
     pub last_full_sync: Option<Instant>,
     pub reconcile_failures: u64,
+    /// Reconciles that recomputed every table / wrote only changed routes' entries.
+    pub reconciles_full: u64,
+    pub reconciles_routes: u64,
     pub reloads_ok: u64,
     pub reloads_failed: u64,
 }
@@ -263,6 +268,15 @@ impl Collector for Scrape {
         for (result, n) in [("ok", o.reloads_ok), ("failed", o.reloads_failed)] {
             ConstCounter::new(n).encode(m.encode_family(&[("result", result)])?)?;
         }
+        let mut m = e.encode_descriptor(
+            "fastpath_reconciles",
+            "Table updates: full recomputes, and route-only changes written as just those routes' entries.",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for (kind, n) in [("full", o.reconciles_full), ("routes", o.reconciles_routes)] {
+            ConstCounter::new(n).encode(m.encode_family(&[("kind", kind)])?)?;
+        }
         counter(&mut e, "fastpath_neigh_keepalives", "Neighbours refreshed in the kernel because fast-pathed traffic used them.", s.neigh_keepalives)?;
         gauge(&mut e, "fastpath_generation", "Table generation (bumped by every route or neighbour change).", s.generation as f64)?;
         if let Some(ct) = &s.conntrack {
@@ -337,7 +351,14 @@ mod tests {
     #[test]
     fn exposition_has_labelled_counters_gauges_and_eof() {
         let t0 = Instant::now();
-        let mut ops = OpsStats { last_full_sync: Some(t0), reconcile_failures: 2, reloads_ok: 1, ..Default::default() };
+        let mut ops = OpsStats {
+            last_full_sync: Some(t0),
+            reconcile_failures: 2,
+            reconciles_full: 3,
+            reconciles_routes: 5,
+            reloads_ok: 1,
+            ..Default::default()
+        };
         ops.record_lag(Duration::from_millis(30));
         ops.record_lag(Duration::from_millis(10));
         let out = render(status(), ops, t0 + Duration::from_secs(5)).expect("encodes");
@@ -358,6 +379,8 @@ mod tests {
             "fastpath_netlink_resyncs_total 1",
             "fastpath_reconcile_failures_total 2",
             "fastpath_config_reloads_total{result=\"ok\"} 1",
+            "fastpath_reconciles_total{kind=\"full\"} 3",
+            "fastpath_reconciles_total{kind=\"routes\"} 5",
             "fastpath_generation 4.0",
         ] {
             assert!(out.lines().any(|l| l == line), "missing {line:?} in\n{out}");
