@@ -319,6 +319,7 @@ mod tests {
         flow.insert("hit".to_string(), 9);
         Status {
             mode: "stateless".into(),
+            reconciles: Default::default(),
             conntrack: None,
             route_source: None,
             afxdp: None,
