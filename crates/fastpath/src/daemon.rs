@@ -625,11 +625,12 @@ impl Loop {
         let t = Instant::now();
         let res = self.reconciler.apply_fib_delta(&delta, &mut self.writer);
         timing.apply = t.elapsed();
+        // A failure is retried as a full reconcile, which republishes.
+        let n = res.context("writing changed routes to the BPF maps")?;
         let t = Instant::now();
         // The published copy follows the maps (cloned if a reader holds it).
         delta.apply_to(Arc::make_mut(&mut self.applied));
         timing.publish = t.elapsed();
-        let n = res.context("writing changed routes to the BPF maps")?;
         timing.log(n, self.reconciler.generation());
         self.ops.reconciles_routes += 1;
         Ok(())
