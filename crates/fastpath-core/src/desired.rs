@@ -813,7 +813,7 @@ fn src_check4(fib4: &BTreeMap<(Ipv4Addr, u8), RouteEntry>, state: &KernelState) 
 
 /// How the source check treats a source whose route is `a` (see
 /// `src_check4`): None accepts, else the refusal reason.
-fn src_refusal(a: &RouteAction) -> Option<u8> {
+pub(crate) fn src_refusal(a: &RouteAction) -> Option<u8> {
     match a {
         RouteAction::Forward { .. } | RouteAction::Multipath { .. } => None,
         RouteAction::Punt { reason: r } if *r == reason::ECMP => None,

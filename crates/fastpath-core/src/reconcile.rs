@@ -295,8 +295,9 @@ impl Reconciler {
         Ok(ops.len())
     }
 
-    /// Writes FIB changes alone (`route_delta::fib_delta`, which checked
-    /// that nothing else moves), in the order `plan` would write them, then
+    /// Writes FIB changes and their source-deny entries alone
+    /// (`route_delta::fib_delta`, which checked that nothing else moves),
+    /// in the order `plan` would write them, then
     /// bumps the generation: the same ops as `apply` with the desired state
     /// the delta stands for, without walking a million-route table.
     pub fn apply_fib_delta<W: TableWriter>(
@@ -308,9 +309,13 @@ impl Reconciler {
         let new4: BTreeMap<_, _> = delta.v4.iter().filter_map(|(k, e)| e.map(|e| (*k, e))).collect();
         let old6: BTreeMap<_, _> = delta.v6.keys().filter_map(|k| self.applied.fib6.get(k).map(|e| (*k, *e))).collect();
         let new6: BTreeMap<_, _> = delta.v6.iter().filter_map(|(k, e)| e.map(|e| (*k, e))).collect();
+        let old_deny: BTreeMap<_, _> = delta.deny4.keys().filter_map(|a| self.applied.src_deny4.get(a).map(|r| (*a, *r))).collect();
+        let new_deny: BTreeMap<_, _> = delta.deny4.iter().filter_map(|(a, r)| r.map(|r| (*a, r))).collect();
         let mut ops = Vec::new();
+        upserts(&old_deny, &new_deny, &mut ops, |k, v| Op::UpsertSrcDeny4(*k, *v));
         fib_ops(&old4, &new4, false, &mut ops, Op::UpsertRoute4, Op::DeleteRoute4);
         fib_ops(&old6, &new6, false, &mut ops, Op::UpsertRoute6, Op::DeleteRoute6);
+        deletes(&old_deny, &new_deny, &mut ops, |k| Op::DeleteSrcDeny4(*k));
         if !ops.is_empty() || self.dirty {
             ops.push(Op::BumpGeneration);
         }

@@ -3,39 +3,49 @@
 //! update would reach the fast path a second late (and until then it
 //! forwards by the old route). When only plain main-table routes changed and
 //! nothing else did, only those prefixes' FIB entries can differ; when it is
-//! also certain that nothing derived from the FIB moves — the entries
+//! also certain that nothing else derived from the FIB moves — the entries
 //! forward through next hops the tables already hold and that stay in use,
-//! no source-check or ECMP entry is involved, nothing was left out for lack
-//! of room and nothing will be — `fib_delta` computes just those entries,
-//! with the functions `compute` uses. Any doubt answers None and the caller
-//! recomputes everything. A property test holds the result to `compute`'s.
+//! or are punts whose only other trace is an IPv4 /32 source-deny entry
+//! (computed here: remotely triggered blackholes are /32 routes), no ECMP
+//! entry is involved, nothing was left out for lack of room and nothing will
+//! be — `fib_delta` computes just those entries, with the functions
+//! `compute` uses. Any doubt answers None and the caller recomputes
+//! everything. A property test holds the result to `compute`'s.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::desired::{self, Intent, Prefix};
+use crate::desired::{self, reason, Intent, Prefix};
 use crate::model::{Family, KernelState, Route, RouteKey, RT_TABLE_LOCAL, RT_TABLE_MAIN};
 use crate::overflow::Offload;
 use crate::tables::{Capacities, Desired, NexthopEntry, RouteAction, RouteEntry};
 
-/// FIB entries to write (Some) or delete (None); only entries that change.
+/// FIB entries to write (Some) or delete (None), and the IPv4 source-deny
+/// entries that go with them; only entries that change.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct FibDelta {
     pub v4: BTreeMap<(Ipv4Addr, u8), Option<RouteEntry>>,
     pub v6: BTreeMap<(Ipv6Addr, u8), Option<RouteEntry>>,
+    pub deny4: BTreeMap<Ipv4Addr, Option<u8>>,
 }
 
 impl FibDelta {
     pub fn is_empty(&self) -> bool {
-        self.v4.is_empty() && self.v6.is_empty()
+        self.v4.is_empty() && self.v6.is_empty() && self.deny4.is_empty()
     }
 
     pub fn len(&self) -> usize {
-        self.v4.len() + self.v6.len()
+        self.v4.len() + self.v6.len() + self.deny4.len()
     }
 
     /// `d` as it is once the delta is written.
     pub fn apply_to(&self, d: &mut Desired) {
+        for (a, r) in &self.deny4 {
+            match r {
+                Some(r) => d.src_deny4.insert(*a, *r),
+                None => d.src_deny4.remove(a),
+            };
+        }
         for (k, e) in &self.v4 {
             match e {
                 Some(e) => d.fib4.insert(*k, *e),
@@ -125,8 +135,8 @@ pub fn fib_delta(
                 gaining.insert(id);
                 Some(RouteEntry { action: RouteAction::Forward { nh_id: id }, mtu })
             }
-            // Groups, punts and local classes feed the source check, the
-            // ECMP hash settings and group ids: not here.
+            Some(Intent::Act(a)) if act_ok(*fam, *p, &a) => Some(RouteEntry { action: a, mtu: 0 }),
+            // Groups take group ids and buckets: not here.
             Some(_) => return None,
         };
         let old = match fam {
@@ -138,10 +148,26 @@ pub fn fib_delta(
             Some(RouteAction::Forward { nh_id }) => {
                 losing.insert(nh_id);
             }
+            Some(a) if act_ok(*fam, *p, &a) => {}
             Some(_) => return None,
         }
         if old == new.as_ref() {
             continue;
+        }
+        // desired::src_check4: a refused /32 is denied as a source by its
+        // own entry (own addresses always, as martians).
+        let refusal = |e: Option<&RouteEntry>| e.and_then(|e| desired::src_refusal(&e.action));
+        if *fam == Family::V4 && (refusal(old).is_some() || refusal(new.as_ref()).is_some()) {
+            // With LPM source checks the deny set is not kept at all.
+            if applied.switches.src_lpm & Family::V4.bit() != 0 {
+                return None;
+            }
+            let (a, _) = p.v4();
+            let own = state.addrs.keys().any(|x| x.addr == IpAddr::V4(a));
+            let deny = if own { Some(reason::MARTIAN) } else { refusal(new.as_ref()) };
+            if applied.src_deny4.get(&a).copied() != deny {
+                delta.deny4.insert(a, deny);
+            }
         }
         match fam {
             Family::V4 => {
@@ -156,7 +182,12 @@ pub fn fib_delta(
     }
     // `compute` trims past the capacity, and the reconciler deletes first
     // when old and new together would not fit.
-    if applied.fib4.len() + new4 > caps.fib4 as usize || applied.fib6.len() + new6 > caps.fib6 as usize {
+    // The deny set is sized like fib4 (beyond it: LPM source checks).
+    let new_deny = delta.deny4.iter().filter(|(a, r)| r.is_some() && !applied.src_deny4.contains_key(a)).count();
+    if applied.fib4.len() + new4 > caps.fib4 as usize
+        || applied.fib6.len() + new6 > caps.fib6 as usize
+        || applied.src_deny4.len() + new_deny > caps.fib4 as usize
+    {
         return None;
     }
     // A next hop nobody uses any more leaves `compute`'s tables.
@@ -166,6 +197,18 @@ pub fn fib_delta(
         }
     }
     Some(delta)
+}
+
+/// An entry other than a forward whose only trace beyond the FIB is one
+/// handled here: not an ECMP punt (counted for the multipath problems), not
+/// a table-full one (overflow), and in IPv4 only a /32 (a shorter refused
+/// prefix can switch the whole family to LPM source checks).
+fn act_ok(fam: Family, p: Prefix, a: &RouteAction) -> bool {
+    match a {
+        RouteAction::Forward { .. } | RouteAction::Multipath { .. } => false,
+        RouteAction::Punt { reason: r } if *r == reason::ECMP || *r == reason::TABLE_FULL => false,
+        _ => fam == Family::V6 || p.len == 32 || desired::src_refusal(a).is_none(),
+    }
 }
 
 fn fam_index(f: Family) -> usize {
@@ -252,7 +295,7 @@ mod tests {
         [(2, 1), (3, 2)].into_iter().collect()
     }
 
-    /// eth0 (2) and eth1 (3) managed, eth2 (4) not; an address on eth0, a
+    /// eth0 (2) and eth1 (3) managed, eth2 (4) not; addresses on eth0, a
     /// local /16 covering main prefixes; a neighbour per gateway.
     fn base() -> KernelState {
         let mut st = KernelState::default();
@@ -266,6 +309,8 @@ mod tests {
         st.sysctl.forwarding6_all = true;
         st.rules = default_rules();
         st.addrs.insert(Addr { ifindex: 2, addr: ip("192.0.2.1"), prefix_len: 24 }, ());
+        // An address whose local route was deleted: still refused as a source.
+        st.addrs.insert(Addr { ifindex: 2, addr: ip("192.0.2.77"), prefix_len: 24 }, ());
         let mut l = main_route("192.0.2.1", 32, RouteTarget::Single(hop(2, None)));
         l.key.table = RT_TABLE_LOCAL;
         l.kind = RouteKind::Local;
@@ -281,6 +326,11 @@ mod tests {
                 Neighbour { ifindex, addr, mac: Some([2, 0, 0, 0, 9, ifindex as u8]), state: NUD_REACHABLE, flags: 0 },
             );
         }
+        st
+    }
+
+    fn without_local_cover(mut st: KernelState) -> KernelState {
+        st.routes.retain(|(_, k), _| !(k.table == RT_TABLE_LOCAL && k.prefix_len == 16));
         st
     }
 
@@ -365,6 +415,27 @@ mod tests {
     }
 
     #[test]
+    fn a_blackholed_address_is_a_delta_with_its_source_deny_entry() {
+        // Without the local /16, which makes source checks LPM (no deny set).
+        let mut st = without_local_cover(base());
+        add(&mut st, via("203.0.113.0", 24, 2, "192.0.2.2"));
+        let mut w = World::new(st);
+        // Remotely triggered blackhole: a /32 inside a forwarded /24.
+        let mut b = main_route("203.0.113.9", 32, RouteTarget::None);
+        b.kind = RouteKind::Blackhole;
+        add(&mut w.st, b.clone());
+        let d = w.delta(&[key(&b)]).expect("a /32 blackhole");
+        let a = Ipv4Addr::new(203, 0, 113, 9);
+        assert_eq!(d.v4.get(&(a, 32)), Some(&Some(RouteEntry { action: RouteAction::Blackhole, mtu: 0 })));
+        assert_eq!(d.deny4.get(&a), Some(&Some(reason::RP_FILTER)));
+        assert!(w.change(&[key(&b)]));
+        w.st.routes.remove(&key(&b));
+        let d = w.delta(&[key(&b)]).expect("its removal");
+        assert_eq!(d.deny4.get(&a), Some(&None));
+        assert!(w.change(&[key(&b)]));
+    }
+
+    #[test]
     fn anything_else_takes_the_full_compute() {
         let mut st = base();
         add(&mut st, via("203.0.0.0", 24, 2, "192.0.2.2"));
@@ -432,6 +503,24 @@ mod tests {
         let mut b = main_route("203.0.118.0", 24, RouteTarget::None);
         b.kind = RouteKind::Blackhole;
         v.push(b);
+        // /32s: blackholed, unreachable or forwarded at one address; one of
+        // our own addresses; one under the local /16.
+        for (dst, kind) in [
+            ("203.0.113.9", RouteKind::Blackhole),
+            ("203.0.113.9", RouteKind::Unreachable),
+            ("203.0.113.10", RouteKind::Blackhole),
+            ("192.0.2.1", RouteKind::Blackhole),
+            ("192.0.2.77", RouteKind::Blackhole),
+            ("10.9.1.1", RouteKind::Prohibit),
+        ] {
+            let mut r = main_route(dst, 32, RouteTarget::None);
+            r.kind = kind;
+            v.push(r);
+        }
+        v.push(via("203.0.113.9", 32, 2, "192.0.2.2"));
+        let mut b6 = main_route("2001:db8:12::", 64, RouteTarget::None);
+        b6.kind = RouteKind::Blackhole;
+        v.push(b6);
         for dst in ["2001:db8:10::", "2001:db8:11::", "::"] {
             let len = if dst == "::" { 0 } else { 48 };
             v.push(via(dst, len, 2, "2001:db8::2"));
@@ -449,10 +538,14 @@ mod tests {
         /// Whenever a delta is given it is exactly `compute`'s tables and
         /// the reconciler's ops for them, over random route churn.
         #[test]
-        fn delta_is_compute(init in proptest::collection::vec(any::<bool>(), 28),
-                            steps in proptest::collection::vec((0usize..28, any::<bool>(), 1usize..3), 1..25)) {
+        fn delta_is_compute(cover in any::<bool>(),
+                            init in proptest::collection::vec(any::<bool>(), 64),
+                            steps in proptest::collection::vec((0usize..64, any::<bool>(), 1usize..3), 1..25)) {
             let cands = candidates();
-            let mut st = base();
+            assert!(cands.len() <= init.len());
+            // The local /16 both covers main prefixes and turns source
+            // checks to LPM; without it the deny set is kept.
+            let mut st = if cover { base() } else { without_local_cover(base()) };
             for (r, on) in cands.iter().zip(&init) {
                 if *on {
                     add(&mut st, r.clone());
