@@ -97,8 +97,8 @@ def test_vanished_neighbour_stops_the_fast_path_like_the_kernel(lab, daemon):
 
 
 def test_route_only_changes_write_just_those_routes(lab, daemon):
-    """A route added or deleted via a next hop the tables already hold is
-    written as that route's entry alone (no full recompute); a new next
+    """A route added or deleted via a next hop the tables already hold, and
+    a /32 blackhole, are written as those entries alone (no full recompute); a new next
     hop takes the full recompute. A full recompute afterwards (SIGHUP)
     finds nothing to write: the route-only updates left exactly its tables."""
     prefix = "203.0.113.128/25"  # inside the remote /24
@@ -117,8 +117,12 @@ def test_route_only_changes_write_just_those_routes(lab, daemon):
     assert e["action"] == "forward" and e["nexthop"]["gateway"] == Lab.S4, e
     lab.ip(lab.router, "route", "del", prefix)
     wait_for("route gone", lambda: entry() is None, 5)
+    # A remotely triggered blackhole: a /32 (and its source-deny entry).
+    lab.ip(lab.router, "route", "add", "blackhole", "203.0.113.200/32")
+    wait_for("blackhole mirrored", lambda: any(r["prefix"] == "203.0.113.200/32" and r["action"] == "blackhole"
+                                              for r in daemon.routes()), 5)
     after = reconciles()
-    assert after["routes"] >= before["routes"] + 2 and after["full"] == before["full"], (before, after)
+    assert after["routes"] >= before["routes"] + 3 and after["full"] == before["full"], (before, after)
 
     # 198.51.100.77 is no next hop yet: a new next-hop entry, the full path.
     lab.ip(lab.router, "route", "add", prefix, "via", "198.51.100.77")
