@@ -487,13 +487,16 @@ mod tests {
     /// IPv6 siblings, prefixes inside the local /16, a default route.
     fn candidates() -> Vec<Route> {
         let mut v = Vec::new();
-        for dst in ["203.0.113.0", "203.0.114.0", "10.9.1.0", "198.18.0.0", "0.0.0.0"] {
-            let len = if dst == "0.0.0.0" { 0 } else { 24 };
-            v.push(via(dst, len, 2, "192.0.2.2"));
-            v.push(via(dst, len, 3, "198.51.100.2"));
-            let mut m = via(dst, len, 3, "198.51.100.2");
-            m.key.priority = 10;
+        // Via one gateway, via the other, and via the other at a higher metric.
+        let three = |v: &mut Vec<Route>, dst: &str, len: u8, (g0, g1): (&str, &str), metric: u32| {
+            v.push(via(dst, len, 2, g0));
+            v.push(via(dst, len, 3, g1));
+            let mut m = via(dst, len, 3, g1);
+            m.key.priority = metric;
             v.push(m);
+        };
+        for dst in ["203.0.113.0", "203.0.114.0", "10.9.1.0", "198.18.0.0", "0.0.0.0"] {
+            three(&mut v, dst, if dst == "0.0.0.0" { 0 } else { 24 }, ("192.0.2.2", "198.51.100.2"), 10);
         }
         v.push(via("203.0.115.0", 25, 4, "192.0.2.9"));
         v.push(via("203.0.116.0", 24, 3, "198.51.100.3"));
@@ -522,12 +525,7 @@ mod tests {
         b6.kind = RouteKind::Blackhole;
         v.push(b6);
         for dst in ["2001:db8:10::", "2001:db8:11::", "::"] {
-            let len = if dst == "::" { 0 } else { 48 };
-            v.push(via(dst, len, 2, "2001:db8::2"));
-            v.push(via(dst, len, 3, "2001:db8:1::2"));
-            let mut m = via(dst, len, 3, "2001:db8:1::2");
-            m.key.priority = 1;
-            v.push(m);
+            three(&mut v, dst, if dst == "::" { 0 } else { 48 }, ("2001:db8::2", "2001:db8:1::2"), 1);
         }
         v
     }

@@ -174,6 +174,15 @@ fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fm
     c.encode(e.encode_descriptor(name, help, None, c.metric_type())?)
 }
 
+/// A counter family with one label: (label value, count) each.
+fn counters_by(e: &mut DescriptorEncoder, name: &str, help: &str, label: &str, vs: &[(&str, u64)]) -> std::fmt::Result {
+    let mut m = e.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Counter)?;
+    for (value, n) in vs {
+        ConstCounter::new(*n).encode(m.encode_family(&[(label, *value)])?)?;
+    }
+    Ok(())
+}
+
 fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> std::fmt::Result {
     let g = ConstGauge::new(v);
     g.encode(e.encode_descriptor(name, help, None, g.metric_type())?)
@@ -259,47 +268,41 @@ impl Collector for Scrape {
         }
         counter(&mut e, "fastpath_netlink_resyncs", "Netlink overruns recovered by a full resync.", s.netlink_resyncs)?;
         counter(&mut e, "fastpath_reconcile_failures", "Reconciles that failed to write the maps (retried).", o.reconcile_failures)?;
-        let mut m = e.encode_descriptor(
+        counters_by(
+            &mut e,
             "fastpath_config_reloads",
             "SIGHUP reloads of the config file, applied or rejected whole.",
-            None,
-            prometheus_client::metrics::MetricType::Counter,
+            "result",
+            &[("ok", o.reloads_ok), ("failed", o.reloads_failed)],
         )?;
-        for (result, n) in [("ok", o.reloads_ok), ("failed", o.reloads_failed)] {
-            ConstCounter::new(n).encode(m.encode_family(&[("result", result)])?)?;
-        }
-        let mut m = e.encode_descriptor(
+        counters_by(
+            &mut e,
             "fastpath_reconciles",
             "Table updates: full recomputes, and route-only changes written as just those routes' entries.",
-            None,
-            prometheus_client::metrics::MetricType::Counter,
+            "kind",
+            &[("full", o.reconciles_full), ("routes", o.reconciles_routes)],
         )?;
-        for (kind, n) in [("full", o.reconciles_full), ("routes", o.reconciles_routes)] {
-            ConstCounter::new(n).encode(m.encode_family(&[("kind", kind)])?)?;
-        }
         counter(&mut e, "fastpath_neigh_keepalives", "Neighbours refreshed in the kernel because fast-pathed traffic used them.", s.neigh_keepalives)?;
         gauge(&mut e, "fastpath_generation", "Table generation (bumped by every route or neighbour change).", s.generation as f64)?;
         if let Some(ct) = &s.conntrack {
             let c = &ct.counters;
             gauge(&mut e, "fastpath_ct_generation", "Stateful mode: conntrack generation (each bump re-checks every cached verdict).", f64::from(ct.generation))?;
-            let mut m = e.encode_descriptor(
+            counters_by(
+                &mut e,
                 "fastpath_ct_events",
                 "Stateful mode: conntrack and nftables events and what the daemon did about them.",
-                None,
-                prometheus_client::metrics::MetricType::Counter,
+                "what",
+                &[
+                    ("events", c.events),
+                    ("bumps", c.bumps),
+                    ("overruns", c.overruns),
+                    ("ruleset_changes", c.ruleset_changes),
+                    ("marks_cleared", c.marks_cleared),
+                    ("clear_errors", c.clear_errors),
+                    ("liberal", c.liberal),
+                    ("liberal_requests", c.liberal_requests),
+                ],
             )?;
-            for (what, n) in [
-                ("events", c.events),
-                ("bumps", c.bumps),
-                ("overruns", c.overruns),
-                ("ruleset_changes", c.ruleset_changes),
-                ("marks_cleared", c.marks_cleared),
-                ("clear_errors", c.clear_errors),
-                ("liberal", c.liberal),
-                ("liberal_requests", c.liberal_requests),
-            ] {
-                ConstCounter::new(n).encode(m.encode_family(&[("what", what)])?)?;
-            }
         }
         Ok(())
     }

@@ -75,14 +75,7 @@ impl TxOnly {
         let mut sent = 0u64;
         let mut rounds = 0u32;
         loop {
-            let done = self.x.comp.available(RING);
-            for i in 0..done {
-                self.idle.push(self.x.comp.get(i));
-            }
-            if done > 0 {
-                self.x.comp.release(done);
-                sent += u64::from(done);
-            }
+            sent += u64::from(self.reclaim());
             let n = self.x.tx.free(BATCH).min(BATCH).min(self.idle.len() as u32);
             for _ in 0..n {
                 if let Some(a) = self.idle.pop() {
@@ -106,13 +99,19 @@ impl TxOnly {
         let deadline = Instant::now() + Duration::from_millis(200);
         while self.idle.len() < (RING * 2) as usize && Instant::now() < deadline {
             self.x.kick_tx();
-            let done = self.x.comp.available(RING);
-            for i in 0..done {
-                self.idle.push(self.x.comp.get(i));
-            }
-            if done > 0 {
-                self.x.comp.release(done);
-            }
+            self.reclaim();
         }
+    }
+
+    /// Completed frames back to the pool; how many.
+    fn reclaim(&mut self) -> u32 {
+        let done = self.x.comp.available(RING);
+        for i in 0..done {
+            self.idle.push(self.x.comp.get(i));
+        }
+        if done > 0 {
+            self.x.comp.release(done);
+        }
+        done
     }
 }

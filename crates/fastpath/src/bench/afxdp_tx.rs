@@ -33,17 +33,10 @@ pub(super) fn measure_reps(b: &Bench<'_>, size: usize, flows: u32, n: usize) -> 
         std::thread::sleep(Duration::from_millis(20));
         let (pkts, _) = b.sink.read()?;
         b.check_stop()?;
-        let secs = run.elapsed.as_secs_f64();
         if pkts == 0 {
             bail!("afxdp-tx, {size} B: nothing reached the sink ({} frames sent, {:?} mode)", run.sent, tx.mode);
         }
-        let cpu = cpu.as_secs_f64().max(1e-9);
-        reps.push(Rep {
-            mpps: pkts as f64 / secs / 1e6,
-            offered_mpps: run.sent as f64 / secs / 1e6,
-            mpps_per_cpu_s: pkts as f64 / cpu / 1e6,
-            cpu_share: cpu / secs,
-        });
+        reps.push(Rep::measured(pkts, run.sent, run.elapsed, cpu));
     }
     Ok(reps)
 }

@@ -447,7 +447,6 @@ impl Bench<'_> {
             std::thread::sleep(Duration::from_millis(20));
             let (pkts, _) = self.sink.read()?;
             self.check_stop()?;
-            let secs = run.elapsed.as_secs_f64();
             if pkts == 0 {
                 bail!(
                     "{} mode, {size} B, {flows} flows: nothing reached the sink (generator sent {})",
@@ -455,13 +454,7 @@ impl Bench<'_> {
                     run.sent
                 );
             }
-            let cpu = (run.cpu_time + also_cpu).as_secs_f64().max(1e-9);
-            reps.push(Rep {
-                mpps: pkts as f64 / secs / 1e6,
-                offered_mpps: run.sent as f64 / secs / 1e6,
-                mpps_per_cpu_s: pkts as f64 / cpu / 1e6,
-                cpu_share: cpu / secs,
-            });
+            reps.push(Rep::measured(pkts, run.sent, run.elapsed, run.cpu_time + also_cpu));
         }
         Ok(reps)
     }

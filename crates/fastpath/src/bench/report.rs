@@ -33,6 +33,20 @@ pub struct Rep {
     pub cpu_share: f64,
 }
 
+impl Rep {
+    /// From frames counted at the sink, frames sent, and the run's wall and CPU time.
+    pub fn measured(sink_frames: u64, sent: u64, wall: std::time::Duration, cpu: std::time::Duration) -> Rep {
+        let secs = wall.as_secs_f64();
+        let cpu = cpu.as_secs_f64().max(1e-9);
+        Rep {
+            mpps: sink_frames as f64 / secs / 1e6,
+            offered_mpps: sent as f64 / secs / 1e6,
+            mpps_per_cpu_s: sink_frames as f64 / cpu / 1e6,
+            cpu_share: cpu / secs,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Cell {
     pub mode: Mode,
