@@ -214,12 +214,8 @@ pub fn run(loaded: Loaded) -> Result<()> {
         lp.reconciler.generation()
     );
 
-    let mut dirty = false;
-    // Only route messages since the last reconcile (the initial one above
-    // was full): their FIB entries may be all that changes (route_delta).
-    // Anything else sets `full`.
-    let mut full = false;
-    let mut touched_routes: Vec<(Family, RouteKey)> = Vec::new();
+    // The initial reconcile above covered everything.
+    let mut pending = Pending::Nothing;
     let mut retry_at: Option<Instant> = None;
     let mut last_periodic = Instant::now();
     let mut last_buckets = Instant::now();
@@ -246,8 +242,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
             }
             // A changed interface set is written by this reconcile; without
             // one it finds nothing to write.
-            dirty = true;
-            full = true;
+            pending.everything();
             lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
         }
         let idle = if lp.admission.as_ref().is_some_and(|a| a.has_pending()) { LANDED_POLL } else { IDLE_POLL };
@@ -276,13 +271,12 @@ pub fn run(loaded: Loaded) -> Result<()> {
                     lp.ops.last_full_sync = Some(Instant::now());
                     warn!("netlink overrun: resynced from a full dump ({} so far)", mirror.resyncs());
                 }
-                dirty = true;
                 debounce(&mut mirror, &mut state);
                 let t = mirror.take_touched();
                 if t.other {
-                    full = true;
+                    pending.everything();
                 } else {
-                    touched_routes.extend(t.routes);
+                    pending.routes(t.routes);
                 }
             }
             Err(e) => {
@@ -296,15 +290,13 @@ pub fn run(loaded: Loaded) -> Result<()> {
         }
 
         if lp.admission.as_mut().is_some_and(|a| a.take_landed()) {
-            dirty = true;
-            full = true;
+            pending.everything();
         }
 
         if let Some(f) = &mut fpm {
             let ch = f.take_changed();
             if ch.table {
-                dirty = true;
-                full = true;
+                pending.everything();
                 pending_since.get_or_insert_with(Instant::now);
             }
             if ch.status {
@@ -334,42 +326,34 @@ pub fn run(loaded: Loaded) -> Result<()> {
             }
             if nf_watch.refresh() {
                 lp.netfilter_block = nf_watch.blocking().to_vec();
-                dirty = true;
-                full = true;
+                pending.everything();
             }
             if mirror.refresh_sysctls(&mut state) {
-                dirty = true;
-                full = true;
+                pending.everything();
             }
             if last_buckets.elapsed() >= BUCKET_REFRESH && state.nexthops.values().any(|n| n.resilient) {
                 last_buckets = Instant::now();
                 match mirror.refresh_buckets(&mut state) {
-                    Ok(true) => {
-                        dirty = true;
-                        full = true;
-                    }
+                    Ok(true) => pending.everything(),
                     Ok(false) => {}
                     Err(e) => warn!("re-dumping next-hop buckets: {e}"),
                 }
             }
         }
 
-        if dirty && retry_at.is_none_or(|t| Instant::now() >= t) {
+        if !matches!(pending, Pending::Nothing) && retry_at.is_none_or(|t| Instant::now() >= t) {
             if let Some(f) = &mut fpm {
                 f.overlay(&mut state);
             }
-            // FPM overlays its routes on `state` without telling which.
-            let res = if full || fpm.is_some() {
-                lp.reconcile(&state)
-            } else {
-                lp.reconcile_routes(&state, &touched_routes)
+            let res = match &pending {
+                // FPM overlays its routes on `state` without telling which.
+                Pending::Routes(keys) if fpm.is_none() => lp.reconcile_routes(&state, keys),
+                _ => lp.reconcile(&state),
             };
             match res {
                 Ok(()) => {
                     lp.fpm_report(&mut fpm);
-                    dirty = false;
-                    full = false;
-                    touched_routes.clear();
+                    pending = Pending::Nothing;
                     retry_at = None;
                     if let Some(t) = pending_since.take() {
                         lp.ops.record_lag(t.elapsed());
@@ -377,7 +361,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
                 }
                 Err(e) => {
                     lp.ops.reconcile_failures += 1;
-                    full = true;
+                    pending.everything();
                     error!("{e:#}; retrying");
                     retry_at = Some(Instant::now() + RETRY);
                 }
@@ -411,6 +395,29 @@ pub fn run(loaded: Loaded) -> Result<()> {
         info!("detached from {}; exiting", names.join(", "));
     }
     Ok(())
+}
+
+/// What the next reconcile must cover: nothing, the FIB entries of these
+/// route keys (only route messages came in: route_delta may be all it
+/// takes), or everything.
+enum Pending {
+    Nothing,
+    Routes(Vec<(Family, RouteKey)>),
+    Everything,
+}
+
+impl Pending {
+    fn everything(&mut self) {
+        *self = Pending::Everything;
+    }
+
+    fn routes(&mut self, keys: Vec<(Family, RouteKey)>) {
+        match self {
+            Pending::Nothing => *self = Pending::Routes(keys),
+            Pending::Routes(v) => v.extend(keys),
+            Pending::Everything => {}
+        }
+    }
 }
 
 /// After a change, keep draining until the kernel goes quiet (or the
