@@ -659,7 +659,7 @@ static __always_inline int fp_run(struct fp_pkt *p)
 		if (!p->st)
 			return XDP_PASS;
 		/* Tables nobody keeps current: the kernel decides everything. */
-		if (fp_orphaned(p->clock, fp_rt.orphan_grace))
+		if (fp_orphaned(&p->st->watch, p->clock, fp_rt.orphan_grace))
 			reason = FP_R_ORPHANED;
 		else
 			reason = fp_fwd(p);

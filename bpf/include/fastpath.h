@@ -347,12 +347,26 @@ struct fp_rx_hint {
 	__u16 magic;             /* FP_HINT_MAGIC */
 };
 
+/*
+ * The watchdog's verdict for one jiffy (watchdog.h), per CPU and ingress
+ * slot; valid only for the heartbeat and grace it was computed from. Lives
+ * in fp_stats because every packet already has its entry at hand: a
+ * zeroed entry (counter reset) just recomputes.
+ */
+struct fp_watch {
+	__u64 jiffies;
+	__u32 clock;             /* fp_runtime.neigh_clock */
+	__u32 grace;             /* fp_runtime.orphan_grace */
+	__u64 orphaned;
+};
+
 /* fp_stats: per-CPU array indexed by fp_iface.slot (ingress interface). */
 struct fp_stats {
 	__u64 packets[FP_R__COUNT];
 	__u64 bytes[FP_R__COUNT];
 	__u64 flow[FP_FC__COUNT];        /* enum fp_flow_event */
 	__u64 hash_src[FP_HS__COUNT];    /* enum fp_hash_src, per hashed packet */
+	struct fp_watch watch;           /* not a counter: watchdog.h's memo */
 };
 
 /*

@@ -20,15 +20,30 @@
  * @clock: fp_runtime.neigh_clock; @grace: fp_runtime.orphan_grace (0 = off).
  * The daemon's clock is whole seconds of the coarse clock plus one, so
  * "now - clock > grace" in seconds is "ns >= (clock + grace) s": a multiply
- * instead of a 64-bit divide on every packet. A clock never started counts
- * as silent; one ahead of now (only the daemon writes it, from the same
- * clock) is not.
+ * instead of a 64-bit divide. A clock never started counts as silent; one
+ * ahead of now (only the daemon writes it, from the same clock) is not.
+ *
+ * The coarse clock only moves at a tick, when jiffies does, so the verdict
+ * is computed once per jiffy (per CPU and ingress slot, in @w) and reused:
+ * jiffies is an inlined load, the clock a helper call, and with return
+ * thunks a call costs more than the rest of this check.
  */
-static __always_inline bool fp_orphaned(__u32 clock, __u32 grace)
+static __always_inline bool fp_orphaned(struct fp_watch *w, __u32 clock, __u32 grace)
 {
+	__u64 now;
+
 	if (!grace)
 		return false;
-	return !clock || bpf_ktime_get_coarse_ns() >= ((__u64)clock + grace) * 1000000000ULL;
+	if (!clock)
+		return true;
+	now = bpf_jiffies64();
+	if (w->jiffies != now || w->clock != clock || w->grace != grace) {
+		w->orphaned = bpf_ktime_get_coarse_ns() >= ((__u64)clock + grace) * 1000000000ULL;
+		w->jiffies = now;
+		w->clock = clock;
+		w->grace = grace;
+	}
+	return w->orphaned;
 }
 
 #endif /* FP_WATCHDOG_H */

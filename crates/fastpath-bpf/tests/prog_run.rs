@@ -916,3 +916,37 @@ fn neighbour_use_is_recorded() {
     assert_eq!(loaded.run(world.a, &pkt).expect("run").0, XDP_REDIRECT);
     assert_eq!(used(&gw), 0, "clock 0 (no keep-alive) must be stored as is");
 }
+
+/// The watchdog's verdict is reused within a jiffy (watchdog.h) but never
+/// across a heartbeat or grace change: back-to-back runs, well inside one
+/// tick, follow every change at once, and the memo leaves the counters alone.
+#[test]
+fn watchdog_follows_heartbeat_changes_within_a_jiffy() {
+    let Some((_lab, world)) = lab("watchdog_follows_heartbeat_changes_within_a_jiffy") else { return };
+    let loaded = Loaded::new(&world).expect("load");
+    let set = |clock: u32, grace: u32| {
+        use libbpf_rs::{MapCore, MapFlags};
+        let rt = fp_runtime { neigh_clock: clock, orphan_grace: grace, ..world.rt };
+        loaded.skel.maps.bss.update(&0u32.to_ne_bytes(), raw(&rt), MapFlags::ANY).expect(".bss");
+    };
+    let pkt = f4(&c4());
+    let fresh = heartbeat_now();
+    let stale = fresh.saturating_sub(60).max(1);
+    let steps: [(u32, u32, u32); 7] = [
+        (fresh, 5, XDP_REDIRECT),
+        (stale, 5, XDP_PASS),
+        (fresh, 5, XDP_REDIRECT),
+        (stale, 0, XDP_REDIRECT),
+        (stale, 5, XDP_PASS),
+        (stale, 120, XDP_REDIRECT),
+        (0, 120, XDP_PASS),
+    ];
+    for (i, (clock, grace, want)) in steps.iter().enumerate() {
+        set(*clock, *grace);
+        let (verdict, _) = loaded.run(world.a, &pkt).expect("run");
+        assert_eq!(verdict, *want, "step {i}: clock {clock}, grace {grace}");
+    }
+    let s = loaded.stats(SLOT_A).expect("stats");
+    assert_eq!(s.packets[FP_R_FORWARDED as usize], 4);
+    assert_eq!(s.packets[FP_R_ORPHANED as usize], 3);
+}
