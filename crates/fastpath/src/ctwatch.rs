@@ -95,10 +95,31 @@ const RECV_BUF: usize = 256 << 10;
 /// Mark updates sent per datagram during a clear.
 const UPDATE_BATCH: usize = 128;
 const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
-/// After a conntrack event wakes us, let more queue up before reading:
-/// short connections send several events each, and one wake-up per event
-/// costs the CPU the connections run on. Far below the revocation bound.
-const EVENT_COALESCE: Duration = Duration::from_millis(5);
+/// After a conntrack event wakes us, let more queue up before reading
+/// (unless a route or ruleset change comes first): every short connection
+/// sends events, and each round (read, generation bump, status) costs the
+/// CPU the connections run on. At 5 ms rounds under a few thousand
+/// connections per second that was ~10 % of the kernel's connection rate
+/// (bench stateful --ab full vs no-events); at 50 ms it is within the noise,
+/// and a revocation still lands far inside its 1 s bound.
+const EVENT_COALESCE: Duration = Duration::from_millis(50);
+
+/// Waits up to `timeout` for any of `fds` (the route socket, conntrack
+/// events, ruleset events, liberal requests) to be readable. When only
+/// conntrack events or requests are, waits up to `coalesce` more for others
+/// to queue up, unless the route or ruleset socket becomes readable first.
+fn wait_coalesced(fds: [RawFd; 4], timeout: Duration, coalesce: Duration) {
+    let mut p = fds.map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+    let ms = |d: Duration| d.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: a valid array of pollfds and its length. EINTR just ends the
+    // wait early; the callers drain without blocking.
+    unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms(timeout)) };
+    if (p[1].revents != 0 || p[3].revents != 0) && p[0].revents == 0 && p[2].revents == 0 {
+        let mut urgent = [p[0], p[2]].map(|q| libc::pollfd { revents: 0, ..q });
+        // SAFETY: as above.
+        unsafe { libc::poll(urgent.as_mut_ptr(), urgent.len() as libc::nfds_t, ms(coalesce)) };
+    }
+}
 
 /// What one ctnetlink event says about its entry; attributes the kernel
 /// left out of the message are None (it omits the mark when it is 0 and
@@ -444,17 +465,7 @@ impl Watch {
     pub fn wait(&self, other: RawFd, timeout: Duration) {
         // No ring: -1, which poll() skips.
         let ring = self.ring.as_ref().map_or(-1, |r| r.fd());
-        let mut fds = [other, self.ct.as_raw_fd(), self.rules.as_raw_fd(), ring]
-            .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
-        let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
-        // SAFETY: a valid array of pollfds and its length. EINTR just ends
-        // the wait early; the callers drain without blocking.
-        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-        // Only conntrack events or liberal requests are waiting: route and
-        // ruleset changes are never held back.
-        if (fds[1].revents != 0 || fds[3].revents != 0) && fds[0].revents == 0 && fds[2].revents == 0 {
-            std::thread::sleep(EVENT_COALESCE);
-        }
+        wait_coalesced([other, self.ct.as_raw_fd(), self.rules.as_raw_fd(), ring], timeout, EVENT_COALESCE);
     }
 
     /// Reads everything queued on both event sockets without blocking.
@@ -857,6 +868,45 @@ impl Stateful {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::FromRawFd;
+
+    fn pipe() -> (std::fs::File, std::fs::File) {
+        let mut fds = [0; 2];
+        // SAFETY: pipe() fills the two-element array we own.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: both descriptors are fresh and owned by nothing else.
+        unsafe { (std::fs::File::from_raw_fd(fds[0]), std::fs::File::from_raw_fd(fds[1])) }
+    }
+
+    /// Conntrack events alone are left to queue up for the coalescing time...
+    #[test]
+    fn conntrack_events_alone_wait_to_coalesce() {
+        use std::io::Write;
+        let (route, _route_w) = pipe();
+        let (ct, mut ct_w) = pipe();
+        ct_w.write_all(b"e").unwrap();
+        let t = std::time::Instant::now();
+        wait_coalesced([route.as_raw_fd(), ct.as_raw_fd(), -1, -1], Duration::from_secs(5), Duration::from_millis(200));
+        assert!(t.elapsed() >= Duration::from_millis(150), "returned after {:?}", t.elapsed());
+    }
+
+    /// ...but a route change arriving meanwhile ends the wait at once.
+    #[test]
+    fn a_route_change_ends_the_coalescing_wait() {
+        use std::io::Write;
+        let (route, mut route_w) = pipe();
+        let (ct, mut ct_w) = pipe();
+        ct_w.write_all(b"e").unwrap();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            route_w.write_all(b"r").unwrap();
+            route_w
+        });
+        let t = std::time::Instant::now();
+        wait_coalesced([route.as_raw_fd(), ct.as_raw_fd(), -1, -1], Duration::from_secs(5), Duration::from_secs(30));
+        assert!(t.elapsed() < Duration::from_secs(10), "the route change waited {:?}", t.elapsed());
+        drop(writer.join().unwrap());
+    }
 
     fn nla(ty: u16, payload: &[u8]) -> Vec<u8> {
         let mut v = Vec::new();
