@@ -92,6 +92,10 @@ const TCP_CONNTRACK_ESTABLISHED: u8 = 3;
 /// is read again on the next round.
 const DRAIN_LIMIT: usize = 4096;
 const RECV_BUF: usize = 256 << 10;
+/// Event datagrams per recvmmsg() call, and the room for each (a
+/// conntrack or nftables event is at most a page).
+const EVENT_BATCH: usize = 32;
+const EVENT_SLOT: usize = 16 << 10;
 /// Mark updates sent per datagram during a clear.
 const UPDATE_BATCH: usize = 128;
 const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -333,6 +337,36 @@ fn recv(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
     }
 }
 
+/// Reads up to `buf.len() / EVENT_SLOT` datagrams without blocking, one per
+/// EVENT_SLOT bytes of `buf`; `got` says each one's length and whether it
+/// was cut short. One system call for a burst of events instead of one each.
+fn recv_batch(fd: RawFd, buf: &mut [u8], got: &mut Vec<(usize, bool)>) -> io::Result<()> {
+    got.clear();
+    let mut iov: Vec<libc::iovec> = buf
+        .chunks_exact_mut(EVENT_SLOT)
+        .map(|c| libc::iovec { iov_base: c.as_mut_ptr().cast(), iov_len: c.len() })
+        .collect();
+    let mut hdrs: Vec<libc::mmsghdr> = iov
+        .iter_mut()
+        .map(|v| {
+            // SAFETY: mmsghdr is plain data; all-zero is a valid empty header.
+            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            h.msg_hdr.msg_iov = v;
+            h.msg_hdr.msg_iovlen = 1;
+            h
+        })
+        .collect();
+    // SAFETY: every header points at one live iovec over its own slot of buf.
+    let n = unsafe {
+        libc::recvmmsg(fd, hdrs.as_mut_ptr(), hdrs.len() as libc::c_uint, libc::MSG_DONTWAIT, std::ptr::null_mut())
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    got.extend(hdrs[..n as usize].iter().map(|h| (h.msg_len as usize, h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0)));
+    Ok(())
+}
+
 fn set_rcvbuf(s: &mut Socket, size: usize) -> io::Result<()> {
     let size = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
     // SAFETY: a pointer to a live c_int and its size.
@@ -416,6 +450,8 @@ pub struct Watch {
     mask: u32,
     seq: u32,
     buf: Vec<u8>,
+    /// EVENT_BATCH slots for the event sockets' datagrams.
+    ev_buf: Vec<u8>,
     /// Updates making marked TCP entries liberal, sent after the drain.
     liberal: Vec<(u8, Vec<u8>)>,
     /// No liberal updates: the netns is liberal already
@@ -453,6 +489,7 @@ impl Watch {
             mask,
             seq: 0,
             buf: vec![0; RECV_BUF],
+            ev_buf: vec![0; EVENT_BATCH * EVENT_SLOT],
             liberal: Vec::new(),
             skip_liberal: ab == CtAb::NoLiberal,
             ring,
@@ -471,11 +508,14 @@ impl Watch {
     /// Reads everything queued on both event sockets without blocking.
     pub fn drain(&mut self) -> Round {
         let mut r = Round::default();
+        let mut buf = std::mem::take(&mut self.ev_buf);
+        let mut got = Vec::with_capacity(EVENT_BATCH);
         for rules in [false, true] {
             let fd = if rules { self.rules.as_raw_fd() } else { self.ct.as_raw_fd() };
-            for _ in 0..DRAIN_LIMIT {
-                let n = match recv(fd, &mut self.buf, libc::MSG_DONTWAIT) {
-                    Ok(n) => n,
+            let mut read = 0;
+            while read < DRAIN_LIMIT {
+                match recv_batch(fd, &mut buf, &mut got) {
+                    Ok(()) => {}
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
@@ -491,38 +531,52 @@ impl Watch {
                         r.revoke = true;
                         break;
                     }
-                };
-                let n = n.min(self.buf.len());
-                for (ty, flags, payload) in messages(&self.buf[..n]) {
-                    let (subsys, msg) = (ty >> 8, ty & 0xff);
-                    if subsys == NFNL_SUBSYS_NFTABLES {
-                        r.ruleset = true;
-                        continue;
-                    }
-                    if subsys != NFNL_SUBSYS_CTNETLINK || payload.len() < NFGENMSG_LEN {
-                        continue;
-                    }
-                    let destroy = match msg {
-                        IPCTNL_MSG_CT_DELETE => true,
-                        IPCTNL_MSG_CT_NEW if flags & NLM_F_CREATE == 0 => false,
-                        _ => continue,
-                    };
-                    self.counters.events += 1;
-                    let a = &payload[NFGENMSG_LEN..];
-                    let ev = parse_ct_event(a, destroy);
-                    if ev.revokes(self.mask) {
+                }
+                read += got.len();
+                for (i, &(n, truncated)) in got.iter().enumerate() {
+                    if truncated {
+                        // Never for events this size; were it so, what it said is unknown.
                         r.revoke = true;
+                        r.ruleset |= rules;
                     }
-                    if self.eager_liberal && !self.skip_liberal && ev.needs_liberal(self.mask) {
-                        if let Some(tuple) = raw_attr(a, CTA_TUPLE_ORIG) {
-                            self.liberal.push((payload[0], liberal_attrs(tuple, raw_attr(a, CTA_ZONE))));
-                        }
-                    }
+                    let slot = &buf[i * EVENT_SLOT..(i + 1) * EVENT_SLOT];
+                    self.take_datagram(&slot[..n.min(EVENT_SLOT)], &mut r);
                 }
             }
         }
+        self.ev_buf = buf;
         self.take_requests();
         r
+    }
+
+    /// The events of one datagram, into `r`.
+    fn take_datagram(&mut self, data: &[u8], r: &mut Round) {
+        for (ty, flags, payload) in messages(data) {
+            let (subsys, msg) = (ty >> 8, ty & 0xff);
+            if subsys == NFNL_SUBSYS_NFTABLES {
+                r.ruleset = true;
+                continue;
+            }
+            if subsys != NFNL_SUBSYS_CTNETLINK || payload.len() < NFGENMSG_LEN {
+                continue;
+            }
+            let destroy = match msg {
+                IPCTNL_MSG_CT_DELETE => true,
+                IPCTNL_MSG_CT_NEW if flags & NLM_F_CREATE == 0 => false,
+                _ => continue,
+            };
+            self.counters.events += 1;
+            let a = &payload[NFGENMSG_LEN..];
+            let ev = parse_ct_event(a, destroy);
+            if ev.revokes(self.mask) {
+                r.revoke = true;
+            }
+            if self.eager_liberal && !self.skip_liberal && ev.needs_liberal(self.mask) {
+                if let Some(tuple) = raw_attr(a, CTA_TUPLE_ORIG) {
+                    self.liberal.push((payload[0], liberal_attrs(tuple, raw_attr(a, CTA_ZONE))));
+                }
+            }
+        }
     }
 
     /// Queues a liberal update for every entry the data path asked about.
@@ -876,6 +930,32 @@ mod tests {
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
         // SAFETY: both descriptors are fresh and owned by nothing else.
         unsafe { (std::fs::File::from_raw_fd(fds[0]), std::fs::File::from_raw_fd(fds[1])) }
+    }
+
+    /// One call reads a burst of datagrams into their own slots, each with
+    /// its length, and flags the one too big for its slot.
+    #[test]
+    fn a_burst_of_datagrams_in_one_call() {
+        let mut sv = [0; 2];
+        // SAFETY: socketpair() fills the two-element array we own.
+        assert_eq!(unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_DGRAM, 0, sv.as_mut_ptr()) }, 0);
+        // SAFETY: both descriptors are fresh and owned by nothing else.
+        let (rx, tx) = unsafe { (std::fs::File::from_raw_fd(sv[0]), std::fs::File::from_raw_fd(sv[1])) };
+        let sizes = [5usize, 300, EVENT_SLOT + 100, 7];
+        for (i, n) in sizes.iter().enumerate() {
+            let msg = vec![i as u8 + 1; *n];
+            // SAFETY: msg is valid for its length.
+            let sent = unsafe { libc::send(tx.as_raw_fd(), msg.as_ptr().cast(), msg.len(), 0) };
+            assert_eq!(sent, *n as isize);
+        }
+        let mut buf = vec![0u8; EVENT_BATCH * EVENT_SLOT];
+        let mut got = Vec::new();
+        recv_batch(rx.as_raw_fd(), &mut buf, &mut got).expect("recvmmsg");
+        assert_eq!(got, vec![(5, false), (300, false), (EVENT_SLOT, true), (7, false)]);
+        assert!(buf[EVENT_SLOT..EVENT_SLOT + 300].iter().all(|b| *b == 2));
+        assert_eq!(buf[3 * EVENT_SLOT], 4);
+        let e = recv_batch(rx.as_raw_fd(), &mut buf, &mut got).expect_err("nothing left");
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
     }
 
     /// Conntrack events alone are left to queue up for the coalescing time...
