@@ -513,7 +513,11 @@ impl Watch {
         for rules in [false, true] {
             let fd = if rules { self.rules.as_raw_fd() } else { self.ct.as_raw_fd() };
             let mut read = 0;
-            while read < DRAIN_LIMIT {
+            // Bounded in calls too: errors (an overrun, EINTR) read nothing.
+            for _ in 0..DRAIN_LIMIT {
+                if read >= DRAIN_LIMIT {
+                    break;
+                }
                 match recv_batch(fd, &mut buf, &mut got) {
                     Ok(()) => {}
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
