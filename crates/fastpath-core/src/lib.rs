@@ -1,9 +1,10 @@
 //! fastpath's control-plane logic, free of BPF: mirror the kernel's
 //! forwarding state over netlink (`mirror`, `parse`, `sysctl`), compute the
 //! tables fastpath should hold (`desired`, or `route_delta` when only routes
-//! changed), and turn the difference into an ordered list of map writes
-//! (`reconcile`).
+//! changed, with what it keeps between changes in `delta_base`), and turn
+//! the difference into an ordered list of map writes (`reconcile`).
 
+pub mod delta_base;
 pub mod desired;
 #[cfg(test)]
 mod fixtures;

@@ -10,13 +10,18 @@
 //! entry is involved, nothing was left out for lack of room and nothing will
 //! be — `fib_delta` computes just those entries, with the functions
 //! `compute` uses. Any doubt answers None and the caller recomputes
-//! everything. A property test holds the result to `compute`'s.
+//! everything. What it needs of the untouched routes (the local tables, a
+//! touched prefix's other routes, next hops' other users) comes from a
+//! `DeltaBase` the caller carries from change to change, so a change costs
+//! time in the prefixes it touches. A property test holds the result to
+//! `compute`'s over chains of changes, and the carried base to a fresh one.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use crate::delta_base::DeltaBase;
 use crate::desired::{self, reason, Intent, Prefix};
-use crate::model::{Family, KernelState, Route, RouteKey, RT_TABLE_LOCAL, RT_TABLE_MAIN};
+use crate::model::{Family, KernelState, RouteKey, RT_TABLE_MAIN};
 use crate::overflow::Offload;
 use crate::tables::{Capacities, Desired, NexthopEntry, RouteAction, RouteEntry};
 
@@ -27,6 +32,9 @@ pub struct FibDelta {
     pub v4: BTreeMap<(Ipv4Addr, u8), Option<RouteEntry>>,
     pub v6: BTreeMap<(Ipv6Addr, u8), Option<RouteEntry>>,
     pub deny4: BTreeMap<Ipv4Addr, Option<u8>>,
+    /// Net change of FIB entries forwarding through each next hop id (none 0),
+    /// for `DeltaBase::advance`.
+    pub nh_uses: BTreeMap<u32, i64>,
 }
 
 impl FibDelta {
@@ -68,6 +76,7 @@ impl FibDelta {
 pub fn fib_delta(
     applied: &Desired,
     offload: &Offload,
+    base: &DeltaBase,
     state: &KernelState,
     touched: &[(Family, RouteKey)],
     caps: &Capacities,
@@ -87,34 +96,7 @@ pub fn fib_delta(
     if want.is_empty() {
         return Some(delta);
     }
-    // One pass over every route (a million: no hashing per route): the
-    // touched prefixes' main-table routes, all local-table ones.
-    let mut lens = [[false; 129]; 2];
-    for (f, p) in &want {
-        lens[fam_index(*f)][usize::from(p.len)] = true;
-    }
-    let wanted: Vec<(Family, Prefix)> = want.iter().copied().collect();
-    let mut main: HashMap<(Family, Prefix), Vec<&Route>> = HashMap::new();
-    let mut local: [Vec<(Prefix, &Route)>; 2] = [Vec::new(), Vec::new()];
-    for ((fam, key), route) in &state.routes {
-        match key.table {
-            RT_TABLE_LOCAL => {
-                if let Some(p) = Prefix::new(*fam, &key.dst, key.prefix_len) {
-                    local[fam_index(*fam)].push((p, route));
-                }
-            }
-            RT_TABLE_MAIN if lens[fam_index(*fam)].get(usize::from(key.prefix_len)) == Some(&true) => {
-                let Some(p) = Prefix::new(*fam, &key.dst, key.prefix_len) else { continue };
-                let hit = if wanted.len() <= 32 { wanted.contains(&(*fam, p)) } else { want.contains(&(*fam, p)) };
-                if hit {
-                    main.entry((*fam, p)).or_default().push(route);
-                }
-            }
-            _ => {}
-        }
-    }
-    let [local4, local6] = local;
-    let local = [Local::new(Family::V4, local4, state), Local::new(Family::V6, local6, state)];
+    let mut main = base.main_routes(state, &want, touched);
 
     let ids: HashMap<&NexthopEntry, u32> = applied.nexthops.iter().map(|(id, hop)| (hop, *id)).collect();
     // Next hops that lose a user here, and those that gain one.
@@ -127,7 +109,7 @@ pub fn fib_delta(
             routes.sort_unstable_by(|a, b| a.key.cmp(&b.key));
             desired::select(*fam, routes, state)
         });
-        let intent = local[fam_index(*fam)].intent(*fam, *p, m);
+        let intent = base.local(*fam).intent(*fam, *p, m);
         let new = match intent {
             None => None,
             Some(Intent::Forward { hop, mtu }) => {
@@ -153,6 +135,11 @@ pub fn fib_delta(
         }
         if old == new.as_ref() {
             continue;
+        }
+        for (e, n) in [(old, -1), (new.as_ref(), 1)] {
+            if let Some(RouteEntry { action: RouteAction::Forward { nh_id }, .. }) = e {
+                *delta.nh_uses.entry(*nh_id).or_default() += n;
+            }
         }
         // desired::src_check4: a refused /32 is denied as a source by its
         // own entry (own addresses always, as martians).
@@ -192,10 +179,11 @@ pub fn fib_delta(
     }
     // A next hop nobody uses any more leaves `compute`'s tables.
     for id in losing.difference(&gaining) {
-        if !still_used(applied, &delta, *id) {
+        if !still_used(applied, base, &delta, *id) {
             return None;
         }
     }
+    delta.nh_uses.retain(|_, n| *n != 0);
     Some(delta)
 }
 
@@ -211,55 +199,17 @@ fn act_ok(fam: Family, p: Prefix, a: &RouteAction) -> bool {
     }
 }
 
-fn fam_index(f: Family) -> usize {
-    match f {
-        Family::V4 => 0,
-        Family::V6 => 1,
-    }
-}
-
 fn offload_empty(o: &Offload) -> bool {
     o.failed4.is_empty() && o.failed6.is_empty() && o.covers4.is_empty() && o.covers6.is_empty()
 }
 
-/// Next hop `id` is referenced outside the prefixes `delta` changes.
-fn still_used(applied: &Desired, delta: &FibDelta, id: u32) -> bool {
-    let fwd = |e: &RouteEntry| e.action == RouteAction::Forward { nh_id: id };
-    applied.groups.values().any(|g| g.paths.iter().any(|p| p.nh_id == id))
+/// Next hop `id` is referenced outside the prefixes `delta` changes (which
+/// no longer forward through it).
+fn still_used(applied: &Desired, base: &DeltaBase, delta: &FibDelta, id: u32) -> bool {
+    let outside = i128::from(base.fwd_uses(id)) + i128::from(delta.nh_uses.get(&id).copied().unwrap_or(0));
+    outside > 0
+        || applied.groups.values().any(|g| g.paths.iter().any(|p| p.nh_id == id))
         || applied.res_buckets.values().any(|v| *v == id)
-        || applied.fib4.iter().any(|(k, e)| fwd(e) && !delta.v4.contains_key(k))
-        || applied.fib6.iter().any(|(k, e)| fwd(e) && !delta.v6.contains_key(k))
-}
-
-/// A family's local table, as `desired::fib_intents` merges it over main.
-struct Local {
-    idx: HashMap<Prefix, Intent>,
-    /// Prefix lengths present, longest first.
-    lens: Vec<u8>,
-}
-
-impl Local {
-    fn new(fam: Family, routes: Vec<(Prefix, &Route)>, state: &KernelState) -> Local {
-        let picked = desired::pick(fam, routes, state);
-        let mut lens: Vec<u8> = picked.iter().map(|(p, _)| p.len).collect();
-        lens.sort_unstable_by(|a, b| b.cmp(a));
-        lens.dedup();
-        Local { idx: picked.into_iter().collect(), lens }
-    }
-
-    /// The intent of prefix `p` given its main-table intent `m`.
-    fn intent(&self, fam: Family, p: Prefix, m: Option<Intent>) -> Option<Intent> {
-        // A local route wins an identical prefix.
-        if let Some(l) = self.idx.get(&p) {
-            return Some(l.clone());
-        }
-        let m = m?;
-        let cover = self.lens.iter().filter(|l| **l <= p.len).find_map(|l| self.idx.get(&p.truncate(*l)));
-        Some(match cover {
-            None => m,
-            Some(l) => desired::merge_covered(fam, l, m),
-        })
-    }
 }
 
 #[cfg(test)]
@@ -271,7 +221,7 @@ mod tests {
     use super::*;
     use crate::desired::{compute, Ids};
     use crate::fixtures::{default_rules, ip, main_route, veth};
-    use crate::model::{Addr, IfSysctl, NextHop, Neighbour, RouteKind, RouteTarget, NUD_REACHABLE};
+    use crate::model::{Addr, IfSysctl, NextHop, Neighbour, Route, RouteKind, RouteTarget, NUD_REACHABLE, RT_TABLE_LOCAL};
     use crate::reconcile::Reconciler;
     use crate::tables::{Op, TableWriter};
 
@@ -350,21 +300,25 @@ mod tests {
         (Family::of(&r.key.dst), r.key.clone())
     }
 
+    /// The daemon's cycle: a base built after a full compute, carried by
+    /// every delta, rebuilt after the next full compute.
     struct World {
         st: KernelState,
         ids: Ids,
         applied: Desired,
+        base: DeltaBase,
     }
 
     impl World {
         fn new(st: KernelState) -> World {
             let mut ids = Ids::new(caps().nexthops, caps().groups);
             let applied = compute(&st, &managed(), &caps(), &mut ids);
-            World { st, ids, applied }
+            let base = DeltaBase::new(&st, &applied);
+            World { st, ids, applied, base }
         }
 
         fn delta(&self, touched: &[(Family, RouteKey)]) -> Option<FibDelta> {
-            fib_delta(&self.applied, &self.applied.offload, &self.st, touched, &caps())
+            fib_delta(&self.applied, &self.applied.offload, &self.base, &self.st, touched, &caps())
         }
 
         /// One change: the delta (if any) must give exactly `compute`'s
@@ -382,8 +336,15 @@ mod tests {
                 let mut log = Log::default();
                 r.apply_fib_delta(d, &mut log).unwrap();
                 assert_eq!(log.0, want);
+                self.base.advance(touched, &d.nh_uses);
             }
             self.applied = full;
+            let fresh = DeltaBase::new(&self.st, &self.applied);
+            if d.is_some() {
+                assert!(self.base.covers(&fresh), "carried {:?}\nfresh {fresh:?}", self.base);
+            } else {
+                self.base = fresh;
+            }
             d.is_some()
         }
     }
@@ -465,7 +426,7 @@ mod tests {
         o.failed4.insert((Ipv4Addr::new(203, 0, 9, 0), 24));
         let r = via("203.0.4.0", 24, 2, "192.0.2.2");
         add(&mut w.st, r.clone());
-        assert!(fib_delta(&w.applied, &o, &w.st, &[key(&r)], &caps()).is_none());
+        assert!(fib_delta(&w.applied, &o, &w.base, &w.st, &[key(&r)], &caps()).is_none());
     }
 
     #[test]
@@ -479,7 +440,7 @@ mod tests {
         let mut st = w.st.clone();
         let r = via("198.18.0.0", 24, 2, "192.0.2.2");
         add(&mut st, r.clone());
-        assert!(fib_delta(&w.applied, &w.applied.offload, &st, &[key(&r)], &caps()).is_none());
+        assert!(fib_delta(&w.applied, &w.applied.offload, &w.base, &st, &[key(&r)], &caps()).is_none());
     }
 
     /// Candidate routes: plain ones via either gateway or an unmanaged

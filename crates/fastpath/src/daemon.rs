@@ -12,6 +12,7 @@ use fastpath_core::desired::{self, Ids};
 use fastpath_core::mirror::{Mirror, PollOutcome};
 use fastpath_core::model::{Family, KernelState, RouteKey};
 use fastpath_core::reconcile::Reconciler;
+use fastpath_core::delta_base::DeltaBase;
 use fastpath_core::route_delta;
 use fastpath_core::tables::{Capacities, Desired, Op, TableWriter};
 use log::{debug, error, info, warn};
@@ -155,6 +156,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
         afxdp: None,
         ct: None,
         admission: args.admission.build(&caps)?,
+        delta_base: None,
     };
     // Adopted first: fp_runtime comes back with the old run's ct_generation,
     // which the stateful start below moves past. Starting from 0 instead
@@ -497,6 +499,9 @@ struct Loop {
     ct: Option<ctwatch::Stateful>,
     /// --reservation-model/--resource-target (None: the default, see admission.rs).
     admission: Option<fastpath_core::resources::Admission>,
+    /// What route-only changes keep between them (None: built by the next
+    /// one); every full reconcile drops it.
+    delta_base: Option<DeltaBase>,
 }
 
 /// What a SIGHUP reaches: the loop's settings and the attached interfaces.
@@ -580,6 +585,7 @@ impl Loop {
     }
 
     fn reconcile(&mut self, state: &KernelState) -> Result<()> {
+        self.delta_base = None;
         self.reslot_nexthops()?;
         // Routes that found no free next-hop id are punted on their own; ids
         // the apply releases may serve them, so a starved pass is followed by
@@ -623,7 +629,11 @@ impl Loop {
             return self.reconcile(state);
         }
         let t = Instant::now();
-        let delta = route_delta::fib_delta(self.reconciler.applied(), &self.applied.offload, state, touched, &self.caps);
+        // Built from `state` with `touched` already in it: their pairs are
+        // probed either way, and a local-table change is never a delta.
+        // Put back only once this delta is written.
+        let mut base = self.delta_base.take().unwrap_or_else(|| DeltaBase::new(state, self.reconciler.applied()));
+        let delta = route_delta::fib_delta(self.reconciler.applied(), &self.applied.offload, &base, state, touched, &self.caps);
         let Some(delta) = delta else {
             debug!("{} route change(s) need a full recompute", touched.len());
             return self.reconcile(state);
@@ -634,6 +644,8 @@ impl Loop {
         timing.apply = t.elapsed();
         // A failure is retried as a full reconcile, which republishes.
         let n = res.context("writing changed routes to the BPF maps")?;
+        base.advance(touched, &delta.nh_uses);
+        self.delta_base = Some(base);
         let t = Instant::now();
         // The published copy follows the maps (cloned if a reader holds it).
         delta.apply_to(Arc::make_mut(&mut self.applied));
