@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use fastpath_bpf::intf;
+use fastpath_core::delta_base::DeltaBase;
 use fastpath_core::desired::{self, Ids};
 use fastpath_core::mirror::{Mirror, PollOutcome};
 use fastpath_core::model::{Family, KernelState, RouteKey};
 use fastpath_core::reconcile::Reconciler;
-use fastpath_core::delta_base::DeltaBase;
 use fastpath_core::route_delta;
 use fastpath_core::tables::{Capacities, Desired, Op, TableWriter};
 use log::{debug, error, info, warn};
@@ -24,6 +24,7 @@ use crate::reload::{self, Reloader};
 use crate::loader::{self, Attachment};
 use crate::maps::{MapWriter, Maps};
 use crate::preflight::{self, Iface};
+use crate::published::Published;
 use crate::{ctwatch, ifset, keepalive, netfilter, pin, RunArgs};
 
 /// How long the main loop sleeps in poll when nothing happens; bounds the
@@ -144,7 +145,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
         managed,
         problems: BTreeSet::new(),
         failed_log: Default::default(),
-        applied: Arc::new(Desired::default()),
+        published: Published::new(Desired::default()),
         keepalives: 0,
         gone: BTreeSet::new(),
         reslot: BTreeSet::new(),
@@ -320,6 +321,10 @@ pub fn run(loaded: Loaded) -> Result<()> {
             }
         }
 
+        if lp.published.catch_up(Instant::now()) {
+            lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
+        }
+
         let periodic = last_periodic.elapsed() >= PERIODIC;
         if periodic {
             last_periodic = Instant::now();
@@ -478,7 +483,9 @@ struct Loop {
     problems: BTreeSet<String>,
     /// Routes already logged as offload failed.
     failed_log: fastpath_core::overflow::FailedLog,
-    applied: Arc<Desired>,
+    /// What readers see of the applied tables (route-only changes to a
+    /// big table reach it within published::LAG).
+    published: Published,
     keepalives: u64,
     /// Managed interfaces already reported deleted.
     gone: BTreeSet<u32>,
@@ -612,7 +619,7 @@ impl Loop {
         let t = Instant::now();
         let mut applied = self.reconciler.applied().clone();
         applied.offload = desired.offload;
-        self.applied = Arc::new(applied);
+        self.published.replace(applied);
         timing.publish = t.elapsed();
         let n = res.context("reconciling the BPF maps")?;
         timing.log(n, self.reconciler.generation());
@@ -633,7 +640,7 @@ impl Loop {
         // probed either way, and a local-table change is never a delta.
         // Put back only once this delta is written.
         let mut base = self.delta_base.take().unwrap_or_else(|| DeltaBase::new(state, self.reconciler.applied()));
-        let delta = route_delta::fib_delta(self.reconciler.applied(), &self.applied.offload, &base, state, touched, &self.caps);
+        let delta = route_delta::fib_delta(self.reconciler.applied(), self.published.offload(), &base, state, touched, &self.caps);
         let Some(delta) = delta else {
             debug!("{} route change(s) need a full recompute", touched.len());
             return self.reconcile(state);
@@ -647,8 +654,8 @@ impl Loop {
         base.advance(touched, &delta.nh_uses);
         self.delta_base = Some(base);
         let t = Instant::now();
-        // The published copy follows the maps (cloned if a reader holds it).
-        delta.apply_to(Arc::make_mut(&mut self.applied));
+        // What readers see follows the maps, at once or within LAG.
+        self.published.apply(delta, Instant::now());
         timing.publish = t.elapsed();
         timing.log(n, self.reconciler.generation());
         self.ops.reconciles_routes += 1;
@@ -672,7 +679,7 @@ impl Loop {
     /// After a successful reconcile: tell zebra what made it into the fast path.
     fn fpm_report(&mut self, fpm: &mut Option<crate::fpm::Server>) {
         if let Some(f) = fpm {
-            f.report(&crate::fpm::InFib(&self.applied));
+            f.report(&crate::fpm::InFib(self.published.tables()));
             self.route_source = Some(Arc::new(f.published()));
         }
     }
@@ -697,13 +704,13 @@ impl Loop {
     }
 
     fn publish(&self, shared: &Shared, state: &KernelState, mirror: &Mirror, ifaces: &[Iface], att: &[Attachment]) {
-        let infos = ifaces.iter().map(|i| iface_info(i, state, &self.applied, att)).collect();
+        let infos = ifaces.iter().map(|i| iface_info(i, state, self.published.tables(), att)).collect();
         let snap = Snapshot {
             generation: self.reconciler.generation(),
             netlink_resyncs: mirror.resyncs(),
             neigh_keepalives: self.keepalives,
             ifaces: infos,
-            applied: Arc::clone(&self.applied),
+            applied: Arc::clone(self.published.tables()),
             caps: Some(self.caps),
             problems: self.problems.iter().cloned().collect(),
             dev_names: state.links.iter().map(|(k, l)| (*k, l.name.clone())).collect(),

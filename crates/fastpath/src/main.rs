@@ -21,6 +21,7 @@ mod metrics;
 mod netfilter;
 mod pin;
 mod preflight;
+mod published;
 mod reload;
 mod render;
 mod resources_cli;

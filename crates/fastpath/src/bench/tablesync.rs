@@ -147,6 +147,11 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
 
     // 2. One route at a time with the full table present.
     println!("-- single route changes with the full table present");
+    // The counts can be complete while the daemon still has a netlink
+    // overrun of the load to find (its resync takes seconds): time the
+    // changes, not the load's tail.
+    let settled = wait_idle(d.pid(), stop)?;
+    println!("   daemon idle {:.2} s after the counts were complete", settled.as_secs_f64());
     let fib4 = router::fastpath_map(&topo, "fp_fib4")?;
     let fib6 = router::fastpath_map(&topo, "fp_fib6")?;
     let mut ip = Batch::start(&r, work)?;
@@ -307,6 +312,29 @@ pub(super) fn wait_stable(sock: &Path, stop: &AtomicBool) -> Result<Occ> {
 pub(super) struct Mirrored {
     pub(super) since: Duration,
     occ: Occ,
+}
+
+/// Waits until process `pid` has used (almost) no CPU for a second; returns
+/// how long that took.
+fn wait_idle(pid: u32, stop: &AtomicBool) -> Result<Duration> {
+    const STEP: Duration = Duration::from_millis(250);
+    let start = Instant::now();
+    let cpu = || router::process_cpu_time(pid).context("reading the daemon's CPU time");
+    let mut last = cpu()?;
+    let mut quiet = 0;
+    while quiet < 4 {
+        if start.elapsed() > Duration::from_secs(60) {
+            bail!("the daemon kept busy for 60 s after mirroring the table");
+        }
+        if stop.load(Ordering::Relaxed) {
+            bail!("interrupted");
+        }
+        std::thread::sleep(STEP);
+        let now = cpu()?;
+        quiet = if now.saturating_sub(last) <= Duration::from_millis(10) { quiet + 1 } else { 0 };
+        last = now;
+    }
+    Ok(start.elapsed() - STEP * 4)
 }
 
 /// Polls `status` until both FIBs hold `want` entries.
