@@ -86,7 +86,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub no_rt: bool,
     /// fastpath binary to run in the router namespace (default: this one).
-    #[arg(long, hide = true)]
+    #[arg(long, hide = true, global = true)]
     pub fastpath_bin: Option<PathBuf>,
 }
 

@@ -51,6 +51,13 @@ pub struct FulltableArgs {
     /// Single-route add/delete pairs timed per family with the full table present.
     #[arg(long, default_value_t = 20)]
     pub changes: usize,
+    /// Steady churn with the full table present: route changes per second
+    /// (IPv4 /32s in 203.0.113.0/24, added then deleted in turn; 0: skip).
+    #[arg(long, default_value_t = 200)]
+    pub churn: u32,
+    /// Seconds of steady churn.
+    #[arg(long, default_value_t = 5)]
+    pub churn_secs: u64,
     /// Give up waiting for the mirror after this many seconds.
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
@@ -170,6 +177,19 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
         println!("   {fam} add: {}   delete: {}", summary(adds), summary(dels));
         res.change.push((fam, median(adds), max(adds), median(dels), max(dels)));
     }
+    if a.churn > 0 {
+        let c = churn(&mut ip, &fib4, d.pid(), a.churn, Duration::from_secs(a.churn_secs), stop)?;
+        println!(
+            "   steady churn: {} changes in {:.1} s ({} /s): daemon CPU {:.1} % of one core, {:.3} ms per change; last change in the map {:.2} ms after it was written",
+            c.changes,
+            c.wall.as_secs_f64(),
+            a.churn,
+            c.cpu.as_secs_f64() * 100.0 / c.wall.as_secs_f64(),
+            c.cpu.as_secs_f64() * 1e3 / c.changes as f64,
+            c.last_lag.as_secs_f64() * 1e3
+        );
+        res.churn = Some(c);
+    }
     drop(ip);
     let full_memlock = map_memlock(&topo)?;
     println!("   daemon log (tail):\n{}", indent(&d.log_tail()));
@@ -242,6 +262,14 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
         println!("| one {fam} route add, median / max | {:.2} / {:.2} ms | |", am * 1e3, ax * 1e3);
         println!("| one {fam} route delete, median / max | {:.2} / {:.2} ms | |", dm * 1e3, dx * 1e3);
     }
+    if let Some(c) = &res.churn {
+        println!(
+            "| daemon CPU under {:.0} route changes/s | {:.1} % ({:.3} ms per change) | |",
+            c.changes as f64 / c.wall.as_secs_f64(),
+            c.cpu.as_secs_f64() * 100.0 / c.wall.as_secs_f64(),
+            c.cpu.as_secs_f64() * 1e3 / c.changes as f64
+        );
+    }
     drop(topo);
     Ok(())
 }
@@ -257,6 +285,51 @@ struct Results {
     memlock_delta: u64,
     daemon_rss_kb: u64,
     change: Vec<(&'static str, f64, f64, f64, f64)>,
+    churn: Option<Churn>,
+}
+
+struct Churn {
+    changes: u64,
+    wall: Duration,
+    /// The daemon's CPU time over `wall`.
+    cpu: Duration,
+    /// From writing the last change until the map had it.
+    last_lag: Duration,
+}
+
+/// `rate` route changes a second for `secs`, paced: host routes in
+/// 203.0.113.0/24 (outside the generated table) added in turn, then deleted
+/// in turn. Ends with every one deleted, and the last change in the map.
+fn churn(ip: &mut Batch, fib4: &MapHandle, pid: u32, rate: u32, secs: Duration, stop: &AtomicBool) -> Result<Churn> {
+    let total = (u64::from(rate) * secs.as_secs()).max(1).div_ceil(512) * 512;
+    let step = Duration::from_secs_f64(1.0 / f64::from(rate));
+    let cpu0 = router::process_cpu_time(pid).context("reading the daemon's CPU time")?;
+    let t0 = Instant::now();
+    let mut last_lag = Duration::ZERO;
+    for i in 0..total {
+        if stop.load(Ordering::Relaxed) {
+            bail!("interrupted");
+        }
+        let host = (i % 256) as u8;
+        let add = i % 512 < 256;
+        let line = if add {
+            format!("route add 203.0.113.{host}/32 via 198.51.100.10 dev r1")
+        } else {
+            format!("route del 203.0.113.{host}/32")
+        };
+        if i + 1 == total {
+            let probe = lpm_key(&[203, 0, 113, host], 32);
+            last_lag = Duration::from_secs_f64(ip.time_until(&line, || Ok(!present(fib4, &probe)?))?);
+        } else {
+            ip.write(&line)?;
+        }
+        if let Some(wait) = (t0 + step * (i as u32 + 1)).checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+    }
+    let wall = t0.elapsed();
+    let cpu = router::process_cpu_time(pid).context("reading the daemon's CPU time")?.saturating_sub(cpu0);
+    Ok(Churn { changes: total, wall, cpu, last_lag })
 }
 
 pub(super) fn run_ip(args: &[&str]) -> Result<()> {
@@ -383,6 +456,12 @@ impl Batch {
             .spawn()
             .context("starting ip -batch -")?;
         Ok(Batch { child })
+    }
+
+    fn write(&mut self, line: &str) -> Result<()> {
+        let stdin = self.child.stdin.as_mut().context("ip -batch has no stdin")?;
+        stdin.write_all(format!("{line}\n").as_bytes()).context("writing to ip -batch")?;
+        stdin.flush().context("writing to ip -batch")
     }
 
     /// Seconds from writing `line` until `done` holds (10 s at most).
