@@ -96,6 +96,39 @@ def test_vanished_neighbour_stops_the_fast_path_like_the_kernel(lab, daemon):
     assert d.get("forwarded", 0) == 0 and d.get("no_neigh", 0) > 0, d
 
 
+def test_neighbour_only_changes_write_just_those_entries(lab, daemon):
+    """A neighbour that appears, changes its MAC and goes is written as its
+    entry alone (no full recompute); a full recompute afterwards (SIGHUP)
+    finds nothing to write."""
+    addr = "198.51.100.99"  # on r1's subnet; nothing is sent to it
+
+    def entry():
+        return next((n for n in daemon.neighbours() if n["address"] == addr), None)
+
+    def reconciles():
+        return daemon.status()["reconciles"]
+
+    before = reconciles()
+    lab.ip(lab.router, "neigh", "replace", addr, "lladdr", "02:00:00:00:00:99", "dev", "r1", "nud", "permanent")
+    e = wait_for("neighbour mirrored", entry, 5)
+    assert e["mac"] == "02:00:00:00:00:99" and e["dev"] == "r1", e
+    lab.ip(lab.router, "neigh", "replace", addr, "lladdr", "02:00:00:00:00:98", "dev", "r1", "nud", "permanent")
+    wait_for("the new MAC", lambda: (entry() or {}).get("mac") == "02:00:00:00:00:98", 5)
+    lab.ip(lab.router, "neigh", "del", addr, "dev", "r1")
+    wait_for("neighbour gone", lambda: entry() is None, 5)
+    after = reconciles()
+    assert after["neighbours"] >= before["neighbours"] + 3 and after["full"] == before["full"], (before, after)
+
+    def table():  # what the maps hold, not how recently the data path used it
+        return sorted((n["ifindex"], n["address"], n["mac"]) for n in daemon.neighbours())
+
+    neighbours, gen = table(), daemon.status()["generation"]
+    os.kill(daemon.proc.pid, signal.SIGHUP)
+    wait_for("SIGHUP's full recompute", lambda: reconciles()["full"] > after["full"], 5)
+    assert daemon.status()["generation"] == gen, "the full recompute wrote something"
+    assert table() == neighbours
+
+
 def test_route_only_changes_write_just_those_routes(lab, daemon):
     """A route added or deleted via a next hop the tables already hold, and
     a /32 blackhole, are written as those entries alone (no full recompute); a new next

@@ -856,6 +856,21 @@ fn uncovered_refusal(t: &overflow::Trimmed<Intent>, fib4: &BTreeMap<(Ipv4Addr, u
 }
 
 /// `managed`: ifindex -> fp_stats slot of every interface fastpath runs on.
+/// The neighbour entries the maps should hold, before the capacity check:
+/// usable neighbours with a MAC on managed interfaces. Nothing else in the
+/// desired state depends on neighbours (`neigh_delta` relies on that).
+pub(crate) fn neigh_entries(state: &KernelState, managed: &BTreeMap<u32, u32>) -> BTreeMap<NeighKey, NeighEntry> {
+    let mut out = BTreeMap::new();
+    for n in state.neighbours.values() {
+        let Some(mac) = n.mac else { continue };
+        if n.state & NUD_USABLE == 0 || !managed.contains_key(&n.ifindex) {
+            continue;
+        }
+        out.insert(NeighKey { ifindex: n.ifindex, addr: n.addr }, NeighEntry { mac });
+    }
+    out
+}
+
 pub fn compute(
     state: &KernelState,
     managed: &BTreeMap<u32, u32>,
@@ -1115,19 +1130,7 @@ pub fn compute_gated(
         }
     }
 
-    for n in state.neighbours.values() {
-        let Some(mac) = n.mac else { continue };
-        if n.state & NUD_USABLE == 0 || !managed.contains_key(&n.ifindex) {
-            continue;
-        }
-        d.neigh.insert(
-            NeighKey {
-                ifindex: n.ifindex,
-                addr: n.addr,
-            },
-            NeighEntry { mac },
-        );
-    }
+    d.neigh = neigh_entries(state, managed);
 
     for fam in [Family::V4, Family::V6] {
         if let Some(p) = policy_problem(&state.rules, fam) {

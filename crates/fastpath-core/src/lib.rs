@@ -1,7 +1,8 @@
 //! fastpath's control-plane logic, free of BPF: mirror the kernel's
 //! forwarding state over netlink (`mirror`, `parse`, `sysctl`), compute the
 //! tables fastpath should hold (`desired`, or `route_delta` when only routes
-//! changed, with what it keeps between changes in `delta_base`), and turn
+//! changed, with what it keeps between changes in `delta_base`;
+//! `neigh_delta` when only neighbours did), and turn
 //! the difference into an ordered list of map writes (`reconcile`).
 
 pub mod delta_base;
@@ -11,6 +12,7 @@ mod fixtures;
 pub mod mirror;
 pub mod mphash;
 pub mod model;
+pub mod neigh_delta;
 pub mod overflow;
 pub mod parse;
 pub mod reconcile;

@@ -238,8 +238,10 @@ pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
 pub struct Touched {
     /// Keys of routes that route messages added, replaced or deleted.
     pub routes: Vec<(Family, RouteKey)>,
-    /// Anything else changed (links, addresses, neighbours, next hops,
-    /// rules, sysctls, a re-dump): only a full recompute is exact.
+    /// Neighbour messages changed a MAC or whether a neighbour is usable.
+    pub neighbours: bool,
+    /// Anything else changed (links, addresses, next hops, rules, sysctls,
+    /// a re-dump): only a full recompute is exact.
     pub other: bool,
 }
 
@@ -249,10 +251,12 @@ pub fn apply_noting(state: &mut KernelState, msg: Msg, f: &mut Followups, t: &mu
         Msg::NewRoute(fam, r) | Msg::AddRoute(fam, r) | Msg::DelRoute(fam, r) => Some((*fam, r.key.clone())),
         _ => None,
     };
+    let neighbour = matches!(msg, Msg::NewNeigh(_) | Msg::DelNeigh(..));
     let changed = apply(state, msg, f);
     if changed {
         match key {
             Some(k) => t.routes.push(k),
+            None if neighbour => t.neighbours = true,
             None => t.other = true,
         }
     }
@@ -876,7 +880,7 @@ mod tests {
     }
 
     #[test]
-    fn apply_noting_tells_route_keys_from_everything_else() {
+    fn apply_noting_tells_route_keys_and_neighbours_from_everything_else() {
         let mut st = KernelState::default();
         let mut t = Touched::default();
         let mut f = Followups::default();
@@ -886,9 +890,10 @@ mod tests {
         assert!(!apply_noting(&mut st, Msg::NewRoute(Family::V4, a.clone()), &mut f, &mut t));
         assert!(apply_noting(&mut st, Msg::DelRoute(Family::V4, a.clone()), &mut f, &mut t));
         let k = (Family::V4, a.key.clone());
-        assert_eq!(t, Touched { routes: vec![k.clone(), k], other: false });
+        assert_eq!(t, Touched { routes: vec![k.clone(), k.clone()], neighbours: false, other: false });
         assert!(apply_noting(&mut st, Msg::NewNeigh(neigh(3, "192.0.2.2", NUD_REACHABLE)), &mut f, &mut t));
-        assert!(t.other);
+        assert!(apply_noting(&mut st, Msg::DelNeigh(3, ip("192.0.2.2")), &mut f, &mut t));
+        assert_eq!(t, Touched { routes: vec![k.clone(), k], neighbours: true, other: false });
     }
 
     #[test]

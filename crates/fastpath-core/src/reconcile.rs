@@ -295,8 +295,9 @@ impl Reconciler {
         Ok(ops.len())
     }
 
-    /// Writes FIB changes and their source-deny entries alone
-    /// (`route_delta::fib_delta`, which checked that nothing else moves),
+    /// Writes FIB changes and their source-deny entries, or neighbour
+    /// entries, alone (`route_delta::fib_delta`, `neigh_delta::neigh_delta`,
+    /// which checked that nothing else moves),
     /// in the order `plan` would write them, then
     /// bumps the generation: the same ops as `apply` with the desired state
     /// the delta stands for, without walking a million-route table.
@@ -311,11 +312,24 @@ impl Reconciler {
         let new6: BTreeMap<_, _> = delta.v6.iter().filter_map(|(k, e)| e.map(|e| (*k, e))).collect();
         let old_deny: BTreeMap<_, _> = delta.deny4.keys().filter_map(|a| self.applied.src_deny4.get(a).map(|r| (*a, *r))).collect();
         let new_deny: BTreeMap<_, _> = delta.deny4.iter().filter_map(|(a, r)| r.map(|r| (*a, r))).collect();
+        let old_neigh: BTreeMap<_, _> = delta.neigh.keys().filter_map(|k| self.applied.neigh.get(k).map(|e| (*k, *e))).collect();
+        let new_neigh: BTreeMap<_, _> = delta.neigh.iter().filter_map(|(k, e)| e.map(|e| (*k, e))).collect();
+        // As `plan` orders them: neighbours in before routes, out after,
+        // or out first when old and new together would not fit.
+        let added = new_neigh.keys().filter(|k| !self.applied.neigh.contains_key(k)).count();
+        let neigh_tight = self.caps.as_ref().is_some_and(|c| self.applied.neigh.len() + added > c.neigh as usize);
         let mut ops = Vec::new();
+        if neigh_tight {
+            deletes(&old_neigh, &new_neigh, &mut ops, |k| Op::DeleteNeigh(*k));
+        }
+        upserts(&old_neigh, &new_neigh, &mut ops, |k, v| Op::UpsertNeigh(*k, *v));
         upserts(&old_deny, &new_deny, &mut ops, |k, v| Op::UpsertSrcDeny4(*k, *v));
         fib_ops(&old4, &new4, false, &mut ops, Op::UpsertRoute4, Op::DeleteRoute4);
         fib_ops(&old6, &new6, false, &mut ops, Op::UpsertRoute6, Op::DeleteRoute6);
         deletes(&old_deny, &new_deny, &mut ops, |k| Op::DeleteSrcDeny4(*k));
+        if !neigh_tight {
+            deletes(&old_neigh, &new_neigh, &mut ops, |k| Op::DeleteNeigh(*k));
+        }
         if !ops.is_empty() || self.dirty {
             ops.push(Op::BumpGeneration);
         }

@@ -23,10 +23,11 @@ use crate::delta_base::DeltaBase;
 use crate::desired::{self, reason, Intent, Prefix};
 use crate::model::{Family, KernelState, RouteKey, RT_TABLE_MAIN};
 use crate::overflow::Offload;
-use crate::tables::{Capacities, Desired, NexthopEntry, RouteAction, RouteEntry};
+use crate::tables::{Capacities, Desired, NeighEntry, NeighKey, NexthopEntry, RouteAction, RouteEntry};
 
 /// FIB entries to write (Some) or delete (None), and the IPv4 source-deny
-/// entries that go with them; only entries that change.
+/// entries that go with them, or neighbour entries (`neigh_delta`); only
+/// entries that change.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct FibDelta {
     pub v4: BTreeMap<(Ipv4Addr, u8), Option<RouteEntry>>,
@@ -35,15 +36,17 @@ pub struct FibDelta {
     /// Net change of FIB entries forwarding through each next hop id (none 0),
     /// for `DeltaBase::advance`.
     pub nh_uses: BTreeMap<u32, i64>,
+    /// Neighbour entries to write or delete (`neigh_delta`).
+    pub neigh: BTreeMap<NeighKey, Option<NeighEntry>>,
 }
 
 impl FibDelta {
     pub fn is_empty(&self) -> bool {
-        self.v4.is_empty() && self.v6.is_empty() && self.deny4.is_empty()
+        self.v4.is_empty() && self.v6.is_empty() && self.deny4.is_empty() && self.neigh.is_empty()
     }
 
     pub fn len(&self) -> usize {
-        self.v4.len() + self.v6.len() + self.deny4.len()
+        self.v4.len() + self.v6.len() + self.deny4.len() + self.neigh.len()
     }
 
     /// `d` as it is once the delta is written.
@@ -64,6 +67,12 @@ impl FibDelta {
             match e {
                 Some(e) => d.fib6.insert(*k, *e),
                 None => d.fib6.remove(k),
+            };
+        }
+        for (k, e) in &self.neigh {
+            match e {
+                Some(e) => d.neigh.insert(*k, *e),
+                None => d.neigh.remove(k),
             };
         }
     }

@@ -9,7 +9,7 @@
 //! status:
 //! ```text
 //! {"generation":u64, "netlink_resyncs":u64, "neigh_keepalives":u64,
-//!  "reconciles":{"full":n, "routes":n} (table updates: full recomputes, route-only changes),
+//!  "reconciles":{"full":n, "routes":n, "neighbours":n} (table updates: full recomputes, route-only and neighbour-only changes),
 //!  "interfaces":[{"name":str, "ifindex":n, "xdp_mode":"native"|"generic", "mac":"aa:bb:..",
 //!                 "mtu":n, "up":bool, "fwd4":bool, "fwd6":bool, "rp_filter":0|1|2,
 //!                 "counters":{"<reason>":{"packets":n,"bytes":n}, ... every reason},
@@ -227,12 +227,15 @@ pub struct FamilyStatus {
     pub multipath_hash: String,
 }
 
-/// Table updates since start: full recomputes, and route-only changes
-/// written as just those routes' entries (fastpath-core's route_delta).
+/// Table updates since start: full recomputes, and route-only or
+/// neighbour-only changes written as just those entries (fastpath-core's
+/// route_delta, neigh_delta).
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct Reconciles {
     pub full: u64,
     pub routes: u64,
+    #[serde(default)]
+    pub neighbours: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -418,7 +421,11 @@ pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
         generation: s.generation,
         netlink_resyncs: s.netlink_resyncs,
         neigh_keepalives: s.neigh_keepalives,
-        reconciles: Reconciles { full: s.ops.reconciles_full, routes: s.ops.reconciles_routes },
+        reconciles: Reconciles {
+            full: s.ops.reconciles_full,
+            routes: s.ops.reconciles_routes,
+            neighbours: s.ops.reconciles_neigh,
+        },
         interfaces,
         tables: Tables {
             fib4: occ(a.fib4.len(), caps.fib4),

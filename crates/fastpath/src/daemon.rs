@@ -12,8 +12,9 @@ use fastpath_core::delta_base::DeltaBase;
 use fastpath_core::desired::{self, Ids};
 use fastpath_core::mirror::{Mirror, PollOutcome};
 use fastpath_core::model::{Family, KernelState, RouteKey};
+use fastpath_core::neigh_delta;
 use fastpath_core::reconcile::Reconciler;
-use fastpath_core::route_delta;
+use fastpath_core::route_delta::{self, FibDelta};
 use fastpath_core::tables::{Capacities, Desired, Op, TableWriter};
 use log::{debug, error, info, warn};
 
@@ -279,7 +280,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
                 if t.other {
                     pending.everything();
                 } else {
-                    pending.routes(t.routes);
+                    pending.partial(t.routes, t.neighbours);
                 }
             }
             Err(e) => {
@@ -354,7 +355,9 @@ pub fn run(loaded: Loaded) -> Result<()> {
             }
             let res = match &pending {
                 // FPM overlays its routes on `state` without telling which.
-                Pending::Routes(keys) if fpm.is_none() => lp.reconcile_routes(&state, keys),
+                Pending::Partial { routes, neighbours } if fpm.is_none() => {
+                    lp.reconcile_partial(&state, routes, *neighbours)
+                }
                 _ => lp.reconcile(&state),
             };
             match res {
@@ -405,11 +408,12 @@ pub fn run(loaded: Loaded) -> Result<()> {
 }
 
 /// What the next reconcile must cover: nothing, the FIB entries of these
-/// route keys (only route messages came in: route_delta may be all it
-/// takes), or everything.
+/// route keys and/or the neighbour entries (only route and neighbour
+/// messages came in: route_delta and neigh_delta may be all it takes), or
+/// everything.
 enum Pending {
     Nothing,
-    Routes(Vec<(Family, RouteKey)>),
+    Partial { routes: Vec<(Family, RouteKey)>, neighbours: bool },
     Everything,
 }
 
@@ -418,10 +422,13 @@ impl Pending {
         *self = Pending::Everything;
     }
 
-    fn routes(&mut self, keys: Vec<(Family, RouteKey)>) {
+    fn partial(&mut self, keys: Vec<(Family, RouteKey)>, neigh: bool) {
         match self {
-            Pending::Nothing => *self = Pending::Routes(keys),
-            Pending::Routes(v) => v.extend(keys),
+            Pending::Nothing => *self = Pending::Partial { routes: keys, neighbours: neigh },
+            Pending::Partial { routes, neighbours } => {
+                routes.extend(keys);
+                *neighbours |= neigh;
+            }
             Pending::Everything => {}
         }
     }
@@ -628,13 +635,48 @@ impl Loop {
         Ok(())
     }
 
-    /// After route messages only: writes just the changed prefixes' FIB
-    /// entries when `route_delta` is sure that is all that changes, else
-    /// the full reconcile.
-    fn reconcile_routes(&mut self, state: &KernelState, touched: &[(Family, RouteKey)]) -> Result<()> {
+    /// After route and neighbour messages only: writes just the changed
+    /// neighbour entries and prefixes' FIB entries when `neigh_delta` and
+    /// `route_delta` are sure that is all that changes, else the full
+    /// reconcile.
+    fn reconcile_partial(&mut self, state: &KernelState, touched: &[(Family, RouteKey)], neighbours: bool) -> Result<()> {
         if self.admission.is_some() || !self.reslot.is_empty() {
             return self.reconcile(state);
         }
+        if neighbours {
+            let t = Instant::now();
+            let Some(delta) = neigh_delta::neigh_delta(self.reconciler.applied(), state, &self.managed, &self.caps) else {
+                debug!("neighbour changes need a full recompute");
+                return self.reconcile(state);
+            };
+            let timing = Timing { compute: t.elapsed(), ..Timing::default() };
+            self.write_delta(delta, timing).context("writing changed neighbours to the BPF maps")?;
+            self.ops.reconciles_neigh += 1;
+            if touched.is_empty() {
+                return Ok(());
+            }
+        }
+        self.reconcile_routes(state, touched)
+    }
+
+    /// Writes a delta to the maps (a failure is retried as a full
+    /// reconcile, which republishes) and hands it to what readers see.
+    fn write_delta(&mut self, delta: FibDelta, mut timing: Timing) -> Result<()> {
+        let t = Instant::now();
+        let res = self.reconciler.apply_fib_delta(&delta, &mut self.writer);
+        timing.apply = t.elapsed();
+        let n = res?;
+        let t = Instant::now();
+        // What readers see follows the maps, at once or within LAG.
+        self.published.apply(delta, Instant::now());
+        timing.publish = t.elapsed();
+        timing.log(n, self.reconciler.generation());
+        Ok(())
+    }
+
+    /// Writes just the changed prefixes' FIB entries when `route_delta` is
+    /// sure that is all that changes, else the full reconcile.
+    fn reconcile_routes(&mut self, state: &KernelState, touched: &[(Family, RouteKey)]) -> Result<()> {
         let t = Instant::now();
         // Built from `state` with `touched` already in it: their pairs are
         // probed either way, and a local-table change is never a delta.
@@ -645,19 +687,11 @@ impl Loop {
             debug!("{} route change(s) need a full recompute", touched.len());
             return self.reconcile(state);
         };
-        let mut timing = Timing { compute: t.elapsed(), ..Timing::default() };
-        let t = Instant::now();
-        let res = self.reconciler.apply_fib_delta(&delta, &mut self.writer);
-        timing.apply = t.elapsed();
-        // A failure is retried as a full reconcile, which republishes.
-        let n = res.context("writing changed routes to the BPF maps")?;
-        base.advance(touched, &delta.nh_uses);
+        let timing = Timing { compute: t.elapsed(), ..Timing::default() };
+        let nh_uses = delta.nh_uses.clone();
+        self.write_delta(delta, timing).context("writing changed routes to the BPF maps")?;
+        base.advance(touched, &nh_uses);
         self.delta_base = Some(base);
-        let t = Instant::now();
-        // What readers see follows the maps, at once or within LAG.
-        self.published.apply(delta, Instant::now());
-        timing.publish = t.elapsed();
-        timing.log(n, self.reconciler.generation());
         self.ops.reconciles_routes += 1;
         Ok(())
     }

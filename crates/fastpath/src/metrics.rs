@@ -16,8 +16,9 @@
 //! - `fastpath_full_sync_age_seconds`: since the last full dump (start or resync)
 //! - `fastpath_netlink_resyncs`, `fastpath_reconcile_failures`,
 //!   `fastpath_config_reloads` {result=ok|failed}, `fastpath_neigh_keepalives`
-//! - `fastpath_reconciles` {kind=full|routes}: table updates that recomputed
-//!   everything, and route-only changes written as just those entries
+//! - `fastpath_reconciles` {kind=full|routes|neighbours}: table updates that
+//!   recomputed everything, and route-only or neighbour-only changes
+//!   written as just those entries
 //! - `fastpath_generation`: table generation
 
 use std::net::SocketAddr;
@@ -63,9 +64,11 @@ pub struct OpsStats {
     pub lag_max: Duration,
     pub last_full_sync: Option<Instant>,
     pub reconcile_failures: u64,
-    /// Reconciles that recomputed every table / wrote only changed routes' entries.
+    /// Reconciles that recomputed every table / wrote only changed routes'
+    /// entries / only changed neighbours' entries.
     pub reconciles_full: u64,
     pub reconciles_routes: u64,
+    pub reconciles_neigh: u64,
     pub reloads_ok: u64,
     pub reloads_failed: u64,
 }
@@ -278,9 +281,9 @@ impl Collector for Scrape {
         counters_by(
             &mut e,
             "fastpath_reconciles",
-            "Table updates: full recomputes, and route-only changes written as just those routes' entries.",
+            "Table updates: full recomputes, and route-only or neighbour-only changes written as just those entries.",
             "kind",
-            &[("full", o.reconciles_full), ("routes", o.reconciles_routes)],
+            &[("full", o.reconciles_full), ("routes", o.reconciles_routes), ("neighbours", o.reconciles_neigh)],
         )?;
         counter(&mut e, "fastpath_neigh_keepalives", "Neighbours refreshed in the kernel because fast-pathed traffic used them.", s.neigh_keepalives)?;
         gauge(&mut e, "fastpath_generation", "Table generation (bumped by every route or neighbour change).", s.generation as f64)?;
@@ -360,6 +363,7 @@ mod tests {
             reconcile_failures: 2,
             reconciles_full: 3,
             reconciles_routes: 5,
+            reconciles_neigh: 7,
             reloads_ok: 1,
             ..Default::default()
         };
@@ -385,6 +389,7 @@ mod tests {
             "fastpath_config_reloads_total{result=\"ok\"} 1",
             "fastpath_reconciles_total{kind=\"full\"} 3",
             "fastpath_reconciles_total{kind=\"routes\"} 5",
+            "fastpath_reconciles_total{kind=\"neighbours\"} 7",
             "fastpath_generation 4.0",
         ] {
             assert!(out.lines().any(|l| l == line), "missing {line:?} in\n{out}");

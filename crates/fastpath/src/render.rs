@@ -72,8 +72,8 @@ pub fn status(s: &Status, all: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "generation {}   netlink resyncs {}   neighbour keep-alives {}   table updates {} full, {} route-only",
-        s.generation, s.netlink_resyncs, s.neigh_keepalives, s.reconciles.full, s.reconciles.routes
+        "generation {}   netlink resyncs {}   neighbour keep-alives {}   table updates {} full, {} route-only, {} neighbour-only",
+        s.generation, s.netlink_resyncs, s.neigh_keepalives, s.reconciles.full, s.reconciles.routes, s.reconciles.neighbours
     );
     if let Some(c) = &s.conntrack {
         let _ = writeln!(

@@ -58,6 +58,11 @@ pub struct FulltableArgs {
     /// Seconds of steady churn.
     #[arg(long, default_value_t = 5)]
     pub churn_secs: u64,
+    /// Steady neighbour churn with the full table present: neighbour changes
+    /// per second (permanent entries for 198.51.100.100-227 on r1, added
+    /// then deleted in turn, for --churn-secs; 0: skip).
+    #[arg(long, default_value_t = 50)]
+    pub neigh_churn: u32,
     /// Give up waiting for the mirror after this many seconds.
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
@@ -190,6 +195,21 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
         );
         res.churn = Some(c);
     }
+    if a.neigh_churn > 0 {
+        let fib = router::fastpath_map(&topo, "fp_neigh4")?;
+        let ifindex = topo.ifindex(&r, "r1")?;
+        let c = neigh_churn(&mut ip, &fib, ifindex, d.pid(), a.neigh_churn, Duration::from_secs(a.churn_secs), stop)?;
+        println!(
+            "   neighbour churn: {} changes in {:.1} s ({} /s): daemon CPU {:.1} % of one core, {:.3} ms per change; last change in the map {:.2} ms after it was written",
+            c.changes,
+            c.wall.as_secs_f64(),
+            a.neigh_churn,
+            c.cpu.as_secs_f64() * 100.0 / c.wall.as_secs_f64(),
+            c.cpu.as_secs_f64() * 1e3 / c.changes as f64,
+            c.last_lag.as_secs_f64() * 1e3
+        );
+        res.neigh_churn = Some(c);
+    }
     drop(ip);
     let full_memlock = map_memlock(&topo)?;
     println!("   daemon log (tail):\n{}", indent(&d.log_tail()));
@@ -262,9 +282,10 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
         println!("| one {fam} route add, median / max | {:.2} / {:.2} ms | |", am * 1e3, ax * 1e3);
         println!("| one {fam} route delete, median / max | {:.2} / {:.2} ms | |", dm * 1e3, dx * 1e3);
     }
-    if let Some(c) = &res.churn {
+    for (what, c) in [("route", &res.churn), ("neighbour", &res.neigh_churn)] {
+        let Some(c) = c else { continue };
         println!(
-            "| daemon CPU under {:.0} route changes/s | {:.1} % ({:.3} ms per change) | |",
+            "| daemon CPU under {:.0} {what} changes/s | {:.1} % ({:.3} ms per change) | |",
             c.changes as f64 / c.wall.as_secs_f64(),
             c.cpu.as_secs_f64() * 100.0 / c.wall.as_secs_f64(),
             c.cpu.as_secs_f64() * 1e3 / c.changes as f64
@@ -286,6 +307,7 @@ struct Results {
     daemon_rss_kb: u64,
     change: Vec<(&'static str, f64, f64, f64, f64)>,
     churn: Option<Churn>,
+    neigh_churn: Option<Churn>,
 }
 
 struct Churn {
@@ -301,7 +323,58 @@ struct Churn {
 /// 203.0.113.0/24 (outside the generated table) added in turn, then deleted
 /// in turn. Ends with every one deleted, and the last change in the map.
 fn churn(ip: &mut Batch, fib4: &MapHandle, pid: u32, rate: u32, secs: Duration, stop: &AtomicBool) -> Result<Churn> {
-    let total = (u64::from(rate) * secs.as_secs()).max(1).div_ceil(512) * 512;
+    paced(ip, pid, rate, secs, 256, stop, |i, add| {
+        let line = if add {
+            format!("route add 203.0.113.{i}/32 via 198.51.100.10 dev r1")
+        } else {
+            format!("route del 203.0.113.{i}/32")
+        };
+        let probe = lpm_key(&[203, 0, 113, i as u8], 32);
+        (line, Box::new(move || Ok(present(fib4, &probe)? == add)))
+    })
+}
+
+/// `rate` neighbour changes a second for `secs`: permanent entries for
+/// 198.51.100.100-227 on r1 (the lab's own subnet; nothing is sent to them)
+/// added in turn, then deleted in turn.
+fn neigh_churn(
+    ip: &mut Batch,
+    fib: &MapHandle,
+    ifindex: u32,
+    pid: u32,
+    rate: u32,
+    secs: Duration,
+    stop: &AtomicBool,
+) -> Result<Churn> {
+    paced(ip, pid, rate, secs, 128, stop, |i, add| {
+        let host = 100 + i;
+        let line = if add {
+            format!("neigh replace 198.51.100.{host} lladdr 02:00:00:00:01:{host:02x} dev r1 nud permanent")
+        } else {
+            format!("neigh del 198.51.100.{host} dev r1")
+        };
+        let mut key = ifindex.to_ne_bytes().to_vec();
+        key.extend_from_slice(&[198, 51, 100, host as u8]);
+        (line, Box::new(move || Ok(present(fib, &key)? == add)))
+    })
+}
+
+type Check<'a> = Box<dyn FnMut() -> Result<bool> + 'a>;
+
+/// Writes `rate` changes a second for `secs` (rounded up to whole add and
+/// delete cycles over `n` objects): `change(i, add)` gives the line for
+/// object i and the check that the map has it. Times the last one.
+fn paced<'a>(
+    ip: &mut Batch,
+    pid: u32,
+    rate: u32,
+    secs: Duration,
+    n: u32,
+    stop: &AtomicBool,
+    change: impl Fn(u32, bool) -> (String, Check<'a>),
+) -> Result<Churn> {
+    let cycle = u64::from(n) * 2;
+    let total = (u64::from(rate) * secs.as_secs()).max(1).div_ceil(cycle) * cycle;
     let step = Duration::from_secs_f64(1.0 / f64::from(rate));
     let cpu0 = router::process_cpu_time(pid).context("reading the daemon's CPU time")?;
     let t0 = Instant::now();
@@ -310,16 +383,9 @@ fn churn(ip: &mut Batch, fib4: &MapHandle, pid: u32, rate: u32, secs: Duration, 
         if stop.load(Ordering::Relaxed) {
             bail!("interrupted");
         }
-        let host = (i % 256) as u8;
-        let add = i % 512 < 256;
-        let line = if add {
-            format!("route add 203.0.113.{host}/32 via 198.51.100.10 dev r1")
-        } else {
-            format!("route del 203.0.113.{host}/32")
-        };
+        let (line, done) = change((i % u64::from(n)) as u32, i % cycle < u64::from(n));
         if i + 1 == total {
-            let probe = lpm_key(&[203, 0, 113, host], 32);
-            last_lag = Duration::from_secs_f64(ip.time_until(&line, || Ok(!present(fib4, &probe)?))?);
+            last_lag = Duration::from_secs_f64(ip.time_until(&line, done)?);
         } else {
             ip.write(&line)?;
         }
