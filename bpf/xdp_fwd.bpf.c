@@ -219,7 +219,7 @@ fp_ct_pass(struct fp_pkt *p, const struct fp_flow_key *k, const struct fp_flow_p
 			fp_ct_closing(&fp_rt, pos->idx, pos->way);
 		return r;
 	}
-	return fp_ct_gate(p->ctx, &fp_rt, k, pos->set != NULL, pos->idx, pos->way, v);
+	return fp_ct_gate(p->ctx, &fp_rt, k, pos->set != NULL, pos->idx, pos->way, &p->st->watch, v);
 }
 
 /*

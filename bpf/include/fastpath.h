@@ -348,16 +348,14 @@ struct fp_rx_hint {
 };
 
 /*
- * The watchdog's verdict for one jiffy (watchdog.h), per CPU and ingress
- * slot; valid only for the heartbeat and grace it was computed from. Lives
- * in fp_stats because every packet already has its entry at hand: a
- * zeroed entry (counter reset) just recomputes.
+ * The coarse clock of one jiffy (watchdog.h's fp_coarse_ns(), for the
+ * watchdog and conntrack revalidation), per CPU and ingress slot. Lives in
+ * fp_stats because every packet already has its entry at hand: a zeroed
+ * entry (counter reset) just reads the clock again.
  */
 struct fp_watch {
-	__u64 jiffies;
-	__u32 clock;             /* fp_runtime.neigh_clock */
-	__u32 grace;             /* fp_runtime.orphan_grace */
-	__u64 orphaned;
+	__u64 jiffies;           /* bpf_jiffies64() when now_ns was read */
+	__u64 now_ns;            /* bpf_ktime_get_coarse_ns() in that jiffy */
 };
 
 /* fp_stats: per-CPU array indexed by fp_iface.slot (ingress interface). */
@@ -366,7 +364,7 @@ struct fp_stats {
 	__u64 bytes[FP_R__COUNT];
 	__u64 flow[FP_FC__COUNT];        /* enum fp_flow_event */
 	__u64 hash_src[FP_HS__COUNT];    /* enum fp_hash_src, per hashed packet */
-	struct fp_watch watch;           /* not a counter: watchdog.h's memo */
+	struct fp_watch watch;           /* not a counter: watchdog.h's clock memo */
 };
 
 /*

@@ -37,6 +37,7 @@
 #include "parse.h"
 #include "nat.h"
 #include "flow.h"
+#include "watchdog.h"
 
 /* Weak: a kernel without conntrack still loads the stateless program. */
 extern struct nf_conn *bpf_xdp_ct_lookup(struct xdp_md *xdp_ctx, struct bpf_sock_tuple *bpf_tuple,
@@ -68,7 +69,7 @@ extern int bpf_ct_change_timeout(struct nf_conn *nfct, __u32 timeout) __ksym __w
  * the rest of the path would keep the verifier from merging its states.
  */
 struct fp_ct_verdict {
-	__u64 now;               /* bpf_ktime_get_coarse_ns() */
+	__u64 now;               /* bpf_ktime_get_coarse_ns(), as fp_coarse_ns() reads it */
 	__u32 idx;               /* the flow's set in fp_flows / fp_ct_flows */
 	__u32 gen;               /* fp_runtime.ct_generation, read before the lookup */
 	__u8  cached;            /* the flow cache is on (idx is valid) */
@@ -305,7 +306,7 @@ static __always_inline __u32 fp_ct_nat_moved(struct fp_ct_way *cw, const struct 
  */
 static __always_inline __u32
 fp_ct_gate(struct xdp_md *ctx, const struct fp_runtime *rt, const struct fp_flow_key *k, bool cached, __u32 idx,
-	   int way, struct fp_ct_verdict *v)
+	   int way, struct fp_watch *clock, struct fp_ct_verdict *v)
 {
 	struct fp_ct_way *cw = NULL;
 	struct fp_ct_set *set;
@@ -314,7 +315,7 @@ fp_ct_gate(struct xdp_md *ctx, const struct fp_runtime *rt, const struct fp_flow
 	v->idx = idx;
 	v->cached = cached;
 	v->gen = rt->ct_generation;
-	v->now = bpf_ktime_get_coarse_ns();
+	v->now = fp_coarse_ns(clock);
 	v->fresh = 0;
 	set = cached ? bpf_map_lookup_elem(&fp_ct_flows, &idx) : NULL;
 	if (set && way >= 0) {

@@ -917,9 +917,10 @@ fn neighbour_use_is_recorded() {
     assert_eq!(used(&gw), 0, "clock 0 (no keep-alive) must be stored as is");
 }
 
-/// The watchdog's verdict is reused within a jiffy (watchdog.h) but never
-/// across a heartbeat or grace change: back-to-back runs, well inside one
-/// tick, follow every change at once, and the memo leaves the counters alone.
+/// The watchdog reads the clock once per jiffy (watchdog.h) but its verdict
+/// follows a heartbeat or grace change at once: back-to-back runs, well
+/// inside one tick, follow every change, and the memo leaves the counters
+/// alone.
 #[test]
 fn watchdog_follows_heartbeat_changes_within_a_jiffy() {
     let Some((_lab, world)) = lab("watchdog_follows_heartbeat_changes_within_a_jiffy") else { return };
