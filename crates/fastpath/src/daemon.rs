@@ -490,8 +490,8 @@ struct Loop {
     problems: BTreeSet<String>,
     /// Routes already logged as offload failed.
     failed_log: fastpath_core::overflow::FailedLog,
-    /// What readers see of the applied tables (route-only changes to a
-    /// big table reach it within published::LAG).
+    /// What readers see of the applied tables (route-only and
+    /// neighbour-only changes to a big table reach it within published::LAG).
     published: Published,
     keepalives: u64,
     /// Managed interfaces already reported deleted.

@@ -1,9 +1,9 @@
 //! The tables as `status`, `routes`, metrics and FPM reports show them: one
-//! copy all readers share (`Arc<Desired>`). A route-only change cannot
-//! update it in place while a reader (the published snapshot, always) holds
-//! it, and with a full table (1.1M routes) copying it costs ~11 ms and
-//! dropping the old copy about as much: most of the daemon's work per BGP
-//! update once the change itself got cheap (route_delta). So route-only
+//! copy all readers share (`Arc<Desired>`). A route-only or neighbour-only
+//! change cannot update it in place while a reader (the published snapshot,
+//! always) holds it, and with a full table (1.1M routes) copying it costs
+//! ~11 ms and dropping the old copy about as much: most of the daemon's work
+//! per BGP update once the change itself got cheap (route_delta). So such
 //! changes to a big table are queued and folded into a new copy at most
 //! every `LAG`: the maps have them at once, only what readers see lags.
 //! Tables small enough to copy cheaply are copied at once, as before.
@@ -15,8 +15,8 @@ use fastpath_core::overflow::Offload;
 use fastpath_core::route_delta::FibDelta;
 use fastpath_core::tables::Desired;
 
-/// How long readers may see the tables without the latest route-only
-/// changes (the main loop looks at least every IDLE_POLL on top).
+/// How long readers may see the tables without the latest route-only or
+/// neighbour-only changes (the main loop looks at least every IDLE_POLL on top).
 pub const LAG: Duration = Duration::from_millis(500);
 /// FIB entries (both families) up to which a copy per change is cheap (~1 ms).
 const COPY_FREE: usize = 65_536;
@@ -47,13 +47,13 @@ impl Published {
         &self.tables
     }
 
-    /// The last full compute's offload result; route-only changes never
-    /// change it (route_delta declines whenever something did not fit).
+    /// The last full compute's offload result; deltas never change it
+    /// (route_delta declines whenever something did not fit).
     pub fn offload(&self) -> &Offload {
         &self.tables.offload
     }
 
-    /// A route-only change written to the maps. True when the shared copy
+    /// A delta written to the maps. True when the shared copy
     /// has it now (publish it), false when it was queued.
     pub fn apply(&mut self, delta: FibDelta, now: Instant) -> bool {
         if self.queued.is_empty() {
