@@ -855,7 +855,6 @@ fn uncovered_refusal(t: &overflow::Trimmed<Intent>, fib4: &BTreeMap<(Ipv4Addr, u
     ))
 }
 
-/// `managed`: ifindex -> fp_stats slot of every interface fastpath runs on.
 /// The neighbour entries the maps should hold, before the capacity check:
 /// usable neighbours with a MAC on managed interfaces. Nothing else in the
 /// desired state depends on neighbours (`neigh_delta` relies on that).
@@ -871,6 +870,7 @@ pub(crate) fn neigh_entries(state: &KernelState, managed: &BTreeMap<u32, u32>) -
     out
 }
 
+/// `managed`: ifindex -> fp_stats slot of every interface fastpath runs on.
 pub fn compute(
     state: &KernelState,
     managed: &BTreeMap<u32, u32>,

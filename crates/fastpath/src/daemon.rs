@@ -677,6 +677,13 @@ impl Loop {
     /// Writes just the changed prefixes' FIB entries when `route_delta` is
     /// sure that is all that changes, else the full reconcile.
     fn reconcile_routes(&mut self, state: &KernelState, touched: &[(Family, RouteKey)]) -> Result<()> {
+        if touched.is_empty() {
+            // Messages that changed nothing: no base to build (a pass over
+            // a full table), only a pending generation bump to write.
+            self.write_delta(FibDelta::default(), Timing::default()).context("writing the BPF maps")?;
+            self.ops.reconciles_routes += 1;
+            return Ok(());
+        }
         let t = Instant::now();
         // Built from `state` with `touched` already in it: their pairs are
         // probed either way, and a local-table change is never a delta.

@@ -1,8 +1,9 @@
 //! `fastpath bench fulltable`: a full routing table in the lab router, and
 //! what fastpath makes of it: seconds until it is mirrored (routes loaded
 //! while the daemon runs, and daemon started with the routes present), BPF
-//! map memory per route, and the latency of one route change with the full
-//! table present (netlink write -> entry visible in the BPF map).
+//! map memory per route, the latency of one route change with the full
+//! table present (netlink write -> entry visible in the BPF map), and the
+//! daemon's CPU under steady route and neighbour churn.
 //!
 //! Memory is measured two ways, both printed: the maps' own accounting
 //! (`memlock:` in the map fd's fdinfo, what `bpftool map show` prints), and
@@ -182,32 +183,17 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
         println!("   {fam} add: {}   delete: {}", summary(adds), summary(dels));
         res.change.push((fam, median(adds), max(adds), median(dels), max(dels)));
     }
+    let secs = Duration::from_secs(a.churn_secs);
     if a.churn > 0 {
-        let c = churn(&mut ip, &fib4, d.pid(), a.churn, Duration::from_secs(a.churn_secs), stop)?;
-        println!(
-            "   steady churn: {} changes in {:.1} s ({} /s): daemon CPU {:.1} % of one core, {:.3} ms per change; last change in the map {:.2} ms after it was written",
-            c.changes,
-            c.wall.as_secs_f64(),
-            a.churn,
-            c.cpu.as_secs_f64() * 100.0 / c.wall.as_secs_f64(),
-            c.cpu.as_secs_f64() * 1e3 / c.changes as f64,
-            c.last_lag.as_secs_f64() * 1e3
-        );
+        let c = churn(&mut ip, &fib4, d.pid(), a.churn, secs, stop)?;
+        println!("   steady route churn: {}", c.line(a.churn));
         res.churn = Some(c);
     }
     if a.neigh_churn > 0 {
-        let fib = router::fastpath_map(&topo, "fp_neigh4")?;
+        let neigh4 = router::fastpath_map(&topo, "fp_neigh4")?;
         let ifindex = topo.ifindex(&r, "r1")?;
-        let c = neigh_churn(&mut ip, &fib, ifindex, d.pid(), a.neigh_churn, Duration::from_secs(a.churn_secs), stop)?;
-        println!(
-            "   neighbour churn: {} changes in {:.1} s ({} /s): daemon CPU {:.1} % of one core, {:.3} ms per change; last change in the map {:.2} ms after it was written",
-            c.changes,
-            c.wall.as_secs_f64(),
-            a.neigh_churn,
-            c.cpu.as_secs_f64() * 100.0 / c.wall.as_secs_f64(),
-            c.cpu.as_secs_f64() * 1e3 / c.changes as f64,
-            c.last_lag.as_secs_f64() * 1e3
-        );
+        let c = neigh_churn(&mut ip, &neigh4, ifindex, d.pid(), a.neigh_churn, secs, stop)?;
+        println!("   steady neighbour churn: {}", c.line(a.neigh_churn));
         res.neigh_churn = Some(c);
     }
     drop(ip);
@@ -287,8 +273,8 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
         println!(
             "| daemon CPU under {:.0} {what} changes/s | {:.1} % ({:.3} ms per change) | |",
             c.changes as f64 / c.wall.as_secs_f64(),
-            c.cpu.as_secs_f64() * 100.0 / c.wall.as_secs_f64(),
-            c.cpu.as_secs_f64() * 1e3 / c.changes as f64
+            c.cpu_share() * 100.0,
+            c.ms_per_change()
         );
     }
     drop(topo);
@@ -317,6 +303,27 @@ struct Churn {
     cpu: Duration,
     /// From writing the last change until the map had it.
     last_lag: Duration,
+}
+
+impl Churn {
+    fn cpu_share(&self) -> f64 {
+        self.cpu.as_secs_f64() / self.wall.as_secs_f64()
+    }
+
+    fn ms_per_change(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e3 / self.changes as f64
+    }
+
+    fn line(&self, rate: u32) -> String {
+        format!(
+            "{} changes in {:.1} s ({rate} /s): daemon CPU {:.1} % of one core, {:.3} ms per change; last change in the map {:.2} ms after it was written",
+            self.changes,
+            self.wall.as_secs_f64(),
+            self.cpu_share() * 100.0,
+            self.ms_per_change(),
+            self.last_lag.as_secs_f64() * 1e3
+        )
+    }
 }
 
 /// `rate` route changes a second for `secs`, paced: host routes in
