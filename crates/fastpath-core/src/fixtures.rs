@@ -1,9 +1,13 @@
-//! Builders shared by the unit tests of the mirror, desired tables and
-//! reconciler, so that each test says only what differs from a plain route.
+//! Builders shared by the unit tests of the mirror, desired tables,
+//! reconciler and deltas, so that each test says only what differs from a
+//! plain route.
 
 use std::net::IpAddr;
 
 use crate::model::{Family, Link, Route, RouteKey, RouteKind, RouteTarget, Rule, RT_TABLE_MAIN};
+use crate::reconcile::Reconciler;
+use crate::route_delta::FibDelta;
+use crate::tables::{Capacities, Desired, Op, TableWriter};
 
 pub fn ip(s: &str) -> IpAddr {
     s.parse().expect("fixture address literal")
@@ -50,4 +54,27 @@ pub fn veth(ifindex: u32, name: &str) -> Link {
         kind: Some("veth".into()),
         master: None,
     }
+}
+
+/// Records the ops it is given.
+#[derive(Default)]
+pub struct Log(pub Vec<Op>);
+
+impl TableWriter for Log {
+    type Error = std::io::Error;
+    fn apply(&mut self, op: &Op) -> Result<(), Self::Error> {
+        self.0.push(op.clone());
+        Ok(())
+    }
+}
+
+/// A reconciler that wrote `applied` and then delta `d`: the ops `plan`
+/// would write to reach `full`, the ops the delta wrote, and the reconciler.
+pub fn delta_ops(caps: Capacities, applied: &Desired, full: &Desired, d: &FibDelta) -> (Vec<Op>, Vec<Op>, Reconciler) {
+    let mut r = Reconciler::with_capacities(caps);
+    r.apply(applied, &mut Log::default()).expect("a Log never fails");
+    let want = r.plan(full);
+    let mut log = Log::default();
+    r.apply_fib_delta(d, &mut log).expect("a Log never fails");
+    (want, log.0, r)
 }

@@ -55,21 +55,9 @@ mod tests {
 
     use super::*;
     use crate::desired::{compute, Ids};
-    use crate::fixtures::{default_rules, ip, main_route, veth};
+    use crate::fixtures::{default_rules, delta_ops, ip, main_route, veth};
     use crate::model::{IfSysctl, NextHop, Neighbour, Route, RouteTarget, NUD_FAILED, NUD_INCOMPLETE, NUD_REACHABLE, NUD_STALE};
-    use crate::reconcile::Reconciler;
-    use crate::tables::{Op, TableWriter};
-
-    #[derive(Default)]
-    struct Log(Vec<Op>);
-
-    impl TableWriter for Log {
-        type Error = std::io::Error;
-        fn apply(&mut self, op: &Op) -> Result<(), Self::Error> {
-            self.0.push(op.clone());
-            Ok(())
-        }
-    }
+    use crate::tables::Op;
 
     fn caps(neigh: u32) -> Capacities {
         Capacities { fib4: 64, fib6: 64, nexthops: 32, neigh, ifaces: 16, groups: 8, buckets: 64 }
@@ -133,12 +121,8 @@ mod tests {
                     let mut inc = applied.clone();
                     d.apply_to(&mut inc);
                     prop_assert_eq!(&inc, &full, "delta {:?}", d);
-                    let mut r = Reconciler::with_capacities(caps);
-                    r.apply(&applied, &mut Log::default()).unwrap();
-                    let want = r.plan(&full);
-                    let mut log = Log::default();
-                    r.apply_fib_delta(d, &mut log).unwrap();
-                    prop_assert_eq!(log.0, want);
+                    let (want, got, r) = delta_ops(caps, &applied, &full, d);
+                    prop_assert_eq!(got, want);
                     prop_assert_eq!(r.applied(), &full);
                 } else {
                     prop_assert!(applied.neigh.len() == cap as usize || full.neigh.len() == cap as usize,
@@ -160,11 +144,9 @@ mod tests {
         st.neighbours.insert((2, addr), neighbour(2, addr, NUD_REACHABLE, Some(2)));
         let d = neigh_delta(&applied, &st, &managed, &caps).expect("fits");
         assert_eq!(d.len(), 1);
-        let mut r = Reconciler::with_capacities(caps);
-        r.apply(&applied, &mut Log::default()).unwrap();
-        let mut log = Log::default();
-        r.apply_fib_delta(&d, &mut log).unwrap();
-        assert!(matches!(log.0.as_slice(), [Op::UpsertNeigh(..), Op::BumpGeneration]), "{:?}", log.0);
+        let full = compute(&st, &managed, &caps, &mut ids);
+        let (_, got, r) = delta_ops(caps, &applied, &full, &d);
+        assert!(matches!(got.as_slice(), [Op::UpsertNeigh(..), Op::BumpGeneration]), "{got:?}");
         // A move among usable states is no change at all.
         st.neighbours.insert((2, addr), neighbour(2, addr, NUD_STALE, Some(2)));
         assert!(neigh_delta(r.applied(), &st, &managed, &caps).expect("fits").is_empty());
@@ -185,13 +167,9 @@ mod tests {
         }
         let d = neigh_delta(&applied, &st, &managed, &caps).expect("two fit");
         let full = compute(&st, &managed, &caps, &mut ids);
-        let mut r = Reconciler::with_capacities(caps);
-        r.apply(&applied, &mut Log::default()).unwrap();
-        let want = r.plan(&full);
-        let mut log = Log::default();
-        r.apply_fib_delta(&d, &mut log).unwrap();
-        assert_eq!(log.0, want);
-        assert!(matches!(log.0.as_slice(), [Op::DeleteNeigh(..), Op::UpsertNeigh(..), Op::UpsertNeigh(..), Op::BumpGeneration]), "{:?}", log.0);
+        let (want, got, _) = delta_ops(caps, &applied, &full, &d);
+        assert_eq!(got, want);
+        assert!(matches!(got.as_slice(), [Op::DeleteNeigh(..), Op::UpsertNeigh(..), Op::UpsertNeigh(..), Op::BumpGeneration]), "{got:?}");
     }
 
     #[test]

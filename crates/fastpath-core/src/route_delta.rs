@@ -229,22 +229,8 @@ mod tests {
 
     use super::*;
     use crate::desired::{compute, Ids};
-    use crate::fixtures::{default_rules, ip, main_route, veth};
+    use crate::fixtures::{default_rules, delta_ops, ip, main_route, veth};
     use crate::model::{Addr, IfSysctl, NextHop, Neighbour, Route, RouteKind, RouteTarget, NUD_REACHABLE, RT_TABLE_LOCAL};
-    use crate::reconcile::Reconciler;
-    use crate::tables::{Op, TableWriter};
-
-    /// Records the ops it is given.
-    #[derive(Default)]
-    struct Log(Vec<Op>);
-
-    impl TableWriter for Log {
-        type Error = std::io::Error;
-        fn apply(&mut self, op: &Op) -> Result<(), Self::Error> {
-            self.0.push(op.clone());
-            Ok(())
-        }
-    }
 
     fn caps() -> Capacities {
         Capacities { fib4: 64, fib6: 64, nexthops: 32, neigh: 64, ifaces: 16, groups: 8, buckets: 64 }
@@ -339,12 +325,8 @@ mod tests {
                 let mut inc = self.applied.clone();
                 d.apply_to(&mut inc);
                 assert_eq!(inc, full, "delta {d:?}");
-                let mut r = Reconciler::with_capacities(caps());
-                r.apply(&self.applied, &mut Log::default()).unwrap();
-                let want = r.plan(&full);
-                let mut log = Log::default();
-                r.apply_fib_delta(d, &mut log).unwrap();
-                assert_eq!(log.0, want);
+                let (want, got, _) = delta_ops(caps(), &self.applied, &full, d);
+                assert_eq!(got, want);
                 self.base.advance(touched, &d.nh_uses);
             }
             self.applied = full;
