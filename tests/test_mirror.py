@@ -129,6 +129,36 @@ def test_neighbour_only_changes_write_just_those_entries(lab, daemon):
     assert table() == neighbours
 
 
+def test_link_changes_restrict_the_interface_ahead_of_the_recompute(lab, daemon):
+    """What a link change takes away (r1 losing carrier, a smaller MTU) is
+    written to r1's interface entry before the route re-dump and full
+    recompute the change needs (seconds with a full table: `fastpath bench
+    fulltable` times it); what gives permission back (carrier again, the
+    old MTU) waits for the recompute."""
+
+    def reconciles():
+        return daemon.status()["reconciles"]
+
+    def r1():
+        return next(i for i in daemon.status()["interfaces"] if i["name"] == "r1")
+
+    for take, give, taken in (
+        ((lab.server, "link", "set", "s0", "down"), (lab.server, "link", "set", "s0", "up"), lambda i: not i["up"]),
+        ((lab.router, "link", "set", "r1", "mtu", "1400"), (lab.router, "link", "set", "r1", "mtu", "1500"),
+         lambda i: i["mtu"] == 1400),
+    ):
+        before = reconciles()
+        lab.ip(*take)
+        try:
+            wait_for(f"the recompute after {take}", lambda: reconciles()["full"] > before["full"] and taken(r1()), 5)
+            mid = reconciles()
+            assert mid["interfaces"] == before["interfaces"] + 1, (take, before, mid)
+        finally:
+            lab.ip(*give)
+        wait_for(f"the recompute after {give}", lambda: reconciles()["full"] > mid["full"] and not taken(r1()), 5)
+        assert reconciles()["interfaces"] == mid["interfaces"], give
+
+
 def test_route_only_changes_write_just_those_routes(lab, daemon):
     """A route added or deleted via a next hop the tables already hold, and
     a /32 blackhole, are written as those entries alone (no full recompute); a new next

@@ -739,6 +739,24 @@ fn policy_problem(rules: &[Rule], fam: Family) -> Option<String> {
     ))
 }
 
+/// The fp_ifaces entry of managed interface `ifindex` in `slot`; None while
+/// the link is unknown or has no Ethernet address.
+pub(crate) fn iface_entry(state: &KernelState, ifindex: u32, slot: u32) -> Option<IfaceEntry> {
+    let link = state.links.get(&ifindex)?;
+    let mac = link.mac?;
+    let mtu6 = match state.if_sysctl.get(&ifindex).map(|s| s.mtu6) {
+        Some(m) if m != 0 => m,
+        _ => link.mtu,
+    };
+    Some(IfaceEntry {
+        mac,
+        flags: iface_flags(state, ifindex, link.admin_up, link.running),
+        mtu: link.mtu,
+        mtu6,
+        slot,
+    })
+}
+
 fn iface_flags(state: &KernelState, ifindex: u32, admin_up: bool, running: bool) -> u16 {
     let sys = state.if_sysctl.get(&ifindex).cloned().unwrap_or_default();
     let mut flags = 0;
@@ -893,25 +911,9 @@ pub fn compute_gated(
     let mut d = Desired::default();
 
     for (ifindex, slot) in managed {
-        let Some(link) = state.links.get(ifindex) else {
-            continue;
-        };
-        let Some(mac) = link.mac else { continue };
-        let mtu6 = match state.if_sysctl.get(ifindex).map(|s| s.mtu6) {
-            Some(m) if m != 0 => m,
-            _ => link.mtu,
-        };
-        let flags = iface_flags(state, *ifindex, link.admin_up, link.running);
-        d.ifaces.insert(
-            *ifindex,
-            IfaceEntry {
-                mac,
-                flags,
-                mtu: link.mtu,
-                mtu6,
-                slot: *slot,
-            },
-        );
+        if let Some(e) = iface_entry(state, *ifindex, *slot) {
+            d.ifaces.insert(*ifindex, e);
+        }
     }
 
     let mut fib4 = fib_intents(state, Family::V4);

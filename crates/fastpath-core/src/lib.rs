@@ -2,13 +2,15 @@
 //! forwarding state over netlink (`mirror`, `parse`, `sysctl`), compute the
 //! tables fastpath should hold (`desired`, or `route_delta` when only routes
 //! changed, with what it keeps between changes in `delta_base`;
-//! `neigh_delta` when only neighbours did), and turn
+//! `neigh_delta` when only neighbours did; `iface_restrict` for what a link
+//! change takes away before all that), and turn
 //! the difference into an ordered list of map writes (`reconcile`).
 
 pub mod delta_base;
 pub mod desired;
 #[cfg(test)]
 mod fixtures;
+pub mod iface_restrict;
 pub mod mirror;
 pub mod mphash;
 pub mod model;

@@ -450,10 +450,15 @@ impl Mirror {
     }
 
     /// Waits up to `timeout` for events and applies them all to `state`.
+    /// `ahead` sees the state once the events (and the sysctls they point
+    /// to) are in, before the re-dumps they may need: with a full table a
+    /// route re-dump takes seconds, and what a link change takes away must
+    /// not wait for it (`iface_restrict`).
     pub fn poll(
         &mut self,
         state: &mut KernelState,
         timeout: Duration,
+        ahead: &mut dyn FnMut(&KernelState),
     ) -> Result<PollOutcome, MirrorError> {
         if !wait_readable(self.events.as_raw_fd(), timeout)? {
             return Ok(PollOutcome::Idle);
@@ -502,6 +507,25 @@ impl Mirror {
         if f.full || f.fib || f.buckets || f.rules || f.all_sysctls {
             self.touched.other = true;
         }
+        if f.all_sysctls {
+            changed |= self.refresh_sysctls(state);
+        } else if !f.link_sysctls.is_empty() {
+            let all_rp = self.sysctl.all_rp_filter();
+            for idx in std::mem::take(&mut f.link_sysctls) {
+                let Some(link) = state.links.get(&idx) else {
+                    continue;
+                };
+                let s = self.sysctl.link(&link.name, all_rp);
+                if state.if_sysctl.get(&idx) != Some(&s) {
+                    state.if_sysctl.insert(idx, s);
+                    changed = true;
+                    self.touched.other = true;
+                }
+            }
+        }
+        if self.touched.other {
+            ahead(state);
+        }
         if f.full {
             let fresh = self.resync()?;
             let changed = *state != fresh;
@@ -523,22 +547,6 @@ impl Mirror {
             if rules != state.rules {
                 state.rules = rules;
                 changed = true;
-            }
-        }
-        if f.all_sysctls {
-            changed |= self.refresh_sysctls(state);
-        } else if !f.link_sysctls.is_empty() {
-            let all_rp = self.sysctl.all_rp_filter();
-            for idx in f.link_sysctls {
-                let Some(link) = state.links.get(&idx) else {
-                    continue;
-                };
-                let s = self.sysctl.link(&link.name, all_rp);
-                if state.if_sysctl.get(&idx) != Some(&s) {
-                    state.if_sysctl.insert(idx, s);
-                    changed = true;
-                    self.touched.other = true;
-                }
             }
         }
         Ok(if changed {

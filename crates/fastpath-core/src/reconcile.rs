@@ -29,7 +29,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use crate::tables::{Capacities, Desired, Op, RouteAction, RouteEntry, Switches, TableWriter};
+use crate::tables::{Capacities, Desired, IfaceEntry, Op, RouteAction, RouteEntry, Switches, TableWriter};
 
 const V4: u32 = 1;
 const V6: u32 = 2;
@@ -333,6 +333,28 @@ impl Reconciler {
         if !ops.is_empty() || self.dirty {
             ops.push(Op::BumpGeneration);
         }
+        self.run(ops, w)
+    }
+
+    /// Writes interface entries that only take permission away
+    /// (`iface_restrict::restrictions`), ahead of the full recompute a link
+    /// change needs, then bumps the generation so cached flows go back
+    /// through the egress checks. The shadow follows, so the recompute's
+    /// plan writes the entries again if the link came back meanwhile.
+    pub fn apply_iface_restrictions<W: TableWriter>(
+        &mut self,
+        entries: &[(u32, IfaceEntry)],
+        w: &mut W,
+    ) -> Result<usize, ReconcileError<W::Error>> {
+        let mut ops: Vec<Op> = entries
+            .iter()
+            .filter(|(k, v)| self.applied.ifaces.get(k).is_some_and(|old| old != v))
+            .map(|(k, v)| Op::UpsertIface(*k, v.clone()))
+            .collect();
+        if ops.is_empty() {
+            return Ok(0);
+        }
+        ops.push(Op::BumpGeneration);
         self.run(ops, w)
     }
 
@@ -1089,6 +1111,27 @@ mod tests {
         assert_eq!(ops.len(), 3);
         assert!(matches!(ops[0], Op::UpsertIface(3, _)));
         assert!(matches!(ops[1], Op::UpsertNeigh(..)));
+    }
+
+    #[test]
+    fn iface_restrictions_write_ahead_and_the_shadow_follows() {
+        let mut r = Reconciler::new();
+        let mut m = Mem::default();
+        let want = full();
+        step(&mut r, &mut m, &want);
+        let gen = r.generation();
+        let mut down = want.ifaces[&3].clone();
+        down.flags &= !1;
+        m.log.clear();
+        // Unchanged entries and unknown interfaces write nothing, not even a bump.
+        let same = [(2, want.ifaces[&2].clone()), (9, iface(9))];
+        assert_eq!(r.apply_iface_restrictions(&same, &mut m).expect("apply"), 0);
+        assert!(m.log.is_empty() && r.generation() == gen);
+        r.apply_iface_restrictions(&[(3, down.clone())], &mut m).expect("apply");
+        assert_eq!(m.log, vec![Op::UpsertIface(3, down), Op::BumpGeneration]);
+        assert!(tables_eq(&m.t, r.applied()) && r.generation() == gen + 1);
+        // The link came back before the recompute: its plan restores the entry.
+        assert_eq!(step(&mut r, &mut m, &want), vec![Op::UpsertIface(3, want.ifaces[&3].clone()), Op::BumpGeneration]);
     }
 
     #[test]

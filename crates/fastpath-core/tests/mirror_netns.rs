@@ -51,7 +51,7 @@ fn poll_until(
     let deadline = Instant::now() + Duration::from_secs(5);
     while !pred(st) {
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        m.poll(st, Duration::from_millis(100)).expect("poll");
+        m.poll(st, Duration::from_millis(100), &mut |_| {}).expect("poll");
     }
 }
 
@@ -218,6 +218,55 @@ fn dump_and_follow() {
     });
 }
 
+/// The state `poll` shows its `ahead` hook: link and sysctl changes are in,
+/// the route re-dump they trigger is not yet (with a full table it takes
+/// seconds, and what a link change takes away must not wait for it).
+#[test]
+fn ahead_sees_link_changes_before_the_route_redump() {
+    if !have_root() {
+        return;
+    }
+    in_new_netns(|| {
+        sh("ip link add fpt0 type veth peer name fpt1 && ip link set fpt0 up && ip link set fpt1 up \
+            && ip addr add 192.0.2.1/24 dev fpt0 && ip route add 198.51.100.0/24 via 192.0.2.2 \
+            && sysctl -qw net.ipv4.conf.fpt0.forwarding=1");
+        let mut m = Mirror::open(4 << 20).expect("open");
+        let mut st = m.dump().expect("dump");
+        let t0 = ifindex(&st, "fpt0");
+        let rk = (Family::V4, key(RT_TABLE_MAIN, "198.51.100.0", 24, 0));
+        let linkdown = |st: &KernelState| match &st.routes[&rk].target {
+            RouteTarget::Single(h) => h.flags & 16 != 0,
+            t => panic!("unexpected target {t:?}"),
+        };
+        assert!(!linkdown(&st) && st.links[&t0].running);
+
+        // Carrier loss: the kernel re-marks the route (RTNH_F_LINKDOWN) without a message.
+        sh("ip link set fpt1 down");
+        let mut seen: Option<(bool, bool)> = None;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !linkdown(&st) {
+            assert!(Instant::now() < deadline, "the route never showed linkdown");
+            m.poll(&mut st, Duration::from_millis(100), &mut |s| {
+                seen.get_or_insert((s.links[&t0].running, linkdown(s)));
+            })
+            .expect("poll");
+        }
+        assert_eq!(seen, Some((false, false)), "ahead: (running, route re-dumped)");
+
+        // MTU and forwarding sysctl: in the state ahead sees.
+        sh("ip link set fpt0 mtu 1400 && sysctl -qw net.ipv4.conf.fpt0.forwarding=0");
+        let mut got: Option<(u32, bool)> = None;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while got != Some((1400, false)) {
+            assert!(Instant::now() < deadline, "ahead never saw mtu 1400 and forwarding off: {got:?}");
+            m.poll(&mut st, Duration::from_millis(100), &mut |s| {
+                got = Some((s.links[&t0].mtu, s.if_sysctl[&t0].forwarding4));
+            })
+            .expect("poll");
+        }
+    });
+}
+
 #[test]
 fn overrun_resyncs() {
     if !have_root() {
@@ -239,7 +288,7 @@ fn overrun_resyncs() {
         let mut outcome = PollOutcome::Idle;
         let deadline = Instant::now() + Duration::from_secs(5);
         while outcome != PollOutcome::Resynced && Instant::now() < deadline {
-            outcome = m.poll(&mut st, Duration::from_millis(100)).expect("poll");
+            outcome = m.poll(&mut st, Duration::from_millis(100), &mut |_| {}).expect("poll");
         }
         assert_eq!(outcome, PollOutcome::Resynced);
         assert_eq!(m.resyncs(), 1);

@@ -9,7 +9,7 @@
 //! status:
 //! ```text
 //! {"generation":u64, "netlink_resyncs":u64, "neigh_keepalives":u64,
-//!  "reconciles":{"full":n, "routes":n, "neighbours":n} (table updates: full recomputes, route-only and neighbour-only changes),
+//!  "reconciles":{"full":n, "routes":n, "neighbours":n, "interfaces":n} (table updates: full recomputes, route-only and neighbour-only changes, interfaces restricted ahead of a recompute),
 //!  "interfaces":[{"name":str, "ifindex":n, "xdp_mode":"native"|"generic", "mac":"aa:bb:..",
 //!                 "mtu":n, "up":bool, "fwd4":bool, "fwd6":bool, "rp_filter":0|1|2,
 //!                 "counters":{"<reason>":{"packets":n,"bytes":n}, ... every reason},
@@ -227,15 +227,19 @@ pub struct FamilyStatus {
     pub multipath_hash: String,
 }
 
-/// Table updates since start: full recomputes, and route-only or
+/// Table updates since start: full recomputes, route-only or
 /// neighbour-only changes written as just those entries (fastpath-core's
-/// route_delta, neigh_delta).
+/// route_delta, neigh_delta), interface restrictions (iface_restrict).
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct Reconciles {
     pub full: u64,
     pub routes: u64,
     #[serde(default)]
     pub neighbours: u64,
+    /// Interface entries restricted (down, no forwarding, smaller MTU)
+    /// ahead of the full recompute a link change needs.
+    #[serde(default)]
+    pub interfaces: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -425,6 +429,7 @@ pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
             full: s.ops.reconciles_full,
             routes: s.ops.reconciles_routes,
             neighbours: s.ops.reconciles_neigh,
+            interfaces: s.ops.reconciles_ifaces,
         },
         interfaces,
         tables: Tables {

@@ -13,6 +13,7 @@ use fastpath_core::desired::{self, Ids};
 use fastpath_core::mirror::{Mirror, PollOutcome};
 use fastpath_core::model::{Family, KernelState, RouteKey};
 use fastpath_core::neigh_delta;
+use fastpath_core::iface_restrict;
 use fastpath_core::reconcile::Reconciler;
 use fastpath_core::route_delta::{self, FibDelta};
 use fastpath_core::tables::{Capacities, Desired, Op, TableWriter};
@@ -266,7 +267,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
                 None => idle,
             },
         };
-        match mirror.poll(&mut state, wait) {
+        match mirror.poll(&mut state, wait, &mut |st| lp.restrict_ifaces(st)) {
             Ok(PollOutcome::Idle) => last_poll_err = None,
             Ok(outcome) => {
                 last_poll_err = None;
@@ -275,7 +276,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
                     lp.ops.last_full_sync = Some(Instant::now());
                     warn!("netlink overrun: resynced from a full dump ({} so far)", mirror.resyncs());
                 }
-                debounce(&mut mirror, &mut state);
+                debounce(&mut mirror, &mut state, &mut |st| lp.restrict_ifaces(st));
                 let t = mirror.take_touched();
                 if t.other {
                     pending.everything();
@@ -436,10 +437,10 @@ impl Pending {
 
 /// After a change, keep draining until the kernel goes quiet (or the
 /// debounce budget is spent) so one burst costs one reconcile.
-fn debounce(mirror: &mut Mirror, state: &mut KernelState) {
+fn debounce(mirror: &mut Mirror, state: &mut KernelState, ahead: &mut dyn FnMut(&KernelState)) {
     let start = Instant::now();
     while start.elapsed() < DEBOUNCE_MAX {
-        match mirror.poll(state, DEBOUNCE_STEP) {
+        match mirror.poll(state, DEBOUNCE_STEP, ahead) {
             Ok(PollOutcome::Idle) => return,
             Ok(_) => {}
             Err(e) => {
@@ -657,6 +658,28 @@ impl Loop {
             }
         }
         self.reconcile_routes(state, touched)
+    }
+
+    /// What a link change takes away (down, gone, no forwarding, a smaller
+    /// MTU) goes to the maps before the route re-dump and full recompute
+    /// it needs (seconds with a full table). A failed write is left to
+    /// that recompute, which follows in any case.
+    fn restrict_ifaces(&mut self, state: &KernelState) {
+        let r = iface_restrict::restrictions(&self.reconciler.applied().ifaces, state);
+        if r.is_empty() {
+            return;
+        }
+        match self.reconciler.apply_iface_restrictions(&r, &mut self.writer) {
+            Ok(_) => {
+                self.ops.reconciles_ifaces += 1;
+                let names: Vec<String> = r
+                    .iter()
+                    .map(|(i, _)| state.links.get(i).map_or_else(|| format!("ifindex {i}"), |l| l.name.clone()))
+                    .collect();
+                info!("{}: restricted ahead of the recompute (generation {})", names.join(", "), self.reconciler.generation());
+            }
+            Err(e) => warn!("restricting interfaces ahead of the recompute: {e}"),
+        }
     }
 
     /// Writes a delta to the maps (a failure is retried as a full

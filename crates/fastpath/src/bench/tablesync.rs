@@ -3,7 +3,8 @@
 //! while the daemon runs, and daemon started with the routes present), BPF
 //! map memory per route, the latency of one route change with the full
 //! table present (netlink write -> entry visible in the BPF map), and the
-//! daemon's CPU under steady route and neighbour churn.
+//! daemon's CPU under steady route and neighbour churn, and how long a link
+//! losing or regaining carrier takes to reach the interface table (linkflap.rs).
 //!
 //! Memory is measured two ways, both printed: the maps' own accounting
 //! (`memlock:` in the map fd's fdinfo, what `bpftool map show` prints), and
@@ -22,6 +23,7 @@ use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
 use super::fulltable::{self, Gateway, Spec};
+use super::linkflap;
 use super::router::{self, Daemon};
 use super::topo::{self, Topology};
 use crate::api;
@@ -64,6 +66,10 @@ pub struct FulltableArgs {
     /// then deleted in turn, for --churn-secs; 0: skip).
     #[arg(long, default_value_t = 50)]
     pub neigh_churn: u32,
+    /// Link flaps with the full table present: r1 loses carrier and gets it
+    /// back, each timed until r1's fp_ifaces entry follows (0: skip).
+    #[arg(long, default_value_t = 3)]
+    pub link_flaps: usize,
     /// Give up waiting for the mirror after this many seconds.
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
@@ -197,6 +203,12 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
         res.neigh_churn = Some(c);
     }
     drop(ip);
+    if a.link_flaps > 0 {
+        let f = linkflap::run(&topo, d.pid(), a.link_flaps, stop)?;
+        println!("   r1 loses carrier: down in fp_ifaces after {}", summary(&f.down));
+        println!("   r1 gets carrier back: up in fp_ifaces after {}", summary(&f.up));
+        res.flaps = Some(f);
+    }
     let full_memlock = map_memlock(&topo)?;
     println!("   daemon log (tail):\n{}", indent(&d.log_tail()));
     d.stop()?;
@@ -277,6 +289,10 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
             c.ms_per_change()
         );
     }
+    if let Some(f) = &res.flaps {
+        println!("| r1 loses carrier: down in fp_ifaces, median / max | {:.2} / {:.2} ms | |", median(&f.down) * 1e3, max(&f.down) * 1e3);
+        println!("| r1 gets carrier back: up in fp_ifaces, median / max | {:.2} / {:.2} ms | |", median(&f.up) * 1e3, max(&f.up) * 1e3);
+    }
     drop(topo);
     Ok(())
 }
@@ -294,6 +310,7 @@ struct Results {
     change: Vec<(&'static str, f64, f64, f64, f64)>,
     churn: Option<Churn>,
     neigh_churn: Option<Churn>,
+    flaps: Option<linkflap::Flaps>,
 }
 
 struct Churn {
@@ -462,7 +479,7 @@ pub(super) struct Mirrored {
 
 /// Waits until process `pid` has used (almost) no CPU for a second; returns
 /// how long that took.
-fn wait_idle(pid: u32, stop: &AtomicBool) -> Result<Duration> {
+pub(super) fn wait_idle(pid: u32, stop: &AtomicBool) -> Result<Duration> {
     const STEP: Duration = Duration::from_millis(250);
     let start = Instant::now();
     let cpu = || router::process_cpu_time(pid).context("reading the daemon's CPU time");

@@ -1,0 +1,153 @@
+//! Interface entries written ahead of a full recompute. A managed link that
+//! goes down (admin or carrier), goes away, stops forwarding or shrinks its
+//! MTU makes the kernel flush or re-mark its routes without a message each,
+//! so the mirror re-dumps every route and the daemon recomputes every table:
+//! seconds with a full table, during which the data path would go on
+//! redirecting cached flows into a dead port or past the new MTU. Whatever
+//! the recompute finds, it cannot give the data path more than the
+//! interface's new state allows, so taking that permission away first is
+//! always safe: `restrictions` gives the entries with the lost flags
+//! cleared and the MTUs lowered, which the daemon writes (and bumps the
+//! generation, so cached flows go back through the egress checks) before
+//! the re-dump. Anything that widens permission (a link coming up, a larger
+//! MTU, rp_filter off) waits for the recompute.
+
+use std::collections::BTreeMap;
+
+use crate::desired::{self, if_flags};
+use crate::model::KernelState;
+use crate::tables::IfaceEntry;
+
+/// Flags that allow forwarding: clearing one only ever punts more.
+const PERMISSIONS: u16 = if_flags::UP | if_flags::FWD4 | if_flags::FWD6;
+
+/// Entries of `applied` (ifindex -> entry, as in `Desired::ifaces`) that
+/// `state` takes permission from, restricted to what both allow: a lost
+/// UP/FWD4/FWD6 cleared, each MTU at the lower of the two. Everything else
+/// of an entry stays as applied.
+pub fn restrictions(applied: &BTreeMap<u32, IfaceEntry>, state: &KernelState) -> Vec<(u32, IfaceEntry)> {
+    applied
+        .iter()
+        .filter_map(|(ifindex, old)| {
+            let now = desired::iface_entry(state, *ifindex, old.slot);
+            let mut e = old.clone();
+            match &now {
+                Some(n) => {
+                    e.flags &= !(PERMISSIONS & !n.flags);
+                    e.mtu = e.mtu.min(n.mtu);
+                    e.mtu6 = e.mtu6.min(n.mtu6);
+                }
+                // Gone (or no Ethernet address any more): nothing goes out there.
+                None => e.flags &= !PERMISSIONS,
+            }
+            (e != *old).then_some((*ifindex, e))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::fixtures::veth;
+    use crate::model::IfSysctl;
+
+    fn state(links: &[(u32, bool, bool, u32)]) -> KernelState {
+        let mut st = KernelState::default();
+        st.sysctl.forwarding6_all = true;
+        for &(i, up, running, mtu) in links {
+            let mut l = veth(i, &format!("v{i}"));
+            l.admin_up = up;
+            l.running = running;
+            l.mtu = mtu;
+            st.links.insert(i, l);
+            st.if_sysctl.insert(i, IfSysctl { forwarding4: true, forwarding6: true, ..Default::default() });
+        }
+        st
+    }
+
+    fn applied(st: &KernelState) -> BTreeMap<u32, IfaceEntry> {
+        st.links.keys().map(|&i| (i, desired::iface_entry(st, i, i * 10).unwrap())).collect()
+    }
+
+    #[test]
+    fn down_gone_and_smaller_mtu_restrict_the_rest_waits() {
+        let before = state(&[(2, true, true, 1500), (3, true, true, 1500), (4, true, true, 1500), (5, false, false, 1500)]);
+        let a = applied(&before);
+        assert!(a[&2].flags & if_flags::UP != 0 && a[&5].flags & if_flags::UP == 0);
+
+        // 2 loses carrier, 3 goes away, 4 shrinks its MTU, 5 comes up (waits).
+        let mut after = state(&[(2, true, false, 1500), (4, true, true, 1400), (5, true, true, 9000)]);
+        after.if_sysctl.get_mut(&4).unwrap().mtu6 = 1280;
+        let r: BTreeMap<_, _> = restrictions(&a, &after).into_iter().collect();
+        assert_eq!(r.keys().copied().collect::<Vec<_>>(), vec![2, 3, 4]);
+        assert_eq!(r[&2].flags, a[&2].flags & !if_flags::UP);
+        assert_eq!(r[&3].flags & PERMISSIONS, 0);
+        assert_eq!((r[&4].flags, r[&4].mtu, r[&4].mtu6), (a[&4].flags, 1400, 1280));
+        for (i, e) in &r {
+            assert_eq!((e.mac, e.slot), (a[i].mac, a[i].slot));
+        }
+        // Nothing changed: nothing to write.
+        assert!(restrictions(&a, &before).is_empty());
+    }
+
+    #[test]
+    fn forwarding_off_clears_its_family_only() {
+        let before = state(&[(2, true, true, 1500)]);
+        let a = applied(&before);
+        let mut after = before.clone();
+        after.if_sysctl.get_mut(&2).unwrap().forwarding4 = false;
+        let r = restrictions(&a, &after);
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].1.flags, a[&2].flags & !if_flags::FWD4);
+        // rp_filter turned on is not a lost permission: it waits.
+        let mut rpf = before.clone();
+        rpf.if_sysctl.get_mut(&2).unwrap().rp_filter = 1;
+        assert!(restrictions(&a, &rpf).is_empty());
+    }
+
+    proptest! {
+        /// Whatever the change, a restricted entry allows nothing that
+        /// either the old entry or the new state's own entry forbids.
+        #[test]
+        fn never_widens(
+            old in proptest::collection::vec((any::<bool>(), any::<bool>(), 1280u32..9000, any::<bool>(), any::<bool>()), 1..5),
+            new in proptest::collection::vec((any::<bool>(), any::<bool>(), 1280u32..9000, any::<bool>(), any::<bool>(), any::<bool>()), 1..5),
+        ) {
+            let mk = |v: &[(bool, bool, u32, bool, bool)]| {
+                let mut st = state(&v.iter().enumerate().map(|(i, l)| (i as u32 + 2, l.0, l.1, l.2)).collect::<Vec<_>>());
+                for (i, l) in v.iter().enumerate() {
+                    let s = st.if_sysctl.get_mut(&(i as u32 + 2)).unwrap();
+                    s.forwarding4 = l.3;
+                    s.forwarding6 = l.4;
+                }
+                st
+            };
+            let before = mk(&old);
+            let a = applied(&before);
+            let mut after = mk(&new.iter().map(|l| (l.0, l.1, l.2, l.3, l.4)).collect::<Vec<_>>());
+            for (i, l) in new.iter().enumerate() {
+                if l.5 {
+                    after.links.remove(&(i as u32 + 2));
+                }
+            }
+            let r: BTreeMap<_, _> = restrictions(&a, &after).into_iter().collect();
+            for (i, old) in &a {
+                let got = r.get(i).unwrap_or(old);
+                let now = desired::iface_entry(&after, *i, old.slot);
+                prop_assert_eq!(got.flags & !old.flags, 0);
+                prop_assert!(got.mtu <= old.mtu && got.mtu6 <= old.mtu6);
+                match now {
+                    Some(n) => {
+                        prop_assert_eq!(got.flags & PERMISSIONS & !n.flags, 0);
+                        prop_assert!(got.mtu <= n.mtu && got.mtu6 <= n.mtu6);
+                    }
+                    None => prop_assert_eq!(got.flags & PERMISSIONS, 0),
+                }
+                // Only what must change is written.
+                prop_assert_eq!(r.contains_key(i), got != old);
+            }
+        }
+    }
+}
