@@ -152,11 +152,45 @@ def test_link_changes_restrict_the_interface_ahead_of_the_recompute(lab, daemon)
         try:
             wait_for(f"the recompute after {take}", lambda: reconciles()["full"] > before["full"] and taken(r1()), 5)
             mid = reconciles()
-            assert mid["interfaces"] == before["interfaces"] + 1, (take, before, mid)
+            assert mid["ahead"] == before["ahead"] + 1, (take, before, mid)
         finally:
             lab.ip(*give)
         wait_for(f"the recompute after {give}", lambda: reconciles()["full"] > mid["full"] and not taken(r1()), 5)
-        assert reconciles()["interfaces"] == mid["interfaces"], give
+        assert reconciles()["ahead"] == mid["ahead"], give
+
+
+def test_a_new_address_is_punted_ahead_of_the_recompute(lab, daemon):
+    """An address added to the router (a virtual address taken over) is
+    made local in the FIB before the full recompute its change needs; its
+    removal waits for the recompute. Traffic to it goes to the kernel."""
+    vip = "198.51.100.77"  # inside r1's subnet, added to r0
+
+    def reconciles():
+        return daemon.status()["reconciles"]
+
+    def action():
+        return next((r["action"] for r in daemon.routes() if r["prefix"] == f"{vip}/32"), None)
+
+    before = reconciles()
+    lab.ip(lab.router, "addr", "add", f"{vip}/32", "dev", "r0")
+    try:
+        wait_for("the full recompute", lambda: reconciles()["full"] > before["full"], 5)
+        mid = reconciles()
+        assert mid["ahead"] >= before["ahead"] + 1, (before, mid)
+        assert action() == "local", daemon.routes()
+        lab.resolve_neighbours()
+        sent = daemon.counters("r0")
+        tx = Sender(lab.c0)
+        for f in udp_series(udp4, lab, range(5), dst=vip):
+            tx.send(f)
+        tx.close()
+        time.sleep(0.3)
+        d = counter_delta(sent, daemon.counters("r0"))
+        assert d.get("local", 0) == 5 and d.get("forwarded", 0) == 0, d
+    finally:
+        lab.ip(lab.router, "addr", "del", f"{vip}/32", "dev", "r0")
+    wait_for("the address gone from the FIB", lambda: action() != "local", 5)
+    assert reconciles()["ahead"] == mid["ahead"]
 
 
 def test_route_only_changes_write_just_those_routes(lab, daemon):

@@ -11,6 +11,7 @@ pub mod desired;
 #[cfg(test)]
 mod fixtures;
 pub mod iface_restrict;
+pub mod local_ahead;
 pub mod mirror;
 pub mod mphash;
 pub mod model;

@@ -451,18 +451,22 @@ impl Mirror {
 
     /// Waits up to `timeout` for events and applies them all to `state`.
     /// `ahead` sees the state once the events (and the sysctls they point
-    /// to) are in, before the re-dumps they may need: with a full table a
-    /// route re-dump takes seconds, and what a link change takes away must
-    /// not wait for it (`iface_restrict`).
+    /// to) are in, before the re-dumps they may need, with the keys of the
+    /// routes this call's events touched and whether anything but routes and
+    /// neighbours changed since the last `take_touched`: with a full table a
+    /// re-dump, or the full recompute that follows, takes seconds, and what
+    /// a change takes away must not wait for it (`iface_restrict`,
+    /// `local_ahead`).
     pub fn poll(
         &mut self,
         state: &mut KernelState,
         timeout: Duration,
-        ahead: &mut dyn FnMut(&KernelState),
+        ahead: &mut dyn FnMut(&KernelState, &[(Family, RouteKey)], bool),
     ) -> Result<PollOutcome, MirrorError> {
         if !wait_readable(self.events.as_raw_fd(), timeout)? {
             return Ok(PollOutcome::Idle);
         }
+        let first_route = self.touched.routes.len();
         let mut changed = false;
         let mut f = Followups::default();
         for _ in 0..DRAIN_LIMIT {
@@ -523,8 +527,8 @@ impl Mirror {
                 }
             }
         }
-        if self.touched.other {
-            ahead(state);
+        if self.touched.other || self.touched.routes.len() > first_route {
+            ahead(state, &self.touched.routes[first_route..], self.touched.other);
         }
         if f.full {
             let fresh = self.resync()?;

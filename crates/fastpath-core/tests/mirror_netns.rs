@@ -51,7 +51,7 @@ fn poll_until(
     let deadline = Instant::now() + Duration::from_secs(5);
     while !pred(st) {
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        m.poll(st, Duration::from_millis(100), &mut |_| {}).expect("poll");
+        m.poll(st, Duration::from_millis(100), &mut |_, _, _| {}).expect("poll");
     }
 }
 
@@ -246,7 +246,7 @@ fn ahead_sees_link_changes_before_the_route_redump() {
         let deadline = Instant::now() + Duration::from_secs(5);
         while !linkdown(&st) {
             assert!(Instant::now() < deadline, "the route never showed linkdown");
-            m.poll(&mut st, Duration::from_millis(100), &mut |s| {
+            m.poll(&mut st, Duration::from_millis(100), &mut |s, _, _| {
                 seen.get_or_insert((s.links[&t0].running, linkdown(s)));
             })
             .expect("poll");
@@ -259,7 +259,7 @@ fn ahead_sees_link_changes_before_the_route_redump() {
         let deadline = Instant::now() + Duration::from_secs(5);
         while got != Some((1400, false)) {
             assert!(Instant::now() < deadline, "ahead never saw mtu 1400 and forwarding off: {got:?}");
-            m.poll(&mut st, Duration::from_millis(100), &mut |s| {
+            m.poll(&mut st, Duration::from_millis(100), &mut |s, _, _| {
                 got = Some((s.links[&t0].mtu, s.if_sysctl[&t0].forwarding4));
             })
             .expect("poll");
@@ -288,7 +288,7 @@ fn overrun_resyncs() {
         let mut outcome = PollOutcome::Idle;
         let deadline = Instant::now() + Duration::from_secs(5);
         while outcome != PollOutcome::Resynced && Instant::now() < deadline {
-            outcome = m.poll(&mut st, Duration::from_millis(100), &mut |_| {}).expect("poll");
+            outcome = m.poll(&mut st, Duration::from_millis(100), &mut |_, _, _| {}).expect("poll");
         }
         assert_eq!(outcome, PollOutcome::Resynced);
         assert_eq!(m.resyncs(), 1);

@@ -9,7 +9,7 @@
 //! status:
 //! ```text
 //! {"generation":u64, "netlink_resyncs":u64, "neigh_keepalives":u64,
-//!  "reconciles":{"full":n, "routes":n, "neighbours":n, "interfaces":n} (table updates: full recomputes, route-only and neighbour-only changes, interfaces restricted ahead of a recompute),
+//!  "reconciles":{"full":n, "routes":n, "neighbours":n, "ahead":n} (table updates: full recomputes, route-only and neighbour-only changes, punting entries written ahead of a recompute),
 //!  "interfaces":[{"name":str, "ifindex":n, "xdp_mode":"native"|"generic", "mac":"aa:bb:..",
 //!                 "mtu":n, "up":bool, "fwd4":bool, "fwd6":bool, "rp_filter":0|1|2,
 //!                 "counters":{"<reason>":{"packets":n,"bytes":n}, ... every reason},
@@ -229,17 +229,19 @@ pub struct FamilyStatus {
 
 /// Table updates since start: full recomputes, route-only or
 /// neighbour-only changes written as just those entries (fastpath-core's
-/// route_delta, neigh_delta), interface restrictions (iface_restrict).
+/// route_delta, neigh_delta), punting entries written ahead of a
+/// recompute (iface_restrict, local_ahead).
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct Reconciles {
     pub full: u64,
     pub routes: u64,
     #[serde(default)]
     pub neighbours: u64,
-    /// Interface entries restricted (down, no forwarding, smaller MTU)
-    /// ahead of the full recompute a link change needs.
+    /// Punting entries written ahead of the full recompute a change needs:
+    /// an interface restricted (down, no forwarding, smaller MTU), new
+    /// local-table routes and own addresses.
     #[serde(default)]
-    pub interfaces: u64,
+    pub ahead: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -429,7 +431,7 @@ pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
             full: s.ops.reconciles_full,
             routes: s.ops.reconciles_routes,
             neighbours: s.ops.reconciles_neigh,
-            interfaces: s.ops.reconciles_ifaces,
+            ahead: s.ops.reconciles_ahead,
         },
         interfaces,
         tables: Tables {

@@ -14,6 +14,7 @@ use fastpath_core::mirror::{Mirror, PollOutcome};
 use fastpath_core::model::{Family, KernelState, RouteKey};
 use fastpath_core::neigh_delta;
 use fastpath_core::iface_restrict;
+use fastpath_core::local_ahead;
 use fastpath_core::reconcile::Reconciler;
 use fastpath_core::route_delta::{self, FibDelta};
 use fastpath_core::tables::{Capacities, Desired, Op, TableWriter};
@@ -267,7 +268,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
                 None => idle,
             },
         };
-        match mirror.poll(&mut state, wait, &mut |st| lp.restrict_ifaces(st)) {
+        match mirror.poll(&mut state, wait, &mut |st, routes, other| lp.ahead(st, routes, other)) {
             Ok(PollOutcome::Idle) => last_poll_err = None,
             Ok(outcome) => {
                 last_poll_err = None;
@@ -276,7 +277,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
                     lp.ops.last_full_sync = Some(Instant::now());
                     warn!("netlink overrun: resynced from a full dump ({} so far)", mirror.resyncs());
                 }
-                debounce(&mut mirror, &mut state, &mut |st| lp.restrict_ifaces(st));
+                debounce(&mut mirror, &mut state, &mut |st, routes, other| lp.ahead(st, routes, other));
                 let t = mirror.take_touched();
                 if t.other {
                     pending.everything();
@@ -437,7 +438,7 @@ impl Pending {
 
 /// After a change, keep draining until the kernel goes quiet (or the
 /// debounce budget is spent) so one burst costs one reconcile.
-fn debounce(mirror: &mut Mirror, state: &mut KernelState, ahead: &mut dyn FnMut(&KernelState)) {
+fn debounce(mirror: &mut Mirror, state: &mut KernelState, ahead: &mut dyn FnMut(&KernelState, &[(Family, RouteKey)], bool)) {
     let start = Instant::now();
     while start.elapsed() < DEBOUNCE_MAX {
         match mirror.poll(state, DEBOUNCE_STEP, ahead) {
@@ -660,10 +661,36 @@ impl Loop {
         self.reconcile_routes(state, touched)
     }
 
+    /// Mirror::poll's hook, before the re-dumps and the full recompute a
+    /// change needs (seconds with a full table): what the change takes away
+    /// goes to the maps at once. `routes`: keys this poll touched; `other`:
+    /// more than routes and neighbours changed since the last reconcile.
+    fn ahead(&mut self, state: &KernelState, routes: &[(Family, RouteKey)], other: bool) {
+        if other {
+            self.restrict_ifaces(state);
+        }
+        // A resource model decides what reaches the FIB maps (and counts it).
+        if self.admission.is_some() {
+            return;
+        }
+        let d = local_ahead::local_ahead(self.reconciler.applied(), state, routes, other, &self.caps);
+        if d.is_empty() {
+            return;
+        }
+        let n = d.len();
+        match self.write_delta(d, Timing::default()) {
+            Ok(()) => {
+                self.ops.reconciles_ahead += 1;
+                info!("{n} local-table or own-address entries punted ahead of the recompute (generation {})", self.reconciler.generation());
+            }
+            Err(e) => warn!("writing local routes ahead of the recompute: {e:#}"),
+        }
+    }
+
     /// What a link change takes away (down, gone, no forwarding, a smaller
     /// MTU) goes to the maps before the route re-dump and full recompute
-    /// it needs (seconds with a full table). A failed write is left to
-    /// that recompute, which follows in any case.
+    /// it needs. A failed write is left to that recompute, which follows in
+    /// any case.
     fn restrict_ifaces(&mut self, state: &KernelState) {
         let r = iface_restrict::restrictions(&self.reconciler.applied().ifaces, state);
         if r.is_empty() {
@@ -671,7 +698,7 @@ impl Loop {
         }
         match self.reconciler.apply_iface_restrictions(&r, &mut self.writer) {
             Ok(_) => {
-                self.ops.reconciles_ifaces += 1;
+                self.ops.reconciles_ahead += 1;
                 let names: Vec<String> = r
                     .iter()
                     .map(|(i, _)| state.links.get(i).map_or_else(|| format!("ifindex {i}"), |l| l.name.clone()))

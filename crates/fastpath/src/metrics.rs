@@ -16,10 +16,11 @@
 //! - `fastpath_full_sync_age_seconds`: since the last full dump (start or resync)
 //! - `fastpath_netlink_resyncs`, `fastpath_reconcile_failures`,
 //!   `fastpath_config_reloads` {result=ok|failed}, `fastpath_neigh_keepalives`
-//! - `fastpath_reconciles` {kind=full|routes|neighbours|interfaces}: table
+//! - `fastpath_reconciles` {kind=full|routes|neighbours|ahead}: table
 //!   updates that recomputed everything, route-only or neighbour-only
-//!   changes written as just those entries, and interface entries restricted
-//!   ahead of the recompute a link change needs
+//!   changes written as just those entries, and punting entries written
+//!   ahead of the recompute a change needs (interface restrictions, new
+//!   local routes)
 //! - `fastpath_generation`: table generation
 
 use std::net::SocketAddr;
@@ -70,9 +71,9 @@ pub struct OpsStats {
     pub reconciles_full: u64,
     pub reconciles_routes: u64,
     pub reconciles_neigh: u64,
-    /// Interface entries restricted ahead of the recompute a link change
-    /// needs (iface_restrict): writes, not reconciles.
-    pub reconciles_ifaces: u64,
+    /// Punting entries written ahead of the recompute a change needs
+    /// (iface_restrict, local_ahead): writes, not reconciles.
+    pub reconciles_ahead: u64,
     pub reloads_ok: u64,
     pub reloads_failed: u64,
 }
@@ -285,13 +286,13 @@ impl Collector for Scrape {
         counters_by(
             &mut e,
             "fastpath_reconciles",
-            "Table updates: full recomputes, route-only or neighbour-only changes written as just those entries, and interfaces restricted ahead of a recompute.",
+            "Table updates: full recomputes, route-only or neighbour-only changes written as just those entries, and punting entries written ahead of a recompute.",
             "kind",
             &[
                 ("full", o.reconciles_full),
                 ("routes", o.reconciles_routes),
                 ("neighbours", o.reconciles_neigh),
-                ("interfaces", o.reconciles_ifaces),
+                ("ahead", o.reconciles_ahead),
             ],
         )?;
         counter(&mut e, "fastpath_neigh_keepalives", "Neighbours refreshed in the kernel because fast-pathed traffic used them.", s.neigh_keepalives)?;
@@ -373,7 +374,7 @@ mod tests {
             reconciles_full: 3,
             reconciles_routes: 5,
             reconciles_neigh: 7,
-            reconciles_ifaces: 1,
+            reconciles_ahead: 1,
             reloads_ok: 1,
             ..Default::default()
         };
@@ -400,7 +401,7 @@ mod tests {
             "fastpath_reconciles_total{kind=\"full\"} 3",
             "fastpath_reconciles_total{kind=\"routes\"} 5",
             "fastpath_reconciles_total{kind=\"neighbours\"} 7",
-            "fastpath_reconciles_total{kind=\"interfaces\"} 1",
+            "fastpath_reconciles_total{kind=\"ahead\"} 1",
             "fastpath_generation 4.0",
         ] {
             assert!(out.lines().any(|l| l == line), "missing {line:?} in\n{out}");

@@ -28,7 +28,7 @@ mod stateful_crr;
 mod table1;
 mod table1_frr;
 mod table1_watch;
-mod linkflap;
+mod failover;
 mod tablesync;
 mod topo;
 mod traffic;

@@ -4,7 +4,8 @@
 //! map memory per route, the latency of one route change with the full
 //! table present (netlink write -> entry visible in the BPF map), and the
 //! daemon's CPU under steady route and neighbour churn, and how long a link
-//! losing or regaining carrier takes to reach the interface table (linkflap.rs).
+//! losing or regaining carrier and an address taken over take to reach the
+//! maps (failover.rs).
 //!
 //! Memory is measured two ways, both printed: the maps' own accounting
 //! (`memlock:` in the map fd's fdinfo, what `bpftool map show` prints), and
@@ -23,7 +24,7 @@ use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
 use super::fulltable::{self, Gateway, Spec};
-use super::linkflap;
+use super::failover;
 use super::router::{self, Daemon};
 use super::topo::{self, Topology};
 use crate::api;
@@ -70,6 +71,10 @@ pub struct FulltableArgs {
     /// back, each timed until r1's fp_ifaces entry follows (0: skip).
     #[arg(long, default_value_t = 3)]
     pub link_flaps: usize,
+    /// Address takeovers with the full table present: 198.51.100.77/32
+    /// added to r0 and removed, each timed until fp_fib4 follows (0: skip).
+    #[arg(long, default_value_t = 3)]
+    pub takeovers: usize,
     /// Give up waiting for the mirror after this many seconds.
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
@@ -204,10 +209,16 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
     }
     drop(ip);
     if a.link_flaps > 0 {
-        let f = linkflap::run(&topo, d.pid(), a.link_flaps, stop)?;
+        let f = failover::link_flaps(&topo, d.pid(), a.link_flaps, stop)?;
         println!("   r1 loses carrier: down in fp_ifaces after {}", summary(&f.down));
         println!("   r1 gets carrier back: up in fp_ifaces after {}", summary(&f.up));
         res.flaps = Some(f);
+    }
+    if a.takeovers > 0 {
+        let f = failover::address_takeovers(&topo, d.pid(), a.takeovers, stop)?;
+        println!("   198.51.100.77/32 added to r0: local in fp_fib4 after {}", summary(&f.down));
+        println!("   and removed: no longer local after {}", summary(&f.up));
+        res.takeovers = Some(f);
     }
     let full_memlock = map_memlock(&topo)?;
     println!("   daemon log (tail):\n{}", indent(&d.log_tail()));
@@ -293,6 +304,10 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
         println!("| r1 loses carrier: down in fp_ifaces, median / max | {:.2} / {:.2} ms | |", median(&f.down) * 1e3, max(&f.down) * 1e3);
         println!("| r1 gets carrier back: up in fp_ifaces, median / max | {:.2} / {:.2} ms | |", median(&f.up) * 1e3, max(&f.up) * 1e3);
     }
+    if let Some(f) = &res.takeovers {
+        println!("| address added: local in fp_fib4, median / max | {:.2} / {:.2} ms | |", median(&f.down) * 1e3, max(&f.down) * 1e3);
+        println!("| address removed: not local, median / max | {:.2} / {:.2} ms | |", median(&f.up) * 1e3, max(&f.up) * 1e3);
+    }
     drop(topo);
     Ok(())
 }
@@ -310,7 +325,8 @@ struct Results {
     change: Vec<(&'static str, f64, f64, f64, f64)>,
     churn: Option<Churn>,
     neigh_churn: Option<Churn>,
-    flaps: Option<linkflap::Flaps>,
+    flaps: Option<failover::Flaps>,
+    takeovers: Option<failover::Flaps>,
 }
 
 struct Churn {

@@ -1,0 +1,140 @@
+//! `fastpath bench fulltable`, last part: what the changes of a failover
+//! cost with the full table present.
+//!
+//! - A link flap: the sink's end of r1's veth goes down, so r1 loses carrier
+//!   (its routes stay, marked linkdown, so nothing has to be loaded again),
+//!   then comes back up. Timed from the `ip link` command to r1's fp_ifaces
+//!   entry losing FP_IF_UP (from then on the data path punts what would have
+//!   gone out of r1, cached flows included, and the kernel decides), and from
+//!   the second command to the entry having it again (a route re-dump and a
+//!   full recompute later).
+//! - An address taken over (what keepalived does with a virtual address):
+//!   198.51.100.77/32 added to r0, inside the subnet routed out of r1, then
+//!   removed. Timed from the `ip addr` command until fp_fib4's answer for the
+//!   address is a local route (from then on its packets are punted to the
+//!   kernel, which delivers them), and back.
+
+use std::mem::offset_of;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use fastpath_bpf::intf::{fp_iface, fp_route, fp_route_type, FP_IF_UP, FP_MAX_IFACES};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+
+use super::router;
+use super::tablesync::wait_idle;
+use super::topo::{self, Topology};
+
+/// Seconds per flap: until r1 was down in fp_ifaces, until it was up again.
+#[derive(Default)]
+pub struct Flaps {
+    pub down: Vec<f64>,
+    pub up: Vec<f64>,
+}
+
+pub fn link_flaps(t: &Topology, daemon_pid: u32, flaps: usize, stop: &AtomicBool) -> Result<Flaps> {
+    let ifaces = router::fastpath_map(t, "fp_ifaces")?;
+    let r1 = t.ifindex(&t.router, topo::R1)?;
+    let slot = slot_of(&ifaces, r1)?;
+    let mut out = Flaps::default();
+    for _ in 0..flaps {
+        for (state, want_up) in [("down", false), ("up", true)] {
+            wait_idle(daemon_pid, stop)?;
+            let t0 = Instant::now();
+            set_link(&t.sink, topo::S0, state)?;
+            while up(&ifaces, slot)? != want_up {
+                if stop.load(Ordering::Relaxed) {
+                    bail!("interrupted");
+                }
+                if t0.elapsed() > Duration::from_secs(60) {
+                    bail!("r1 not {state} in fp_ifaces 60 s after its peer went {state}");
+                }
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            let took = t0.elapsed().as_secs_f64();
+            if want_up { &mut out.up } else { &mut out.down }.push(took);
+        }
+    }
+    Ok(out)
+}
+
+/// The address taken over and given back.
+const VIP: [u8; 4] = [198, 51, 100, 77];
+
+/// Seconds per takeover: until the address was local in fp_fib4, until it
+/// was not any more.
+pub fn address_takeovers(t: &Topology, daemon_pid: u32, n: usize, stop: &AtomicBool) -> Result<Flaps> {
+    let fib4 = router::fastpath_map(t, "fp_fib4")?;
+    let vip = format!("{}/32", std::net::Ipv4Addr::from(VIP));
+    let mut out = Flaps::default();
+    for _ in 0..n {
+        for (verb, want_local) in [("add", true), ("del", false)] {
+            wait_idle(daemon_pid, stop)?;
+            let t0 = Instant::now();
+            ip(&["-n", &t.router, "addr", verb, &vip, "dev", topo::R0])?;
+            while local(&fib4)? != want_local {
+                if stop.load(Ordering::Relaxed) {
+                    bail!("interrupted");
+                }
+                if t0.elapsed() > Duration::from_secs(60) {
+                    bail!("{vip} not {} in fp_fib4 60 s after ip addr {verb}", if want_local { "local" } else { "gone" });
+                }
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            let took = t0.elapsed().as_secs_f64();
+            // `down`: the address taken (punted), `up`: given back.
+            if want_local { &mut out.down } else { &mut out.up }.push(took);
+        }
+    }
+    Ok(out)
+}
+
+/// fp_fib4's longest match for VIP is a local route.
+fn local(fib4: &MapHandle) -> Result<bool> {
+    let mut key = 32u32.to_ne_bytes().to_vec();
+    key.extend_from_slice(&VIP);
+    let Some(v) = fib4.lookup(&key, MapFlags::ANY).context("looking up fp_fib4")? else {
+        return Ok(false);
+    };
+    Ok(v.get(offset_of!(fp_route, type_)).is_some_and(|t| *t == fp_route_type::FP_RT_LOCAL as u8))
+}
+
+fn ip(args: &[&str]) -> Result<()> {
+    let st = Command::new("ip").args(args).status().context("running ip")?;
+    if !st.success() {
+        bail!("ip {} failed", args.join(" "));
+    }
+    Ok(())
+}
+
+fn set_link(ns: &str, dev: &str, state: &str) -> Result<()> {
+    ip(&["-n", ns, "link", "set", dev, state])
+}
+
+fn entry(map: &MapHandle, slot: u32) -> Result<Vec<u8>> {
+    map.lookup(&slot.to_ne_bytes(), MapFlags::ANY)
+        .context("reading fp_ifaces")?
+        .context("fp_ifaces slot out of range")
+}
+
+fn field_u32(v: &[u8], off: usize) -> u32 {
+    v.get(off..off + 4).map_or(0, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+fn up(map: &MapHandle, slot: u32) -> Result<bool> {
+    let v = entry(map, slot)?;
+    let off = offset_of!(fp_iface, flags);
+    let flags = v.get(off..off + 2).map_or(0, |b| u16::from_ne_bytes([b[0], b[1]]));
+    Ok(u32::from(flags) & FP_IF_UP != 0)
+}
+
+fn slot_of(map: &MapHandle, ifindex: u32) -> Result<u32> {
+    for slot in 0..FP_MAX_IFACES {
+        if field_u32(&entry(map, slot)?, offset_of!(fp_iface, ifindex)) == ifindex {
+            return Ok(slot);
+        }
+    }
+    bail!("no fp_ifaces slot holds ifindex {ifindex}")
+}
