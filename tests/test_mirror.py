@@ -130,11 +130,11 @@ def test_neighbour_only_changes_write_just_those_entries(lab, daemon):
 
 
 def test_link_changes_restrict_the_interface_ahead_of_the_recompute(lab, daemon):
-    """What a link change takes away (r1 losing carrier, a smaller MTU) is
-    written to r1's interface entry before the route re-dump and full
-    recompute the change needs (seconds with a full table: `fastpath bench
-    fulltable` times it); what gives permission back (carrier again, the
-    old MTU) waits for the recompute."""
+    """What a link change takes away (r1 losing carrier, a smaller MTU,
+    rp_filter turned on) is written to r1's interface entry before the route
+    re-dump and full recompute the change needs (seconds with a full table:
+    `fastpath bench fulltable` times it); what gives permission back
+    (carrier again, the old MTU, rp_filter off) waits for the recompute."""
 
     def reconciles():
         return daemon.status()["reconciles"]
@@ -142,21 +142,29 @@ def test_link_changes_restrict_the_interface_ahead_of_the_recompute(lab, daemon)
     def r1():
         return next(i for i in daemon.status()["interfaces"] if i["name"] == "r1")
 
-    for take, give, taken in (
-        ((lab.server, "link", "set", "s0", "down"), (lab.server, "link", "set", "s0", "up"), lambda i: not i["up"]),
-        ((lab.router, "link", "set", "r1", "mtu", "1400"), (lab.router, "link", "set", "r1", "mtu", "1500"),
+    def ip(*args):
+        return lambda: lab.ip(*args)
+
+    def rp_filter(v):
+        return lambda: lab.sysctl(lab.router, "net.ipv4.conf.r1.rp_filter", v)
+
+    for what, take, give, taken in (
+        ("carrier loss", ip(lab.server, "link", "set", "s0", "down"), ip(lab.server, "link", "set", "s0", "up"),
+         lambda i: not i["up"]),
+        ("smaller MTU", ip(lab.router, "link", "set", "r1", "mtu", "1400"), ip(lab.router, "link", "set", "r1", "mtu", "1500"),
          lambda i: i["mtu"] == 1400),
+        ("rp_filter on", rp_filter("1"), rp_filter("0"), lambda i: i["rp_filter"] == 1),
     ):
         before = reconciles()
-        lab.ip(*take)
+        take()
         try:
-            wait_for(f"the recompute after {take}", lambda: reconciles()["full"] > before["full"] and taken(r1()), 5)
+            wait_for(f"the recompute after {what}", lambda: reconciles()["full"] > before["full"] and taken(r1()), 5)
             mid = reconciles()
-            assert mid["ahead"] == before["ahead"] + 1, (take, before, mid)
+            assert mid["ahead"] == before["ahead"] + 1, (what, before, mid)
         finally:
-            lab.ip(*give)
-        wait_for(f"the recompute after {give}", lambda: reconciles()["full"] > mid["full"] and not taken(r1()), 5)
-        assert reconciles()["ahead"] == mid["ahead"], give
+            give()
+        wait_for(f"the recompute after undoing {what}", lambda: reconciles()["full"] > mid["full"] and not taken(r1()), 5)
+        assert reconciles()["ahead"] == mid["ahead"], what
 
 
 def test_a_new_address_is_punted_ahead_of_the_recompute(lab, daemon):

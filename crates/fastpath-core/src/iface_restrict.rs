@@ -7,10 +7,12 @@
 //! the recompute finds, it cannot give the data path more than the
 //! interface's new state allows, so taking that permission away first is
 //! always safe: `restrictions` gives the entries with the lost flags
-//! cleared and the MTUs lowered, which the daemon writes (and bumps the
-//! generation, so cached flows go back through the egress checks) before
-//! the re-dump. Anything that widens permission (a link coming up, a larger
-//! MTU, rp_filter off) waits for the recompute.
+//! cleared, the MTUs lowered and a stricter rp_filter in force (each level
+//! refuses every source the one below does, and the check reads only the
+//! FIB, which such a change leaves as it is), which the daemon writes (and
+//! bumps the generation, so cached flows go back through the checks) before
+//! the re-dump or recompute. Anything that widens permission (a link coming
+//! up, a larger MTU, a looser rp_filter) waits for the recompute.
 
 use std::collections::BTreeMap;
 
@@ -20,11 +22,23 @@ use crate::tables::IfaceEntry;
 
 /// Flags that allow forwarding: clearing one only ever punts more.
 const PERMISSIONS: u16 = if_flags::UP | if_flags::FWD4 | if_flags::FWD6;
+const RPF: u16 = if_flags::RPF_STRICT | if_flags::RPF_LOOSE;
+
+/// rp_filter off < loose < strict.
+fn rpf_level(flags: u16) -> u8 {
+    if flags & if_flags::RPF_STRICT != 0 {
+        2
+    } else if flags & if_flags::RPF_LOOSE != 0 {
+        1
+    } else {
+        0
+    }
+}
 
 /// Entries of `applied` (ifindex -> entry, as in `Desired::ifaces`) that
 /// `state` takes permission from, restricted to what both allow: a lost
-/// UP/FWD4/FWD6 cleared, each MTU at the lower of the two. Everything else
-/// of an entry stays as applied.
+/// UP/FWD4/FWD6 cleared, each MTU at the lower of the two, the stricter
+/// rp_filter. Everything else of an entry stays as applied.
 pub fn restrictions(applied: &BTreeMap<u32, IfaceEntry>, state: &KernelState) -> Vec<(u32, IfaceEntry)> {
     applied
         .iter()
@@ -36,6 +50,9 @@ pub fn restrictions(applied: &BTreeMap<u32, IfaceEntry>, state: &KernelState) ->
                     e.flags &= !(PERMISSIONS & !n.flags);
                     e.mtu = e.mtu.min(n.mtu);
                     e.mtu6 = e.mtu6.min(n.mtu6);
+                    if rpf_level(n.flags) > rpf_level(e.flags) {
+                        e.flags = (e.flags & !RPF) | (n.flags & RPF);
+                    }
                 }
                 // Gone (or no Ethernet address any more): nothing goes out there.
                 None => e.flags &= !PERMISSIONS,
@@ -101,10 +118,20 @@ mod tests {
         let r = restrictions(&a, &after);
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].1.flags, a[&2].flags & !if_flags::FWD4);
-        // rp_filter turned on is not a lost permission: it waits.
+        // rp_filter stricter: written ahead; looser: waits.
         let mut rpf = before.clone();
-        rpf.if_sysctl.get_mut(&2).unwrap().rp_filter = 1;
-        assert!(restrictions(&a, &rpf).is_empty());
+        for (level, flag) in [(2, if_flags::RPF_LOOSE), (1, if_flags::RPF_STRICT)] {
+            rpf.if_sysctl.get_mut(&2).unwrap().rp_filter = level;
+            let r = restrictions(&a, &rpf);
+            assert_eq!(r.len(), 1);
+            assert_eq!(r[0].1.flags, a[&2].flags | flag);
+        }
+        let mut strict = a.clone();
+        strict.get_mut(&2).unwrap().flags |= if_flags::RPF_STRICT;
+        rpf.if_sysctl.get_mut(&2).unwrap().rp_filter = 2;
+        assert!(restrictions(&strict, &rpf).is_empty());
+        rpf.if_sysctl.get_mut(&2).unwrap().rp_filter = 0;
+        assert!(restrictions(&strict, &rpf).is_empty());
     }
 
     proptest! {
@@ -112,23 +139,24 @@ mod tests {
         /// either the old entry or the new state's own entry forbids.
         #[test]
         fn never_widens(
-            old in proptest::collection::vec((any::<bool>(), any::<bool>(), 1280u32..9000, any::<bool>(), any::<bool>()), 1..5),
-            new in proptest::collection::vec((any::<bool>(), any::<bool>(), 1280u32..9000, any::<bool>(), any::<bool>(), any::<bool>()), 1..5),
+            old in proptest::collection::vec((any::<bool>(), any::<bool>(), 1280u32..9000, any::<bool>(), any::<bool>(), 0u8..3), 1..5),
+            new in proptest::collection::vec((any::<bool>(), any::<bool>(), 1280u32..9000, any::<bool>(), any::<bool>(), 0u8..3, any::<bool>()), 1..5),
         ) {
-            let mk = |v: &[(bool, bool, u32, bool, bool)]| {
+            let mk = |v: &[(bool, bool, u32, bool, bool, u8)]| {
                 let mut st = state(&v.iter().enumerate().map(|(i, l)| (i as u32 + 2, l.0, l.1, l.2)).collect::<Vec<_>>());
                 for (i, l) in v.iter().enumerate() {
                     let s = st.if_sysctl.get_mut(&(i as u32 + 2)).unwrap();
                     s.forwarding4 = l.3;
                     s.forwarding6 = l.4;
+                    s.rp_filter = l.5;
                 }
                 st
             };
             let before = mk(&old);
             let a = applied(&before);
-            let mut after = mk(&new.iter().map(|l| (l.0, l.1, l.2, l.3, l.4)).collect::<Vec<_>>());
+            let mut after = mk(&new.iter().map(|l| (l.0, l.1, l.2, l.3, l.4, l.5)).collect::<Vec<_>>());
             for (i, l) in new.iter().enumerate() {
-                if l.5 {
+                if l.6 {
                     after.links.remove(&(i as u32 + 2));
                 }
             }
@@ -136,12 +164,15 @@ mod tests {
             for (i, old) in &a {
                 let got = r.get(i).unwrap_or(old);
                 let now = desired::iface_entry(&after, *i, old.slot);
-                prop_assert_eq!(got.flags & !old.flags, 0);
+                prop_assert_eq!(got.flags & PERMISSIONS & !old.flags, 0);
                 prop_assert!(got.mtu <= old.mtu && got.mtu6 <= old.mtu6);
+                prop_assert!(rpf_level(got.flags) >= rpf_level(old.flags));
+                prop_assert!(got.flags & RPF != RPF, "strict and loose at once");
                 match now {
                     Some(n) => {
                         prop_assert_eq!(got.flags & PERMISSIONS & !n.flags, 0);
                         prop_assert!(got.mtu <= n.mtu && got.mtu6 <= n.mtu6);
+                        prop_assert!(rpf_level(got.flags) >= rpf_level(n.flags));
                     }
                     None => prop_assert_eq!(got.flags & PERMISSIONS, 0),
                 }
