@@ -167,6 +167,31 @@ def test_link_changes_restrict_the_interface_ahead_of_the_recompute(lab, daemon)
         assert reconciles()["ahead"] == mid["ahead"], what
 
 
+def test_a_new_rule_punts_its_family_ahead_of_the_recompute(lab, daemon):
+    """An ip rule added makes the kernel look up another table for some
+    packets: the family is punted before the full recompute (which says so
+    in its problems); the rule's removal waits for the recompute."""
+
+    def reconciles():
+        return daemon.status()["reconciles"]
+
+    def fast4():
+        return daemon.status()["families"]["ipv4"]["fast_path"]
+
+    before = reconciles()
+    assert fast4()
+    rule = ("rule", "add", "from", "192.0.2.0/24", "table", "100", "pref", "100")
+    lab.ip(lab.router, *rule)
+    try:
+        wait_for("the full recompute", lambda: reconciles()["full"] > before["full"] and not fast4(), 5)
+        mid = reconciles()
+        assert mid["ahead"] == before["ahead"] + 1, (before, mid)
+    finally:
+        lab.ip(lab.router, "rule", "del", *rule[2:])
+    wait_for("IPv4 fast again", fast4, 5)
+    assert reconciles()["ahead"] == mid["ahead"]
+
+
 def test_a_new_address_is_punted_ahead_of_the_recompute(lab, daemon):
     """An address added to the router (a virtual address taken over) is
     made local in the FIB before the full recompute its change needs; its

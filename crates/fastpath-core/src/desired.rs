@@ -699,6 +699,34 @@ fn family_name(fam: Family) -> &'static str {
     }
 }
 
+/// The families punted because the kernel's lookup is not the main table's
+/// (`Switches::policy_punt`), and why.
+pub(crate) fn policy_punts(state: &KernelState, managed: &BTreeMap<u32, u32>) -> (u32, Vec<String>) {
+    let (mut bits, mut problems) = (0, Vec::new());
+    for fam in [Family::V4, Family::V6] {
+        if let Some(p) = policy_problem(&state.rules, fam) {
+            bits |= fam.bit();
+            problems.push(p);
+        }
+    }
+    // A VRF slave's traffic is looked up in the VRF's table via the l3mdev
+    // rule; whatever the rules look like, we do not mirror that.
+    for ifindex in managed.keys() {
+        let Some(master) = state.links.get(ifindex).and_then(|l| l.master) else {
+            continue;
+        };
+        let Some(m) = state.links.get(&master) else {
+            continue;
+        };
+        if m.kind.as_deref() == Some("vrf") {
+            let name = state.links.get(ifindex).map(|l| l.name.as_str()).unwrap_or("?");
+            bits |= BOTH;
+            problems.push(format!("{name} is enslaved to VRF {}: IPv4 and IPv6 punted", m.name));
+        }
+    }
+    (bits, problems)
+}
+
 /// The rules the kernel installs in a fresh namespace: (priority, table).
 fn default_rules(fam: Family) -> &'static [(u32, u32)] {
     match fam {
@@ -1145,34 +1173,9 @@ pub fn compute_gated(
 
     d.neigh = neigh_entries(state, managed);
 
-    for fam in [Family::V4, Family::V6] {
-        if let Some(p) = policy_problem(&state.rules, fam) {
-            d.switches.policy_punt |= fam.bit();
-            d.problems.push(p);
-        }
-    }
-    // A VRF slave's traffic is looked up in the VRF's table via the l3mdev
-    // rule; whatever the rules look like, we do not mirror that.
-    for ifindex in managed.keys() {
-        let Some(master) = state.links.get(ifindex).and_then(|l| l.master) else {
-            continue;
-        };
-        let Some(m) = state.links.get(&master) else {
-            continue;
-        };
-        if m.kind.as_deref() == Some("vrf") {
-            let name = state
-                .links
-                .get(ifindex)
-                .map(|l| l.name.as_str())
-                .unwrap_or("?");
-            d.switches.policy_punt |= BOTH;
-            d.problems.push(format!(
-                "{name} is enslaved to VRF {}: IPv4 and IPv6 punted",
-                m.name
-            ));
-        }
-    }
+    let (bits, problems) = policy_punts(state, managed);
+    d.switches.policy_punt |= bits;
+    d.problems.extend(problems);
 
     // A missing neighbour punts (no_neigh) and the kernel, which has it,
     // forwards: the ones that do not fit are left out.

@@ -13,12 +13,17 @@
 //! bumps the generation, so cached flows go back through the checks) before
 //! the re-dump or recompute. Anything that widens permission (a link coming
 //! up, a larger MTU, a looser rp_filter) waits for the recompute.
+//!
+//! An ip rule added, or a managed interface enslaved to a VRF, is the same
+//! kind of change for a whole family: the kernel stops looking up the main
+//! table for (some of) its packets, and the recompute will punt the family
+//! (`policy_punts` gives the switches that do it at once).
 
 use std::collections::BTreeMap;
 
 use crate::desired::{self, if_flags};
 use crate::model::KernelState;
-use crate::tables::IfaceEntry;
+use crate::tables::{IfaceEntry, Switches};
 
 /// Flags that allow forwarding: clearing one only ever punts more.
 const PERMISSIONS: u16 = if_flags::UP | if_flags::FWD4 | if_flags::FWD6;
@@ -33,6 +38,15 @@ fn rpf_level(flags: u16) -> u8 {
     } else {
         0
     }
+}
+
+/// The switches with the families `state` punts for policy reasons added
+/// (non-default ip rules, a managed interface enslaved to a VRF: the
+/// kernel no longer looks the main table up), when `applied` lacks any of
+/// them; None otherwise. Bits only ever added here: their removal waits.
+pub fn policy_punts(applied: &Switches, state: &KernelState, managed: &BTreeMap<u32, u32>) -> Option<Switches> {
+    let (bits, _) = desired::policy_punts(state, managed);
+    (bits & !applied.policy_punt != 0).then(|| Switches { policy_punt: applied.policy_punt | bits, ..*applied })
 }
 
 /// Entries of `applied` (ifindex -> entry, as in `Desired::ifaces`) that
@@ -132,6 +146,39 @@ mod tests {
         assert!(restrictions(&strict, &rpf).is_empty());
         rpf.if_sysctl.get_mut(&2).unwrap().rp_filter = 0;
         assert!(restrictions(&strict, &rpf).is_empty());
+    }
+
+    #[test]
+    fn a_new_rule_or_vrf_punts_the_family_ahead_and_its_removal_waits() {
+        use crate::fixtures::{default_rules, plain_rule};
+        use crate::model::Family;
+
+        let mut st = state(&[(2, true, true, 1500), (3, true, true, 1500)]);
+        st.rules = default_rules();
+        let managed: BTreeMap<u32, u32> = [(2, 1), (3, 2)].into();
+        let none = Switches::default();
+        assert_eq!(policy_punts(&none, &st, &managed), None);
+
+        // `ip rule add ... table 100`: IPv4 is no longer main-table only.
+        let mut ruled = st.clone();
+        ruled.rules.push(plain_rule(Family::V4, 100, 100));
+        let s = policy_punts(&none, &ruled, &managed).expect("a new rule punts");
+        assert_eq!(s.policy_punt, Family::V4.bit());
+        // Other switches stay as applied; bits already punted write nothing.
+        let applied = Switches { src_lpm: 1, mp_seed: 7, ..none };
+        assert_eq!(policy_punts(&applied, &ruled, &managed), Some(Switches { policy_punt: Family::V4.bit(), ..applied }));
+        let punted = Switches { policy_punt: Family::V4.bit(), ..none };
+        assert_eq!(policy_punts(&punted, &ruled, &managed), None);
+        // The rule gone again: no write ahead (the recompute lifts the punt).
+        assert_eq!(policy_punts(&punted, &st, &managed), None);
+
+        // A managed interface enslaved to a VRF: both families.
+        let mut vrf = st.clone();
+        let mut master = veth(9, "blue");
+        master.kind = Some("vrf".into());
+        vrf.links.insert(9, master);
+        vrf.links.get_mut(&3).unwrap().master = Some(9);
+        assert_eq!(policy_punts(&punted, &vrf, &managed).map(|s| s.policy_punt), Some(Family::V4.bit() | Family::V6.bit()));
     }
 
     proptest! {

@@ -450,7 +450,7 @@ impl Mirror {
     }
 
     /// Waits up to `timeout` for events and applies them all to `state`.
-    /// `ahead` sees the state once the events (and the sysctls they point
+    /// `ahead` sees the state once the events (and the sysctls and rules they point
     /// to) are in, before the re-dumps they may need, with the keys of the
     /// routes this call's events touched and whether anything but routes and
     /// neighbours changed since the last `take_touched`: with a full table a
@@ -527,6 +527,14 @@ impl Mirror {
                 }
             }
         }
+        // Rules are few: read before `ahead` too.
+        if f.rules {
+            let rules = self.dump_rules()?;
+            if rules != state.rules {
+                state.rules = rules;
+                changed = true;
+            }
+        }
         if self.touched.other || self.touched.routes.len() > first_route {
             ahead(state, &self.touched.routes[first_route..], self.touched.other);
         }
@@ -545,13 +553,6 @@ impl Mirror {
         }
         if f.buckets && !f.fib {
             changed |= self.refresh_buckets(state)?;
-        }
-        if f.rules {
-            let rules = self.dump_rules()?;
-            if rules != state.rules {
-                state.rules = rules;
-                changed = true;
-            }
         }
         Ok(if changed {
             PollOutcome::Changed

@@ -336,21 +336,24 @@ impl Reconciler {
         self.run(ops, w)
     }
 
-    /// Writes interface entries that only take permission away
-    /// (`iface_restrict::restrictions`), ahead of the full recompute a link
+    /// Writes switches and interface entries that only take permission
+    /// away (`iface_restrict`), ahead of the full recompute a link or rule
     /// change needs, then bumps the generation so cached flows go back
-    /// through the egress checks. The shadow follows, so the recompute's
-    /// plan writes the entries again if the link came back meanwhile.
-    pub fn apply_iface_restrictions<W: TableWriter>(
+    /// through the checks. The shadow follows, so the recompute's plan
+    /// writes them again if the change was undone meanwhile.
+    pub fn apply_restrictions<W: TableWriter>(
         &mut self,
+        switches: Option<Switches>,
         entries: &[(u32, IfaceEntry)],
         w: &mut W,
     ) -> Result<usize, ReconcileError<W::Error>> {
-        let mut ops: Vec<Op> = entries
-            .iter()
-            .filter(|(k, v)| self.applied.ifaces.get(k).is_some_and(|old| old != v))
-            .map(|(k, v)| Op::UpsertIface(*k, v.clone()))
-            .collect();
+        let mut ops: Vec<Op> = switches.filter(|s| *s != self.applied.switches).map(Op::SetSwitches).into_iter().collect();
+        ops.extend(
+            entries
+                .iter()
+                .filter(|(k, v)| self.applied.ifaces.get(k).is_some_and(|old| old != v))
+                .map(|(k, v)| Op::UpsertIface(*k, v.clone())),
+        );
         if ops.is_empty() {
             return Ok(0);
         }
@@ -1125,13 +1128,20 @@ mod tests {
         m.log.clear();
         // Unchanged entries and unknown interfaces write nothing, not even a bump.
         let same = [(2, want.ifaces[&2].clone()), (9, iface(9))];
-        assert_eq!(r.apply_iface_restrictions(&same, &mut m).expect("apply"), 0);
+        assert_eq!(r.apply_restrictions(None, &same, &mut m).expect("apply"), 0);
         assert!(m.log.is_empty() && r.generation() == gen);
-        r.apply_iface_restrictions(&[(3, down.clone())], &mut m).expect("apply");
-        assert_eq!(m.log, vec![Op::UpsertIface(3, down), Op::BumpGeneration]);
+        r.apply_restrictions(None, &[(3, down.clone())], &mut m).expect("apply");
+        assert_eq!(m.log, vec![Op::UpsertIface(3, down.clone()), Op::BumpGeneration]);
         assert!(tables_eq(&m.t, r.applied()) && r.generation() == gen + 1);
         // The link came back before the recompute: its plan restores the entry.
         assert_eq!(step(&mut r, &mut m, &want), vec![Op::UpsertIface(3, want.ifaces[&3].clone()), Op::BumpGeneration]);
+        // Switches first, so the family is punted before anything else moves.
+        let sw = Switches { policy_punt: 1, ..want.switches };
+        m.log.clear();
+        r.apply_restrictions(Some(sw), &[(3, down.clone())], &mut m).expect("apply");
+        assert_eq!(m.log, vec![Op::SetSwitches(sw), Op::UpsertIface(3, down), Op::BumpGeneration]);
+        assert_eq!(r.applied().switches, sw);
+        assert!(step(&mut r, &mut m, &want).contains(&Op::SetSwitches(want.switches)));
     }
 
     #[test]

@@ -264,6 +264,16 @@ fn ahead_sees_link_changes_before_the_route_redump() {
             })
             .expect("poll");
         }
+
+        // An ip rule: in the state ahead sees (a rule message is re-dumped, not applied).
+        let before = st.rules.len();
+        sh("ip rule add from 192.0.2.0/24 table 100 pref 100");
+        let mut rules: Option<usize> = None;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while rules != Some(before + 1) {
+            assert!(Instant::now() < deadline, "ahead never saw the new rule: {rules:?}");
+            m.poll(&mut st, Duration::from_millis(100), &mut |s, _, _| rules = Some(s.rules.len())).expect("poll");
+        }
     });
 }
 

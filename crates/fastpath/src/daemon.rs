@@ -687,22 +687,28 @@ impl Loop {
         }
     }
 
-    /// What a link change takes away (down, gone, no forwarding, a smaller
-    /// MTU) goes to the maps before the route re-dump and full recompute
-    /// it needs. A failed write is left to that recompute, which follows in
-    /// any case.
+    /// What a link or rule change takes away (down, gone, no forwarding, a
+    /// smaller MTU, a stricter rp_filter; a family no longer looked up in
+    /// the main table) goes to the maps before the route re-dump and full
+    /// recompute it needs. A failed write is left to that recompute, which
+    /// follows in any case.
     fn restrict_ifaces(&mut self, state: &KernelState) {
-        let r = iface_restrict::restrictions(&self.reconciler.applied().ifaces, state);
-        if r.is_empty() {
+        let applied = self.reconciler.applied();
+        let r = iface_restrict::restrictions(&applied.ifaces, state);
+        let sw = iface_restrict::policy_punts(&applied.switches, state, &self.managed);
+        if r.is_empty() && sw.is_none() {
             return;
         }
-        match self.reconciler.apply_iface_restrictions(&r, &mut self.writer) {
+        match self.reconciler.apply_restrictions(sw, &r, &mut self.writer) {
             Ok(_) => {
                 self.ops.reconciles_ahead += 1;
-                let names: Vec<String> = r
+                let mut names: Vec<String> = r
                     .iter()
                     .map(|(i, _)| state.links.get(i).map_or_else(|| format!("ifindex {i}"), |l| l.name.clone()))
                     .collect();
+                if let Some(s) = sw {
+                    names.push(format!("policy punt {:#x}", s.policy_punt));
+                }
                 info!("{}: restricted ahead of the recompute (generation {})", names.join(", "), self.reconciler.generation());
             }
             Err(e) => warn!("restricting interfaces ahead of the recompute: {e}"),
