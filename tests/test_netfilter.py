@@ -43,6 +43,7 @@ def test_chain_added_while_running_punts_everything(lab, daemon):
     lab.resolve_neighbours()
     daemon.wait_converged()
     assert ping_deltas(lab, daemon).get("forwarded", 0) >= 5
+    ahead = daemon.status()["reconciles"]["ahead"]
 
     add_forward_chain(lab)
     deadline = time.monotonic() + 5
@@ -53,6 +54,8 @@ def test_chain_added_while_running_punts_everything(lab, daemon):
     assert d.get("forwarded", 0) == 0 and d.get("policy_routing", 0) >= 5, d
     assert not daemon.status()["families"]["ipv6"]["fast_path"]
     assert "inet fw transit (forward)" in " ".join(daemon.status()["families"]["ipv4"]["problems"])
+    # Both families were punted ahead of the full recompute.
+    assert daemon.status()["reconciles"]["ahead"] == ahead + 1
 
     lab.run(lab.router, "nft", "delete", "table", "inet", "fw")
     deadline = time.monotonic() + 5
@@ -60,6 +63,7 @@ def test_chain_added_while_running_punts_everything(lab, daemon):
         assert time.monotonic() < deadline, "fast path not back 5 s after the chain was removed"
         time.sleep(0.2)
     assert ping_deltas(lab, daemon).get("forwarded", 0) >= 5
+    assert daemon.status()["reconciles"]["ahead"] == ahead + 1, "lifting the punt is the recompute's"
 
 
 def test_run_refuses_when_it_cannot_check(lab, fastpath_bin):

@@ -17,7 +17,7 @@ use fastpath_core::iface_restrict;
 use fastpath_core::local_ahead;
 use fastpath_core::reconcile::Reconciler;
 use fastpath_core::route_delta::{self, FibDelta};
-use fastpath_core::tables::{Capacities, Desired, Op, TableWriter};
+use fastpath_core::tables::{Capacities, Desired, Op, Switches, TableWriter};
 use log::{debug, error, info, warn};
 
 use crate::api::{self, IfaceInfo, Shared, Snapshot};
@@ -336,6 +336,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
             }
             if nf_watch.refresh() {
                 lp.netfilter_block = nf_watch.blocking().to_vec();
+                lp.punt_netfilter_ahead();
                 pending.everything();
             }
             if mirror.refresh_sysctls(&mut state) {
@@ -684,6 +685,27 @@ impl Loop {
                 info!("{n} local-table or own-address entries punted ahead of the recompute (generation {})", self.reconciler.generation());
             }
             Err(e) => warn!("writing local routes ahead of the recompute: {e:#}"),
+        }
+    }
+
+    /// Netfilter base chains that appeared on the forwarding path punt both
+    /// families at once (the data path would bypass them); the recompute
+    /// that follows (`punt_for_netfilter`) says why.
+    fn punt_netfilter_ahead(&mut self) {
+        if self.netfilter_block.is_empty() {
+            return;
+        }
+        let sw = self.reconciler.applied().switches;
+        let want = Switches { policy_punt: sw.policy_punt | Family::V4.bit() | Family::V6.bit(), ..sw };
+        if want == sw {
+            return;
+        }
+        match self.reconciler.apply_restrictions(Some(want), &[], &mut self.writer) {
+            Ok(_) => {
+                self.ops.reconciles_ahead += 1;
+                info!("netfilter chains on the forwarding path: IPv4 and IPv6 punted ahead of the recompute");
+            }
+            Err(e) => warn!("punting ahead of the recompute: {e}"),
         }
     }
 
