@@ -371,6 +371,10 @@ pub fn run(loaded: Loaded) -> Result<()> {
                     if let Some(t) = pending_since.take() {
                         lp.ops.record_lag(t.elapsed());
                     }
+                    // FPM changes are always full recomputes: no index to keep.
+                    if fpm.is_none() {
+                        lp.prebuild_delta_base(&state);
+                    }
                 }
                 Err(e) => {
                     lp.ops.reconcile_failures += 1;
@@ -688,6 +692,20 @@ impl Loop {
         }
     }
 
+    /// The route index route-only changes need (`DeltaBase`, one pass over
+    /// the routes: 100-220 ms with a full table), built once the maps hold
+    /// a full recompute's result rather than on the next route change's
+    /// time. It is carried from here like one built at that change (the
+    /// property test in delta_base covers carried bases).
+    fn prebuild_delta_base(&mut self, state: &KernelState) {
+        if self.delta_base.is_some() || self.admission.is_some() || !self.reslot.is_empty() {
+            return;
+        }
+        let t = Instant::now();
+        self.delta_base = Some(DeltaBase::new(state, self.reconciler.applied()));
+        debug!("route index built in {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
+    }
+
     /// Netfilter base chains that appeared on the forwarding path punt both
     /// families at once (the data path would bypass them); the recompute
     /// that follows (`punt_for_netfilter`) says why.
@@ -763,9 +781,10 @@ impl Loop {
             return Ok(());
         }
         let t = Instant::now();
-        // Built from `state` with `touched` already in it: their pairs are
-        // probed either way, and a local-table change is never a delta.
-        // Put back only once this delta is written.
+        // Normally built after the last full recompute; otherwise from
+        // `state` with `touched` already in it: their pairs are probed
+        // either way, and a local-table change is never a delta. Put back
+        // only once this delta is written.
         let mut base = self.delta_base.take().unwrap_or_else(|| DeltaBase::new(state, self.reconciler.applied()));
         let delta = route_delta::fib_delta(self.reconciler.applied(), self.published.offload(), &base, state, touched, &self.caps);
         let Some(delta) = delta else {
