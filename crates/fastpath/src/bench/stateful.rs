@@ -21,12 +21,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use super::crr::{self, CrrRep, Server};
-use super::ct_ab::{self, Variant};
+use super::crr::CrrRep;
+use super::ct_ab::Variant;
 use super::ct_ref::{self, CtFwd, CtVerdicts};
 use super::ctlab;
 use super::report::{self, Cell};
-use super::router::{self, Daemon, FpStats, Mode, RawFwd, Verdicts};
+use super::router::{Daemon, FpStats, Mode, RawFwd, Verdicts};
 use super::topo::{self, Topology};
 use super::traffic::{self, Placement, Sink};
 use super::{repo_root, rounds, stateful_crr, Bench, Plan};
@@ -100,9 +100,9 @@ pub struct StatefulArgs {
     /// Normal scheduling instead of SCHED_FIFO for the packet generator.
     #[arg(long)]
     pub no_rt: bool,
-    /// A/B of the connection rate after the main rows (ct_ab.rs): kernel,
-    /// kernel-listener, full, no-liberal, no-events, eager-liberal; each may
-    /// be given more than once (interleaved repeats show the drift).
+    /// A/B of the connection rate, in the same rounds as the main rows
+    /// (ct_ab.rs): kernel, kernel-listener, xdp-pass, full, no-liberal,
+    /// no-events, eager-liberal.
     #[arg(long, value_enum, value_delimiter = ',', hide = true)]
     pub ab: Vec<Variant>,
     /// Directory for stateful.json and stateful.png.
@@ -113,8 +113,8 @@ pub struct StatefulArgs {
 #[derive(Debug, Serialize)]
 pub(super) struct CrrRow {
     mode: Mode,
-    /// An A/B row (`--ab`), measured after the main ones.
-    variant: Option<Variant>,
+    /// An A/B row (`--ab`), measured in the same rounds as the main ones.
+    pub(super) variant: Option<Variant>,
     /// The daemon's CPU time per connection (fastpath-stateful), in ms.
     pub(super) daemon_cpu_ms_per_conn: Option<f64>,
     clients: usize,
@@ -283,12 +283,9 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         // Modes whose router side could not be set up are not measured.
         let measured: Vec<StMode> = modes.iter().copied().filter(|m| !not_measured.contains_key(m.mode().name())).collect();
         let run = stateful_crr::CrrRun { topo: &topo, exe, work, args: a, place: crr_place, duration: crr_duration, stop };
-        crr_rows = stateful_crr::interleaved(&run, &measured)?;
-        for row in &crr_rows {
+        crr_rows = stateful_crr::interleaved(&run, &measured, &a.ab)?;
+        for row in crr_rows.iter().filter(|r| r.variant.is_none()) {
             crr_checks(row, &mut problems);
-        }
-        for &v in &a.ab {
-            crr_rows.push(ab_row(v, &topo, exe, work, a, crr_place, crr_duration, stop)?);
         }
     }
     let (good, _) = ctlab::flow_entries(&topo, a.ct_mark)?;
@@ -423,75 +420,6 @@ fn crr_checks(row: &CrrRow, problems: &mut Vec<String>) {
             row.mode.name()
         ));
     }
-}
-
-/// The connection-rate repetitions against a fresh server, after a warm-up.
-fn crr_reps(topo: &Topology, place: Placement, a: &StatefulArgs, duration: Duration, stop: &AtomicBool) -> Result<Vec<CrrRep>> {
-    ctlab::flush_tcp(topo)?;
-    let server = Server::start(topo, place)?;
-    crr::run_clients(topo, place, a.crr_clients, Duration::from_millis(300), stop)?;
-    let mut reps = Vec::new();
-    for _ in 0..a.crr_reps {
-        reps.push(crr::run_clients(topo, place, a.crr_clients, duration, stop)?);
-    }
-    drop(server);
-    Ok(reps)
-}
-
-/// One A/B variant's connection-rate row.
-#[allow(clippy::too_many_arguments)]
-fn ab_row(
-    v: Variant,
-    topo: &Topology,
-    exe: &Path,
-    work: &Path,
-    a: &StatefulArgs,
-    place: Placement,
-    duration: Duration,
-    stop: &AtomicBool,
-) -> Result<CrrRow> {
-    println!("-- A/B {}", v.name());
-    let mut row = match v.daemon_arg() {
-        None => {
-            let listener = (v == Variant::KernelListener).then(|| ct_ab::Listener::start(topo)).transpose()?;
-            let mut obj = MaybeUninit::uninit();
-            let pass = (v == Variant::XdpPass).then(|| ct_ab::PassAll::attach(&mut obj, topo)).transpose()?;
-            let reps = crr_reps(topo, place, a, duration, stop)?;
-            drop(pass);
-            if let Some(l) = listener {
-                println!("   listener read {} event datagrams", l.finish());
-            }
-            crr_row(Mode::KernelCt, a.crr_clients, reps, None, None)
-        }
-        Some(ab) => {
-            let extra: Vec<String> = ["--mode", "stateful", "--ct-mark", &format!("{:#x}", a.ct_mark), "--ct-ab", ab]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
-            let mut daemon = Daemon::spawn_with(topo, exe, work, &extra)?;
-            daemon.wait_ready(DAEMON_READY, stop)?;
-            let stats = FpStats::find(topo)?;
-            let before = stats.read()?;
-            let cpu_before = daemon.cpu_time();
-            let reps = crr_reps(topo, place, a, duration, stop)?;
-            let cpu = daemon.cpu_time().zip(cpu_before).map(|(b, a)| b.saturating_sub(a));
-            let v = router::verdicts(&before, &stats.read()?);
-            daemon.stop()?;
-            let mut row = crr_row(Mode::FastpathStateful, a.crr_clients, reps, Some(v), None);
-            row.daemon_cpu_ms_per_conn = ct_ab::cpu_ms_per_conn(cpu, row.reps.iter().map(|r| r.completed).sum());
-            row
-        }
-    };
-    row.variant = Some(v);
-    println!(
-        "   TCP connections/s: {} ({} failed)",
-        row.reps.iter().map(|r| format!("{:.0}", r.conns_per_s)).collect::<Vec<_>>().join("  "),
-        row.failed
-    );
-    if let Some(fv) = &row.fastpath_verdicts {
-        println!("   TCP connections: fastpath {}", fv.summary());
-    }
-    Ok(row)
 }
 
 pub(super) fn crr_row(

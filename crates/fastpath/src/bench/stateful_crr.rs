@@ -5,6 +5,9 @@
 //! minutes later), the VM's drift over those minutes was as large as the
 //! difference the rows exist to show; interleaved, it falls on every mode
 //! alike. The price is a daemon start per fastpath-stateful repetition.
+//! The `--ab` variants (ct_ab.rs) take their turns in the same rounds: run
+//! after the main rows, they had the drift the rotation removes from those
+//! (kernel-ct measured again came out at 0.95-0.98x of itself).
 
 use std::mem::MaybeUninit;
 use std::path::Path;
@@ -14,7 +17,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::crr::{self, CrrRep, Server};
-use super::ct_ab;
+use super::ct_ab::{self, Variant};
 use super::ct_ref::{self, CtFwd, CtVerdicts};
 use super::ctlab;
 use super::router::{self, Daemon, FpStats, Verdicts};
@@ -25,6 +28,31 @@ use super::traffic::Placement;
 /// Connections before each measured repetition: the server's accept queue,
 /// conntrack and (fastpath) the daemon's event socket reach steady state.
 const WARM_UP: Duration = Duration::from_millis(300);
+
+/// One row of the table: a stateful mode or an A/B variant of one.
+#[derive(Clone, Copy)]
+enum Arm {
+    Mode(StMode),
+    Ab(Variant),
+}
+
+impl Arm {
+    fn name(self) -> String {
+        match self {
+            Arm::Mode(m) => m.mode().name().to_string(),
+            Arm::Ab(v) => format!("A/B {}", v.name()),
+        }
+    }
+
+    /// The mode whose row this is (a variant is one of kernel-ct or fastpath-stateful).
+    fn mode(self) -> StMode {
+        match self {
+            Arm::Mode(m) => m,
+            Arm::Ab(v) if v.daemon_arg().is_some() => StMode::FastpathStateful,
+            Arm::Ab(_) => StMode::KernelCt,
+        }
+    }
+}
 
 /// What one mode's repetitions add up to.
 #[derive(Default)]
@@ -49,48 +77,69 @@ pub struct CrrRun<'a> {
 }
 
 /// One row per stateful mode in `modes` (raw has no connection rate), in
-/// that order.
-pub fn interleaved(run: &CrrRun<'_>, modes: &[StMode]) -> Result<Vec<CrrRow>> {
-    let modes: Vec<StMode> = modes.iter().copied().filter(|m| *m != StMode::Raw).collect();
-    let mut acc: Vec<Acc> = modes.iter().map(|_| Acc::default()).collect();
-    if modes.is_empty() {
+/// that order, then one per variant in `ab`.
+pub fn interleaved(run: &CrrRun<'_>, modes: &[StMode], ab: &[Variant]) -> Result<Vec<CrrRow>> {
+    let arms: Vec<Arm> = modes
+        .iter()
+        .copied()
+        .filter(|m| *m != StMode::Raw)
+        .map(Arm::Mode)
+        .chain(ab.iter().copied().map(Arm::Ab))
+        .collect();
+    let mut acc: Vec<Acc> = arms.iter().map(|_| Acc::default()).collect();
+    if arms.is_empty() {
         return Ok(Vec::new());
     }
     ctlab::flush_tcp(run.topo)?;
     let server = Server::start(run.topo, run.place)?;
     for round in 0..run.args.crr_reps {
-        let order: Vec<usize> = (0..modes.len()).map(|k| (k + round) % modes.len()).collect();
+        let order: Vec<usize> = (0..arms.len()).map(|k| (k + round) % arms.len()).collect();
         println!(
             "-- TCP connections/s, round {} of {}: {}",
             round + 1,
             run.args.crr_reps,
-            order.iter().map(|&i| modes[i].mode().name()).collect::<Vec<_>>().join(", ")
+            order.iter().map(|&i| arms[i].name()).collect::<Vec<_>>().join(", ")
         );
         for i in order {
-            one_rep(run, modes[i], &mut acc[i])?;
+            one_rep(run, arms[i], &mut acc[i])?;
         }
     }
     drop(server);
-    Ok(modes
+    Ok(arms
         .iter()
         .zip(acc)
-        .map(|(st, a)| {
+        .map(|(arm, a)| {
             let completed = a.reps.iter().map(|r| r.completed).sum();
+            let st = arm.mode();
             let mut row = crr_row(st.mode(), run.args.crr_clients, a.reps, a.fastpath, a.ct_ref);
             let cpu = (st.mode() == super::router::Mode::FastpathStateful && !a.daemon_cpu_unknown).then_some(a.daemon_cpu);
             row.daemon_cpu_ms_per_conn = ct_ab::cpu_ms_per_conn(cpu, completed);
+            if let Arm::Ab(v) = arm {
+                row.variant = Some(*v);
+            }
             row
         })
         .collect())
 }
 
-fn one_rep(run: &CrrRun<'_>, st: StMode, acc: &mut Acc) -> Result<()> {
+fn one_rep(run: &CrrRun<'_>, arm: Arm, acc: &mut Acc) -> Result<()> {
     let clients = |d| crr::run_clients(run.topo, run.place, run.args.crr_clients, d, run.stop);
     let mut obj = MaybeUninit::uninit();
+    // A variant is kernel-ct with something added, or the daemon with a part left out.
+    let (st, ab) = match arm {
+        Arm::Mode(m) => (m, None),
+        Arm::Ab(v) => (arm.mode(), Some(v)),
+    };
     match st {
         StMode::KernelCt => {
+            let listener = (ab == Some(Variant::KernelListener)).then(|| ct_ab::Listener::start(run.topo)).transpose()?;
+            let pass = (ab == Some(Variant::XdpPass)).then(|| ct_ab::PassAll::attach(&mut obj, run.topo)).transpose()?;
             clients(WARM_UP)?;
             acc.reps.push(clients(run.duration)?);
+            drop(pass);
+            if let Some(l) = listener {
+                println!("   listener read {} event datagrams", l.finish());
+            }
         }
         StMode::CtRef => {
             let fwd = CtFwd::attach(&mut obj, run.topo, run.args.ct_mark)?;
@@ -104,8 +153,11 @@ fn one_rep(run: &CrrRun<'_>, st: StMode, acc: &mut Acc) -> Result<()> {
             }
         }
         StMode::FastpathStateful => {
-            let extra: Vec<String> =
+            let mut extra: Vec<String> =
                 vec!["--mode".into(), "stateful".into(), "--ct-mark".into(), format!("{:#x}", run.args.ct_mark)];
+            if let Some(arg) = ab.and_then(Variant::daemon_arg) {
+                extra.extend(["--ct-ab".to_string(), arg.to_string()]);
+            }
             let mut daemon = Daemon::spawn_with(run.topo, run.exe, run.work, &extra)?;
             daemon.wait_ready(DAEMON_READY, run.stop)?;
             let stats = FpStats::find(run.topo)?;
@@ -128,6 +180,6 @@ fn one_rep(run: &CrrRun<'_>, st: StMode, acc: &mut Acc) -> Result<()> {
         StMode::Raw => {}
     }
     let rep = acc.reps.last().map_or(0.0, |r| r.conns_per_s);
-    println!("   {}: {rep:.0} connections/s", st.mode().name());
+    println!("   {}: {rep:.0} connections/s", arm.name());
     Ok(())
 }
