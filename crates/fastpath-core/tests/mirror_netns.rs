@@ -42,16 +42,22 @@ fn key(table: u32, dst: &str, prefix_len: u8, priority: u32) -> RouteKey {
 }
 
 /// Polls until `pred` holds (or panics after a few seconds).
-fn poll_until(
+fn poll_until(m: &mut Mirror, st: &mut KernelState, what: &str, pred: impl Fn(&KernelState) -> bool) {
+    poll_until_ahead(m, st, what, pred, &mut |_| {});
+}
+
+/// `poll_until`, handing every state `poll`'s `ahead` hook sees to `seen`.
+fn poll_until_ahead(
     m: &mut Mirror,
     st: &mut KernelState,
     what: &str,
     pred: impl Fn(&KernelState) -> bool,
+    seen: &mut dyn FnMut(&KernelState),
 ) {
     let deadline = Instant::now() + Duration::from_secs(5);
     while !pred(st) {
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        m.poll(st, Duration::from_millis(100), &mut |_, _, _| {}).expect("poll");
+        m.poll(st, Duration::from_millis(100), &mut |s, _, _| seen(s)).expect("poll");
     }
 }
 
@@ -243,37 +249,28 @@ fn ahead_sees_link_changes_before_the_route_redump() {
         // Carrier loss: the kernel re-marks the route (RTNH_F_LINKDOWN) without a message.
         sh("ip link set fpt1 down");
         let mut seen: Option<(bool, bool)> = None;
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !linkdown(&st) {
-            assert!(Instant::now() < deadline, "the route never showed linkdown");
-            m.poll(&mut st, Duration::from_millis(100), &mut |s, _, _| {
-                seen.get_or_insert((s.links[&t0].running, linkdown(s)));
-            })
-            .expect("poll");
-        }
+        poll_until_ahead(&mut m, &mut st, "the route to show linkdown", linkdown, &mut |s| {
+            seen.get_or_insert((s.links[&t0].running, linkdown(s)));
+        });
         assert_eq!(seen, Some((false, false)), "ahead: (running, route re-dumped)");
 
         // MTU and forwarding sysctl: in the state ahead sees.
         sh("ip link set fpt0 mtu 1400 && sysctl -qw net.ipv4.conf.fpt0.forwarding=0");
         let mut got: Option<(u32, bool)> = None;
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while got != Some((1400, false)) {
-            assert!(Instant::now() < deadline, "ahead never saw mtu 1400 and forwarding off: {got:?}");
-            m.poll(&mut st, Duration::from_millis(100), &mut |s, _, _| {
-                got = Some((s.links[&t0].mtu, s.if_sysctl[&t0].forwarding4));
-            })
-            .expect("poll");
-        }
+        let done = |s: &KernelState| s.links[&t0].mtu == 1400 && !s.if_sysctl[&t0].forwarding4;
+        poll_until_ahead(&mut m, &mut st, "mtu 1400 and forwarding off", done, &mut |s| {
+            got = Some((s.links[&t0].mtu, s.if_sysctl[&t0].forwarding4));
+        });
+        assert_eq!(got, Some((1400, false)), "ahead: (mtu, forwarding4)");
 
         // An ip rule: in the state ahead sees (a rule message is re-dumped, not applied).
         let before = st.rules.len();
         sh("ip rule add from 192.0.2.0/24 table 100 pref 100");
         let mut rules: Option<usize> = None;
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while rules != Some(before + 1) {
-            assert!(Instant::now() < deadline, "ahead never saw the new rule: {rules:?}");
-            m.poll(&mut st, Duration::from_millis(100), &mut |s, _, _| rules = Some(s.rules.len())).expect("poll");
-        }
+        poll_until_ahead(&mut m, &mut st, "the new rule", |s| s.rules.len() == before + 1, &mut |s| {
+            rules = Some(s.rules.len())
+        });
+        assert_eq!(rules, Some(before + 1), "ahead: rules");
     });
 }
 
