@@ -336,7 +336,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
             }
             if nf_watch.refresh() {
                 lp.netfilter_block = nf_watch.blocking().to_vec();
-                lp.punt_netfilter_ahead();
+                lp.restrict_ifaces(&state);
                 pending.everything();
             }
             if mirror.refresh_sysctls(&mut state) {
@@ -706,36 +706,22 @@ impl Loop {
         debug!("route index built in {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
     }
 
-    /// Netfilter base chains that appeared on the forwarding path punt both
-    /// families at once (the data path would bypass them); the recompute
-    /// that follows (`punt_for_netfilter`) says why.
-    fn punt_netfilter_ahead(&mut self) {
-        if self.netfilter_block.is_empty() {
-            return;
-        }
-        let sw = self.reconciler.applied().switches;
-        let want = Switches { policy_punt: sw.policy_punt | Family::V4.bit() | Family::V6.bit(), ..sw };
-        if want == sw {
-            return;
-        }
-        match self.reconciler.apply_restrictions(Some(want), &[], &mut self.writer) {
-            Ok(_) => {
-                self.ops.reconciles_ahead += 1;
-                info!("netfilter chains on the forwarding path: IPv4 and IPv6 punted ahead of the recompute");
-            }
-            Err(e) => warn!("punting ahead of the recompute: {e}"),
-        }
-    }
-
-    /// What a link or rule change takes away (down, gone, no forwarding, a
-    /// smaller MTU, a stricter rp_filter; a family no longer looked up in
-    /// the main table) goes to the maps before the route re-dump and full
-    /// recompute it needs. A failed write is left to that recompute, which
-    /// follows in any case.
+    /// What a link, rule or netfilter change takes away (down, gone, no
+    /// forwarding, a smaller MTU, a stricter rp_filter; a family no longer
+    /// looked up in the main table, or behind a netfilter chain the data
+    /// path would bypass) goes to the maps before the route re-dump and
+    /// full recompute it needs. A failed write is left to that recompute,
+    /// which follows in any case.
     fn restrict_ifaces(&mut self, state: &KernelState) {
         let applied = self.reconciler.applied();
         let r = iface_restrict::restrictions(&applied.ifaces, state);
-        let sw = iface_restrict::policy_punts(&applied.switches, state, &self.managed);
+        let mut sw = iface_restrict::policy_punts(&applied.switches, state, &self.managed);
+        // As `punt_for_netfilter` will in the recompute.
+        let all = Family::V4.bit() | Family::V6.bit();
+        if !self.netfilter_block.is_empty() && applied.switches.policy_punt & all != all {
+            let base = sw.unwrap_or(applied.switches);
+            sw = Some(Switches { policy_punt: base.policy_punt | all, ..base });
+        }
         if r.is_empty() && sw.is_none() {
             return;
         }
