@@ -288,6 +288,19 @@ impl Prefix {
         }
     }
 
+    /// The prefix's last address, as a host prefix of `fam`.
+    pub(crate) fn last(self, fam: Family) -> Prefix {
+        let width = match fam {
+            Family::V4 => 32,
+            Family::V6 => 128,
+        };
+        let below = |n: u8| u128::MAX.checked_shr(u32::from(n)).unwrap_or(0);
+        Prefix {
+            bits: self.bits | (below(self.len) & !below(width)),
+            len: width,
+        }
+    }
+
     pub(crate) fn v4(self) -> (Ipv4Addr, u8) {
         (Ipv4Addr::from((self.bits >> 96) as u32), self.len)
     }
@@ -1896,6 +1909,17 @@ mod tests {
             n_buckets: 0,
             unsupported: false,
         }
+    }
+
+    #[test]
+    fn prefix_last_address() {
+        let last4 = |a: &str, l| Prefix::new(Family::V4, &ip(a), l).unwrap().last(Family::V4).v4();
+        let last6 = |a: &str, l| Prefix::new(Family::V6, &ip(a), l).unwrap().last(Family::V6).v6();
+        assert_eq!(last4("198.51.100.0", 25), ("198.51.100.127".parse().unwrap(), 32));
+        assert_eq!(last4("0.0.0.0", 0), ("255.255.255.255".parse().unwrap(), 32));
+        assert_eq!(last4("192.0.2.7", 32), ("192.0.2.7".parse().unwrap(), 32));
+        assert_eq!(last6("2001:db8::", 32), ("2001:db8:ffff:ffff:ffff:ffff:ffff:ffff".parse().unwrap(), 128));
+        assert_eq!(last6("2001:db8::1", 128), ("2001:db8::1".parse().unwrap(), 128));
     }
 
     /// A carrier flap must not rewrite every route through the link: while

@@ -13,9 +13,9 @@
 //! gone) wait for the recompute: until then its traffic is still punted.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
-use crate::desired::reason;
+use crate::desired::{reason, Prefix};
 use crate::model::{Family, KernelState, RouteKey, RouteKind, RT_TABLE_LOCAL};
 use crate::route_delta::FibDelta;
 use crate::tables::{Capacities, Desired, RouteAction, RouteEntry};
@@ -49,9 +49,11 @@ pub fn local_ahead(
             _ => continue,
         };
         let entry = RouteEntry { action, mtu: 0 };
-        match key.dst {
-            IpAddr::V4(a) => cover(&applied.fib4, &mut d.v4, v4_range(a, key.prefix_len), entry),
-            IpAddr::V6(a) => cover(&applied.fib6, &mut d.v6, v6_range(a, key.prefix_len), entry),
+        let Some(p) = Prefix::new(*fam, &key.dst, key.prefix_len) else { continue };
+        let last = p.last(*fam);
+        match fam {
+            Family::V4 => cover(&applied.fib4, &mut d.v4, (p.v4(), (p.v4().0, 0), last.v4()), entry),
+            Family::V6 => cover(&applied.fib6, &mut d.v6, (p.v6(), (p.v6().0, 0), last.v6()), entry),
         }
     }
     if applied.fib4.len() + new_entries(&applied.fib4, &d.v4) > caps.fib4 as usize {
@@ -80,20 +82,6 @@ pub fn local_ahead(
 
 /// The prefix and every FIB key inside it, from the first to the last.
 type Range<A> = ((A, u8), (A, u8), (A, u8));
-
-fn v4_range(a: Ipv4Addr, len: u8) -> Range<Ipv4Addr> {
-    let len = len.min(32);
-    let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
-    let first = Ipv4Addr::from(u32::from(a) & mask);
-    ((first, len), (first, 0), (Ipv4Addr::from(u32::from(a) | !mask), 32))
-}
-
-fn v6_range(a: Ipv6Addr, len: u8) -> Range<Ipv6Addr> {
-    let len = len.min(128);
-    let mask = if len == 0 { 0 } else { u128::MAX << (128 - len) };
-    let first = Ipv6Addr::from(u128::from(a) & mask);
-    ((first, len), (first, 0), (Ipv6Addr::from(u128::from(a) | !mask), 128))
-}
 
 /// `entry` at the prefix and over every applied entry inside it that differs.
 fn cover<A: Ord + Copy>(
@@ -268,7 +256,7 @@ mod tests {
     fn a_huge_local_prefix_is_left_to_the_recompute() {
         let mut before = base();
         for i in 0..=MAX_COVERED as u32 {
-            add(&mut before, main_route(&Ipv4Addr::from(0x0a00_0000 + (i << 8)).to_string(), 24, via("203.0.113.1")));
+            add(&mut before, main_route(&std::net::Ipv4Addr::from(0x0a00_0000 + (i << 8)).to_string(), 24, via("203.0.113.1")));
         }
         let caps = Capacities { fib4: 1 << 16, ..ROOMY };
         let a = applied_with(&before, &caps);
