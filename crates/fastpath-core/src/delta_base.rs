@@ -9,11 +9,12 @@
 //! one: a local-table change, like anything but plain main-table routes, is
 //! never a delta.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 
 use crate::desired::{self, Intent, Prefix};
 use crate::model::{Family, KernelState, Route, RouteKey, RT_TABLE_LOCAL, RT_TABLE_MAIN};
+use crate::route_delta::FibDelta;
 use crate::tables::{Desired, RouteAction};
 
 /// Probing costs one hash lookup per (prefix, shape); past this share of
@@ -35,8 +36,10 @@ pub struct DeltaBase {
     /// refuses those; hand-built states may not): probing by the masked
     /// prefix would miss it, so every lookup takes the pass.
     uncanonical: bool,
-    /// FIB entries of both families that forward through each next hop id.
+    /// FIB entries of both families that forward through each next hop id,
+    /// and that use each ECMP group.
     fwd_uses: HashMap<u32, u64>,
+    group_uses: HashMap<u32, u64>,
 }
 
 impl DeltaBase {
@@ -61,9 +64,12 @@ impl DeltaBase {
             }
         }
         let mut fwd_uses: HashMap<u32, u64> = HashMap::new();
+        let mut group_uses: HashMap<u32, u64> = HashMap::new();
         for e in applied.fib4.values().chain(applied.fib6.values()) {
-            if let RouteAction::Forward { nh_id } = e.action {
-                *fwd_uses.entry(nh_id).or_default() += 1;
+            match e.action {
+                RouteAction::Forward { nh_id } => *fwd_uses.entry(nh_id).or_default() += 1,
+                RouteAction::Multipath { group } => *group_uses.entry(group).or_default() += 1,
+                _ => {}
             }
         }
         let [local4, local6] = local;
@@ -72,23 +78,27 @@ impl DeltaBase {
             shapes,
             uncanonical,
             fwd_uses,
+            group_uses,
         }
     }
 
     /// Carries the base over a delta that was written: `touched` are its
-    /// route keys, `nh_uses` its net change of forwarding entries per next hop.
-    pub fn advance(&mut self, touched: &[(Family, RouteKey)], nh_uses: &BTreeMap<u32, i64>) {
+    /// route keys, `delta` what it wrote (its net change of entries per next
+    /// hop and per group).
+    pub fn advance(&mut self, touched: &[(Family, RouteKey)], delta: &FibDelta) {
         for (fam, key) in touched {
             if key.table == RT_TABLE_MAIN {
                 self.shapes[fam_index(*fam)].insert((key.tos, key.priority));
                 self.uncanonical |= !canonical(*fam, key);
             }
         }
-        for (id, n) in nh_uses {
-            let e = self.fwd_uses.entry(*id).or_default();
-            *e = e.saturating_add_signed(*n);
-            if *e == 0 {
-                self.fwd_uses.remove(id);
+        for (uses, changes) in [(&mut self.fwd_uses, &delta.nh_uses), (&mut self.group_uses, &delta.group_uses)] {
+            for (id, n) in changes {
+                let e = uses.entry(*id).or_default();
+                *e = e.saturating_add_signed(*n);
+                if *e == 0 {
+                    uses.remove(id);
+                }
             }
         }
     }
@@ -96,6 +106,11 @@ impl DeltaBase {
     /// FIB entries forwarding through next hop `id`.
     pub(crate) fn fwd_uses(&self, id: u32) -> u64 {
         self.fwd_uses.get(&id).copied().unwrap_or(0)
+    }
+
+    /// FIB entries using ECMP group `id`.
+    pub(crate) fn group_uses(&self, id: u32) -> u64 {
+        self.group_uses.get(&id).copied().unwrap_or(0)
     }
 
     pub(crate) fn local(&self, fam: Family) -> &Local {
@@ -130,6 +145,7 @@ impl DeltaBase {
     pub(crate) fn covers(&self, fresh: &DeltaBase) -> bool {
         self.local == fresh.local
             && self.fwd_uses == fresh.fwd_uses
+            && self.group_uses == fresh.group_uses
             && self.shapes.iter().zip(&fresh.shapes).all(|(a, b)| a.is_superset(b))
             && (self.uncanonical || !fresh.uncanonical)
     }
@@ -311,16 +327,25 @@ mod tests {
     }
 
     #[test]
-    fn next_hop_uses_follow_the_deltas() {
+    fn next_hop_and_group_uses_follow_the_deltas() {
         let mut d = Desired::default();
         let fwd = |nh_id| crate::tables::RouteEntry { action: RouteAction::Forward { nh_id }, mtu: 0 };
+        let mp = |group| crate::tables::RouteEntry { action: RouteAction::Multipath { group }, mtu: 0 };
         d.fib4.insert((std::net::Ipv4Addr::new(203, 0, 113, 0), 24), fwd(1));
         d.fib4.insert((std::net::Ipv4Addr::new(198, 51, 100, 0), 24), fwd(1));
+        d.fib4.insert((std::net::Ipv4Addr::new(198, 18, 0, 0), 15), mp(1));
         d.fib6.insert(("2001:db8::".parse().unwrap(), 32), fwd(2));
         let mut base = DeltaBase::new(&KernelState::default(), &d);
         assert_eq!((base.fwd_uses(1), base.fwd_uses(2), base.fwd_uses(3)), (2, 1, 0));
-        base.advance(&[], &[(1, -2), (3, 1)].into_iter().collect());
+        assert_eq!((base.group_uses(1), base.group_uses(2)), (1, 0));
+        let delta = FibDelta {
+            nh_uses: [(1, -2), (3, 1)].into_iter().collect(),
+            group_uses: [(1, -1), (2, 2)].into_iter().collect(),
+            ..FibDelta::default()
+        };
+        base.advance(&[], &delta);
         assert_eq!((base.fwd_uses(1), base.fwd_uses(2), base.fwd_uses(3)), (0, 1, 1));
-        assert!(!base.fwd_uses.contains_key(&1));
+        assert_eq!((base.group_uses(1), base.group_uses(2)), (0, 2));
+        assert!(!base.fwd_uses.contains_key(&1) && !base.group_uses.contains_key(&1));
     }
 }

@@ -185,6 +185,30 @@ impl<E: Ord + Clone + std::fmt::Debug> IdAlloc<E> {
         self.starved
     }
 
+    /// The id `assign` gives `e` while it stays reserved.
+    pub(crate) fn id_of(&self, e: &E) -> Option<u32> {
+        self.by_entry.get(e).copied()
+    }
+
+    /// The lowest id above `after` that `assign` could hand out, below
+    /// `cap` as well as the allocator's capacity.
+    pub(crate) fn free_after(&self, after: u32, cap: u32) -> Option<u32> {
+        let end = self.capacity.min(cap);
+        (after + 1..end).find(|id| !self.by_id.contains_key(id))
+    }
+
+    /// Takes `id` for `e`, as `assign` would have: a delta wrote it
+    /// (`route_delta`), and the next full compute must give it the same id.
+    pub fn reserve(&mut self, id: u32, e: E) {
+        if let Some(old) = self.by_id.insert(id, e.clone()) {
+            if self.by_entry.get(&old) == Some(&id) {
+                self.by_entry.remove(&old);
+            }
+        }
+        self.by_entry.insert(e, id);
+        self.wanted.insert(id);
+    }
+
     /// Ids for `entries`, reusing reserved ones; entries missing from the
     /// result found no free id.
     fn assign(&mut self, entries: &BTreeSet<E>) -> BTreeMap<E, u32> {
@@ -246,6 +270,20 @@ impl Ids {
     /// Some route was punted for lack of an id (see `IdAlloc::starved`).
     pub fn starved(&self) -> bool {
         self.nexthops.starved() || self.groups.starved()
+    }
+
+    /// Takes the ids of the next hops and groups a written delta added.
+    pub fn reserve_delta(&mut self, d: &crate::route_delta::FibDelta) {
+        for (id, e) in &d.nexthops {
+            if let Some(e) = e {
+                self.nexthops.reserve(*id, e.clone());
+            }
+        }
+        for (id, e) in &d.groups {
+            if let Some(e) = e {
+                self.groups.reserve(*id, e.clone());
+            }
+        }
     }
 }
 
@@ -329,6 +367,33 @@ pub(crate) struct GroupIntent {
     origin: u32,
     /// Resilient: (bucket index, index into `paths`), buckets we know of.
     buckets: Vec<(u16, usize)>,
+}
+
+impl GroupIntent {
+    /// The group's table entry, with `nh` giving each path's next-hop id
+    /// (0 for a path we cannot forward by).
+    pub(crate) fn entry(&self, mut nh: impl FnMut(&NexthopEntry) -> u32) -> GroupEntry {
+        GroupEntry {
+            kind: self.kind,
+            paths: self
+                .paths
+                .iter()
+                .map(|(b, h)| GroupPath { upper_bound: *b, nh_id: h.as_ref().map_or(0, &mut nh) })
+                .collect(),
+            n_buckets: self.n_buckets,
+            origin: self.origin,
+        }
+    }
+
+    /// The next hops of the paths we can forward by.
+    pub(crate) fn hops(&self) -> impl Iterator<Item = &NexthopEntry> {
+        self.paths.iter().filter_map(|(_, h)| h.as_ref())
+    }
+
+    /// Resilient with buckets to write (`fp_res_buckets`).
+    pub(crate) fn has_buckets(&self) -> bool {
+        !self.buckets.is_empty()
+    }
 }
 
 fn punt(reason: u8) -> Intent {
@@ -995,7 +1060,7 @@ pub fn compute_gated(
                 hops.insert(hop);
             }
             Intent::Multipath { group, .. } => {
-                hops.extend(group.paths.iter().filter_map(|(_, h)| h.as_ref()));
+                hops.extend(group.hops());
             }
             Intent::Act(_) => {}
         }
@@ -1006,21 +1071,7 @@ pub fn compute_gated(
         d.nexthops.insert(*id, hop.clone());
     }
     // Groups with their next-hop ids; a member that found no id gets 0.
-    let group_entry = |g: &GroupIntent| -> GroupEntry {
-        GroupEntry {
-            kind: g.kind,
-            paths: g
-                .paths
-                .iter()
-                .map(|(b, h)| GroupPath {
-                    upper_bound: *b,
-                    nh_id: h.as_ref().and_then(|h| assigned.get(h)).copied().unwrap_or(0),
-                })
-                .collect(),
-            n_buckets: g.n_buckets,
-            origin: g.origin,
-        }
-    };
+    let group_entry = |g: &GroupIntent| -> GroupEntry { g.entry(|h| assigned.get(h).copied().unwrap_or(0)) };
     let mut groups: BTreeMap<GroupEntry, &GroupIntent> = BTreeMap::new();
     for (_, i) in fib4.iter().chain(fib6.iter()) {
         if let Intent::Multipath { group, .. } = i {

@@ -295,9 +295,10 @@ impl Reconciler {
         Ok(ops.len())
     }
 
-    /// Writes FIB changes and their source-deny entries, or neighbour
-    /// entries, alone (`route_delta::fib_delta`, `neigh_delta::neigh_delta`,
-    /// which checked that nothing else moves),
+    /// Writes FIB changes with the next hops, groups and source-deny
+    /// entries they bring or retire, or neighbour entries, alone
+    /// (`route_delta::fib_delta`, `neigh_delta::neigh_delta`, which checked
+    /// that nothing else moves),
     /// in the order `plan` would write them, then
     /// bumps the generation: the same ops as `apply` with the desired state
     /// the delta stands for, without walking a million-route table.
@@ -318,11 +319,19 @@ impl Reconciler {
         // or out first when old and new together would not fit.
         let added = new_neigh.keys().filter(|k| !self.applied.neigh.contains_key(k)).count();
         let neigh_tight = self.caps.as_ref().is_some_and(|c| self.applied.neigh.len() + added > c.neigh as usize);
+        let old_nh: BTreeMap<_, _> = delta.nexthops.keys().filter_map(|k| self.applied.nexthops.get(k).map(|e| (*k, e.clone()))).collect();
+        let new_nh: BTreeMap<_, _> = delta.nexthops.iter().filter_map(|(k, e)| e.clone().map(|e| (*k, e))).collect();
+        let old_groups: BTreeMap<_, _> = delta.groups.keys().filter_map(|k| self.applied.groups.get(k).map(|e| (*k, e.clone()))).collect();
+        let new_groups: BTreeMap<_, _> = delta.groups.iter().filter_map(|(k, e)| e.clone().map(|e| (*k, e))).collect();
         let mut ops = Vec::new();
+        // As `plan`: next hops, neighbours, then groups in before any route
+        // can point at them; out again in reverse after the routes.
+        upserts(&old_nh, &new_nh, &mut ops, |k, v| Op::UpsertNexthop(*k, v.clone()));
         if neigh_tight {
             deletes(&old_neigh, &new_neigh, &mut ops, |k| Op::DeleteNeigh(*k));
         }
         upserts(&old_neigh, &new_neigh, &mut ops, |k, v| Op::UpsertNeigh(*k, *v));
+        upserts(&old_groups, &new_groups, &mut ops, |k, v| Op::UpsertGroup(*k, v.clone()));
         upserts(&old_deny, &new_deny, &mut ops, |k, v| Op::UpsertSrcDeny4(*k, *v));
         fib_ops(&old4, &new4, false, &mut ops, Op::UpsertRoute4, Op::DeleteRoute4);
         fib_ops(&old6, &new6, false, &mut ops, Op::UpsertRoute6, Op::DeleteRoute6);
@@ -330,6 +339,8 @@ impl Reconciler {
         if !neigh_tight {
             deletes(&old_neigh, &new_neigh, &mut ops, |k| Op::DeleteNeigh(*k));
         }
+        deletes(&old_groups, &new_groups, &mut ops, |k| Op::DeleteGroup(*k));
+        deletes(&old_nh, &new_nh, &mut ops, |k| Op::DeleteNexthop(*k));
         if !ops.is_empty() || self.dirty {
             ops.push(Op::BumpGeneration);
         }

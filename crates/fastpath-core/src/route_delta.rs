@@ -2,28 +2,32 @@
 //! recomputes every prefix, about a second at a million routes, so each BGP
 //! update would reach the fast path a second late (and until then it
 //! forwards by the old route). When only plain main-table routes changed and
-//! nothing else did, only those prefixes' FIB entries can differ; when it is
-//! also certain that nothing else derived from the FIB moves — the entries
-//! forward through next hops the tables already hold and that stay in use,
-//! or are punts whose only other trace is an IPv4 /32 source-deny entry
-//! (computed here: remotely triggered blackholes are /32 routes), no ECMP
-//! entry is involved, nothing was left out for lack of room and nothing will
-//! be — `fib_delta` computes just those entries, with the functions
-//! `compute` uses. Any doubt answers None and the caller recomputes
-//! everything. What it needs of the untouched routes (the local tables, a
-//! touched prefix's other routes, next hops' other users) comes from a
-//! `DeltaBase` the caller carries from change to change, so a change costs
-//! time in the prefixes it touches. A property test holds the result to
-//! `compute`'s over chains of changes, and the carried base to a fresh one.
+//! nothing else did, only those prefixes' FIB entries can differ, plus the
+//! next hops and ECMP groups they bring or leave unused; when it is also
+//! certain that nothing else derived from the FIB moves — punts whose only
+//! other trace is an IPv4 /32 source-deny entry (computed here: remotely
+//! triggered blackholes are /32 routes), no resilient group's buckets to
+//! write or retire, nothing left out for lack of room and nothing that
+//! will be — `fib_delta` computes just those entries, with the functions
+//! `compute` uses, and new next hops and groups get the ids `compute` would
+//! give them. Any doubt answers None and the caller recomputes everything.
+//! What it needs of the untouched routes (the local tables, a touched
+//! prefix's other routes, how many entries use each next hop and group)
+//! comes from a `DeltaBase` the caller carries from change to change, so a
+//! change costs time in the prefixes it touches. A property test holds the
+//! result to `compute`'s over chains of changes, and the carried base to a
+//! fresh one.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::delta_base::DeltaBase;
-use crate::desired::{self, reason, Intent, Prefix};
+use crate::desired::{self, reason, GroupIntent, Ids, Intent, Prefix};
 use crate::model::{Family, KernelState, RouteKey, RT_TABLE_MAIN};
 use crate::overflow::Offload;
-use crate::tables::{Capacities, Desired, NeighEntry, NeighKey, NexthopEntry, RouteAction, RouteEntry};
+use crate::tables::{
+    bucket_key, Capacities, Desired, GroupEntry, NeighEntry, NeighKey, NexthopEntry, RouteAction, RouteEntry,
+};
 
 /// FIB entries to write (Some) or delete (None), and the IPv4 source-deny
 /// entries that go with them, or neighbour entries (`neigh_delta`); only
@@ -33,20 +37,25 @@ pub struct FibDelta {
     pub v4: BTreeMap<(Ipv4Addr, u8), Option<RouteEntry>>,
     pub v6: BTreeMap<(Ipv6Addr, u8), Option<RouteEntry>>,
     pub deny4: BTreeMap<Ipv4Addr, Option<u8>>,
-    /// Net change of FIB entries forwarding through each next hop id (none 0),
-    /// for `DeltaBase::advance`.
+    /// Next hops and ECMP groups to write (Some: new to the maps) or delete
+    /// (None: nothing uses them any more).
+    pub nexthops: BTreeMap<u32, Option<NexthopEntry>>,
+    pub groups: BTreeMap<u32, Option<GroupEntry>>,
+    /// Net change of FIB entries forwarding through each next hop id, and
+    /// of those using each group (none 0), for `DeltaBase::advance`.
     pub nh_uses: BTreeMap<u32, i64>,
+    pub group_uses: BTreeMap<u32, i64>,
     /// Neighbour entries to write or delete (`neigh_delta`).
     pub neigh: BTreeMap<NeighKey, Option<NeighEntry>>,
 }
 
 impl FibDelta {
     pub fn is_empty(&self) -> bool {
-        self.v4.is_empty() && self.v6.is_empty() && self.deny4.is_empty() && self.neigh.is_empty()
+        self.len() == 0
     }
 
     pub fn len(&self) -> usize {
-        self.v4.len() + self.v6.len() + self.deny4.len() + self.neigh.len()
+        self.v4.len() + self.v6.len() + self.deny4.len() + self.neigh.len() + self.nexthops.len() + self.groups.len()
     }
 
     /// `d` as it is once the delta is written.
@@ -75,13 +84,28 @@ impl FibDelta {
                 None => d.neigh.remove(k),
             };
         }
+        for (k, e) in &self.nexthops {
+            match e {
+                Some(e) => d.nexthops.insert(*k, e.clone()),
+                None => d.nexthops.remove(k),
+            };
+        }
+        for (k, e) in &self.groups {
+            match e {
+                Some(e) => d.groups.insert(*k, e.clone()),
+                None => d.groups.remove(k),
+            };
+        }
     }
 }
 
 /// The entries of the main-table prefixes in `touched` (route keys whose
 /// routes were added, replaced or deleted since `applied` was computed
 /// from the same state otherwise), or None when only a full `compute` is
-/// exact. `offload` is the last full compute's.
+/// exact. `offload` is the last full compute's; `ids` the allocators it
+/// used: a next hop or ECMP group new to the tables gets the id `compute`
+/// would give it, and the caller reserves it (`Ids::reserve_delta`) once
+/// the delta is written.
 pub fn fib_delta(
     applied: &Desired,
     offload: &Offload,
@@ -89,6 +113,7 @@ pub fn fib_delta(
     state: &KernelState,
     touched: &[(Family, RouteKey)],
     caps: &Capacities,
+    ids: &Ids,
 ) -> Option<FibDelta> {
     // Something did not fit: trimming and its covers depend on every prefix.
     if applied.switches.table_full != 0 || !offload_empty(offload) {
@@ -107,10 +132,7 @@ pub fn fib_delta(
     }
     let mut main = base.main_routes(state, &want, touched);
 
-    let ids: HashMap<&NexthopEntry, u32> = applied.nexthops.iter().map(|(id, hop)| (hop, *id)).collect();
-    // Next hops that lose a user here, and those that gain one.
-    let mut losing: HashSet<u32> = HashSet::new();
-    let mut gaining: HashSet<u32> = HashSet::new();
+    let mut fresh = Fresh::new(applied, ids, caps);
     let (mut new4, mut new6) = (0usize, 0usize);
     for (fam, p) in &want {
         let m = main.get_mut(&(*fam, *p)).map(|routes| {
@@ -122,12 +144,12 @@ pub fn fib_delta(
         let new = match intent {
             None => None,
             Some(Intent::Forward { hop, mtu }) => {
-                let id = *ids.get(&hop)?;
-                gaining.insert(id);
-                Some(RouteEntry { action: RouteAction::Forward { nh_id: id }, mtu })
+                Some(RouteEntry { action: RouteAction::Forward { nh_id: fresh.hop(&hop)? }, mtu })
+            }
+            Some(Intent::Multipath { group, mtu }) => {
+                Some(RouteEntry { action: RouteAction::Multipath { group: fresh.group(&group)? }, mtu })
             }
             Some(Intent::Act(a)) if act_ok(*fam, *p, &a) => Some(RouteEntry { action: a, mtu: 0 }),
-            // Groups take group ids and buckets: not here.
             Some(_) => return None,
         };
         let old = match fam {
@@ -135,10 +157,7 @@ pub fn fib_delta(
             Family::V6 => applied.fib6.get(&p.v6()),
         };
         match old.map(|e| e.action) {
-            None => {}
-            Some(RouteAction::Forward { nh_id }) => {
-                losing.insert(nh_id);
-            }
+            None | Some(RouteAction::Forward { .. } | RouteAction::Multipath { .. }) => {}
             Some(a) if act_ok(*fam, *p, &a) => {}
             Some(_) => return None,
         }
@@ -146,8 +165,10 @@ pub fn fib_delta(
             continue;
         }
         for (e, n) in [(old, -1), (new.as_ref(), 1)] {
-            if let Some(RouteEntry { action: RouteAction::Forward { nh_id }, .. }) = e {
-                *delta.nh_uses.entry(*nh_id).or_default() += n;
+            match e.map(|e| e.action) {
+                Some(RouteAction::Forward { nh_id }) => *delta.nh_uses.entry(nh_id).or_default() += n,
+                Some(RouteAction::Multipath { group }) => *delta.group_uses.entry(group).or_default() += n,
+                _ => {}
             }
         }
         // desired::src_check4: a refused /32 is denied as a source by its
@@ -186,14 +207,129 @@ pub fn fib_delta(
     {
         return None;
     }
-    // A next hop nobody uses any more leaves `compute`'s tables.
-    for id in losing.difference(&gaining) {
-        if !still_used(applied, base, &delta, *id) {
-            return None;
+    delta.nh_uses.retain(|_, n| *n != 0);
+    delta.group_uses.retain(|_, n| *n != 0);
+    // What `compute` would no longer hold: groups no entry uses, then next
+    // hops neither an entry nor a group uses.
+    let uses = |base_n: u64, n: Option<&i64>| i128::from(base_n) + i128::from(n.copied().unwrap_or(0));
+    let mut groups = fresh.groups;
+    for (gid, n) in &delta.group_uses {
+        if *n < 0 && uses(base.group_uses(*gid), Some(n)) <= 0 {
+            let g = applied.groups.get(gid)?;
+            // Its buckets would go too: left to the full compute.
+            if applied.res_buckets.range(bucket_key(*gid, 0)..=bucket_key(*gid, u16::MAX)).next().is_some() {
+                return None;
+            }
+            fresh.losing.extend(g.paths.iter().map(|p| p.nh_id).filter(|id| *id != 0));
+            groups.insert(*gid, None);
         }
     }
-    delta.nh_uses.retain(|_, n| *n != 0);
+    fresh.losing.extend(delta.nh_uses.iter().filter(|(_, n)| **n < 0).map(|(id, _)| *id));
+    let mut nexthops = fresh.nexthops;
+    for id in &fresh.losing {
+        if uses(base.fwd_uses(*id), delta.nh_uses.get(id)) > 0 || nexthops.contains_key(id) {
+            continue;
+        }
+        let in_group = |g: &GroupEntry| g.paths.iter().any(|p| p.nh_id == *id);
+        let grouped = applied.groups.iter().any(|(gid, g)| !groups.contains_key(gid) && in_group(g))
+            || groups.values().flatten().any(in_group)
+            || applied.res_buckets.values().any(|v| v == id);
+        if !grouped {
+            nexthops.insert(*id, None);
+        }
+    }
+    delta.nexthops = nexthops;
+    delta.groups = groups;
     Some(delta)
+}
+
+/// Next hops and groups a delta's entries need that the tables lack, with
+/// the ids `compute` would give them (the ones reserved for them, else the
+/// lowest free), and next hops that may have lost their last user.
+struct Fresh<'a> {
+    applied: &'a Desired,
+    ids: &'a Ids,
+    caps: &'a Capacities,
+    nexthops: BTreeMap<u32, Option<NexthopEntry>>,
+    groups: BTreeMap<u32, Option<GroupEntry>>,
+    taken_hops: BTreeMap<NexthopEntry, u32>,
+    taken_groups: BTreeMap<GroupEntry, u32>,
+    losing: BTreeSet<u32>,
+}
+
+impl<'a> Fresh<'a> {
+    fn new(applied: &'a Desired, ids: &'a Ids, caps: &'a Capacities) -> Self {
+        Fresh {
+            applied,
+            ids,
+            caps,
+            nexthops: BTreeMap::new(),
+            groups: BTreeMap::new(),
+            taken_hops: BTreeMap::new(),
+            taken_groups: BTreeMap::new(),
+            losing: BTreeSet::new(),
+        }
+    }
+
+    /// The id of next hop `hop`, or None when it would need one `compute`
+    /// might assign differently or report (no free id, a table near full).
+    fn hop(&mut self, hop: &NexthopEntry) -> Option<u32> {
+        if let Some(id) = self.taken_hops.get(hop) {
+            return Some(*id);
+        }
+        let id = match self.ids.nexthops.id_of(hop) {
+            Some(id) => id,
+            None => {
+                let after = self.nexthops.keys().max().copied().unwrap_or(0);
+                self.ids.nexthops.free_after(after, self.caps.nexthops)?
+            }
+        };
+        match self.applied.nexthops.get(&id) {
+            Some(e) if e == hop => {}
+            Some(_) => return None,
+            None => {
+                // `compute` reports a next-hop table it fills up.
+                if self.applied.nexthops.len() + self.nexthops.len() + 2 > self.caps.nexthops as usize {
+                    return None;
+                }
+                self.nexthops.insert(id, Some(hop.clone()));
+            }
+        }
+        self.taken_hops.insert(hop.clone(), id);
+        Some(id)
+    }
+
+    /// The id of the group `g` makes, likewise; a new resilient group (its
+    /// buckets) is left to `compute`.
+    fn group(&mut self, g: &GroupIntent) -> Option<u32> {
+        let mut hops = BTreeMap::new();
+        for h in g.hops() {
+            hops.insert(h.clone(), self.hop(h)?);
+        }
+        let entry = g.entry(|h| hops.get(h).copied().unwrap_or(0));
+        if let Some(id) = self.taken_groups.get(&entry) {
+            return Some(*id);
+        }
+        let id = match self.ids.groups.id_of(&entry) {
+            Some(id) => id,
+            None => {
+                let after = self.groups.keys().max().copied().unwrap_or(0);
+                self.ids.groups.free_after(after, self.caps.groups)?
+            }
+        };
+        match self.applied.groups.get(&id) {
+            Some(e) if *e == entry => {}
+            Some(_) => return None,
+            None => {
+                if g.has_buckets() || self.applied.groups.len() + self.groups.len() + 2 > self.caps.groups as usize {
+                    return None;
+                }
+                self.groups.insert(id, Some(entry.clone()));
+            }
+        }
+        self.taken_groups.insert(entry, id);
+        Some(id)
+    }
 }
 
 /// An entry other than a forward whose only trace beyond the FIB is one
@@ -212,15 +348,6 @@ fn offload_empty(o: &Offload) -> bool {
     o.failed4.is_empty() && o.failed6.is_empty() && o.covers4.is_empty() && o.covers6.is_empty()
 }
 
-/// Next hop `id` is referenced outside the prefixes `delta` changes (which
-/// no longer forward through it).
-fn still_used(applied: &Desired, base: &DeltaBase, delta: &FibDelta, id: u32) -> bool {
-    let outside = i128::from(base.fwd_uses(id)) + i128::from(delta.nh_uses.get(&id).copied().unwrap_or(0));
-    outside > 0
-        || applied.groups.values().any(|g| g.paths.iter().any(|p| p.nh_id == id))
-        || applied.res_buckets.values().any(|v| *v == id)
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -230,7 +357,9 @@ mod tests {
     use super::*;
     use crate::desired::{compute, Ids};
     use crate::fixtures::{default_rules, delta_ops, ip, main_route, veth};
-    use crate::model::{Addr, IfSysctl, NextHop, Neighbour, Route, RouteKind, RouteTarget, NUD_REACHABLE, RT_TABLE_LOCAL};
+    use crate::model::{
+        Addr, IfSysctl, NexthopObject, NextHop, Neighbour, Route, RouteKind, RouteTarget, NUD_REACHABLE, RT_TABLE_LOCAL,
+    };
 
     fn caps() -> Capacities {
         Capacities { fib4: 64, fib6: 64, nexthops: 32, neigh: 64, ifaces: 16, groups: 8, buckets: 64 }
@@ -252,7 +381,18 @@ mod tests {
             st.links.insert(l.ifindex, l);
         }
         st.sysctl.forwarding6_all = true;
+        // A seed the data plane can reproduce: multipath routes forward.
+        st.sysctl.mp_seed = 0x1234;
         st.rules = default_rules();
+        // Next-hop objects: two plain ones, a group of both, a resilient
+        // group with its buckets.
+        for (id, ifindex, gw) in [(10, 2, "192.0.2.2"), (11, 3, "198.51.100.2"), (12, 3, "198.51.100.4")] {
+            st.nexthops.insert(id, NexthopObject { hop: Some(hop(ifindex, Some(gw))), ..object(id) });
+        }
+        st.nexthops.insert(20, NexthopObject { group: vec![(10, 1), (11, 2)], ..object(20) });
+        st.nexthops.insert(21, NexthopObject { group: vec![(10, 1), (12, 1)], ..object(21) });
+        st.nexthops.insert(30, NexthopObject { group: vec![(10, 1), (11, 1)], resilient: true, n_buckets: 4, ..object(30) });
+        st.res_buckets.insert(30, [(0, 10), (1, 11), (2, 10), (3, 11)].into_iter().collect());
         st.addrs.insert(Addr { ifindex: 2, addr: ip("192.0.2.1"), prefix_len: 24 }, ());
         // An address whose local route was deleted: still refused as a source.
         st.addrs.insert(Addr { ifindex: 2, addr: ip("192.0.2.77"), prefix_len: 24 }, ());
@@ -272,6 +412,19 @@ mod tests {
             );
         }
         st
+    }
+
+    fn object(id: u32) -> NexthopObject {
+        NexthopObject { id, blackhole: false, hop: None, group: vec![], resilient: false, n_buckets: 0, unsupported: false }
+    }
+
+    fn multipath(dst: &str, len: u8, hops: &[(u32, &str, u32)]) -> Route {
+        let hops = hops.iter().map(|(i, gw, w)| NextHop { weight: *w, ..hop(*i, Some(gw)) }).collect();
+        main_route(dst, len, RouteTarget::Multipath(hops))
+    }
+
+    fn nhid(dst: &str, len: u8, id: u32) -> Route {
+        main_route(dst, len, RouteTarget::Object(id))
     }
 
     fn without_local_cover(mut st: KernelState) -> KernelState {
@@ -313,13 +466,16 @@ mod tests {
         }
 
         fn delta(&self, touched: &[(Family, RouteKey)]) -> Option<FibDelta> {
-            fib_delta(&self.applied, &self.applied.offload, &self.base, &self.st, touched, &caps())
+            fib_delta(&self.applied, &self.applied.offload, &self.base, &self.st, touched, &caps(), &self.ids)
         }
 
         /// One change: the delta (if any) must give exactly `compute`'s
         /// tables, and the reconciler must write what `plan` would.
         fn change(&mut self, touched: &[(Family, RouteKey)]) -> bool {
             let d = self.delta(touched);
+            if let Some(d) = &d {
+                self.ids.reserve_delta(d);
+            }
             let full = compute(&self.st, &managed(), &caps(), &mut self.ids);
             if let Some(d) = &d {
                 let mut inc = self.applied.clone();
@@ -327,7 +483,7 @@ mod tests {
                 assert_eq!(inc, full, "delta {d:?}");
                 let (want, got, _) = delta_ops(caps(), &self.applied, &full, d);
                 assert_eq!(got, want);
-                self.base.advance(touched, &d.nh_uses);
+                self.base.advance(touched, d);
             }
             self.applied = full;
             let fresh = DeltaBase::new(&self.st, &self.applied);
@@ -367,6 +523,67 @@ mod tests {
     }
 
     #[test]
+    fn next_hops_come_and_go_with_their_routes() {
+        let mut st = base();
+        add(&mut st, via("203.0.0.0", 24, 2, "192.0.2.2"));
+        let mut w = World::new(st);
+
+        // A gateway the tables do not hold yet: its next hop comes first.
+        let r = via("203.0.1.0", 24, 3, "198.51.100.3");
+        add(&mut w.st, r.clone());
+        let d = w.delta(&[key(&r)]).expect("a route via a new next hop");
+        let want = NexthopEntry { ifindex: 3, gateway: Some(ip("198.51.100.3")) };
+        let [(id, Some(e))] = d.nexthops.iter().collect::<Vec<_>>()[..] else { panic!("one new next hop: {d:?}") };
+        assert_eq!(*e, want);
+        assert_eq!(d.v4.values().next(), Some(&Some(RouteEntry { action: RouteAction::Forward { nh_id: *id }, mtu: 0 })));
+        let id = *id;
+        assert!(w.change(&[key(&r)]));
+        assert_eq!(w.applied.nexthops.get(&id), Some(&want), "the full compute gives it the same id");
+
+        // Its last route goes, and so does it.
+        w.st.routes.remove(&key(&r));
+        let d = w.delta(&[key(&r)]).expect("the last route via a next hop");
+        assert_eq!(d.nexthops, [(id, None)].into_iter().collect());
+        assert!(w.change(&[key(&r)]));
+    }
+
+    #[test]
+    fn multipath_routes_are_deltas() {
+        let mut st = base();
+        add(&mut st, via("203.0.0.0", 24, 2, "192.0.2.2"));
+        add(&mut st, nhid("203.0.9.0", 24, 30));
+        let mut w = World::new(st);
+
+        // Classic multipath, one path via a next hop new to the tables.
+        let r = multipath("203.0.1.0", 24, &[(2, "192.0.2.2", 1), (3, "198.51.100.3", 2)]);
+        add(&mut w.st, r.clone());
+        let d = w.delta(&[key(&r)]).expect("a multipath route");
+        assert_eq!((d.nexthops.len(), d.groups.len()), (1, 1), "{d:?}");
+        let gid = *d.groups.keys().next().unwrap();
+        assert!(w.change(&[key(&r)]));
+        // A second prefix on the same paths shares the group.
+        let r2 = multipath("203.0.2.0", 24, &[(2, "192.0.2.2", 1), (3, "198.51.100.3", 2)]);
+        add(&mut w.st, r2.clone());
+        let d = w.delta(&[key(&r2)]).expect("the same group again");
+        assert!(d.nexthops.is_empty() && d.groups.is_empty(), "{d:?}");
+        assert_eq!(d.v4.values().next(), Some(&Some(RouteEntry { action: RouteAction::Multipath { group: gid }, mtu: 0 })));
+        assert!(w.change(&[key(&r2)]));
+        // Object groups, and the resilient group the tables already hold.
+        for (i, id) in [20, 21, 30].into_iter().enumerate() {
+            let o = nhid(&format!("203.0.{}.0", 3 + i), 24, id);
+            add(&mut w.st, o.clone());
+            assert!(w.change(&[key(&o)]), "route to nexthop object {id}");
+        }
+        // Both multipath routes go at once: the group and its new next hop too.
+        w.st.routes.remove(&key(&r));
+        w.st.routes.remove(&key(&r2));
+        let d = w.delta(&[key(&r), key(&r2)]).expect("the group's last routes");
+        assert_eq!(d.groups.get(&gid), Some(&None));
+        assert_eq!(d.nexthops.values().filter(|e| e.is_none()).count(), 1, "{d:?}");
+        assert!(w.change(&[key(&r), key(&r2)]));
+    }
+
+    #[test]
     fn a_blackholed_address_is_a_delta_with_its_source_deny_entry() {
         // Without the local /16, which makes source checks LPM (no deny set).
         let mut st = without_local_cover(base());
@@ -394,15 +611,13 @@ mod tests {
         add(&mut st, via("198.18.0.0", 15, 3, "198.51.100.2"));
         let mut w = World::new(st);
 
-        // A next hop the tables do not hold yet.
-        let r = via("203.0.1.0", 24, 3, "198.51.100.3");
+        // A new resilient group (its buckets).
+        let r = nhid("203.0.1.0", 24, 30);
         add(&mut w.st, r.clone());
         assert!(!w.change(&[key(&r)]));
-        // The last route via a next hop goes.
-        let last = via("198.18.0.0", 15, 3, "198.51.100.2");
-        w.st.routes.remove(&key(&last));
-        assert!(w.delta(&[key(&last)]).is_none());
-        w.change(&[key(&last)]);
+        // The last route using it goes (so would they).
+        w.st.routes.remove(&key(&r));
+        assert!(!w.change(&[key(&r)]));
         // A blackhole (the source check reads it).
         let mut b = main_route("203.0.2.0", 24, RouteTarget::None);
         b.kind = RouteKind::Blackhole;
@@ -417,7 +632,7 @@ mod tests {
         o.failed4.insert((Ipv4Addr::new(203, 0, 9, 0), 24));
         let r = via("203.0.4.0", 24, 2, "192.0.2.2");
         add(&mut w.st, r.clone());
-        assert!(fib_delta(&w.applied, &o, &w.base, &w.st, &[key(&r)], &caps()).is_none());
+        assert!(fib_delta(&w.applied, &o, &w.base, &w.st, &[key(&r)], &caps(), &w.ids).is_none());
     }
 
     #[test]
@@ -431,7 +646,7 @@ mod tests {
         let mut st = w.st.clone();
         let r = via("198.18.0.0", 24, 2, "192.0.2.2");
         add(&mut st, r.clone());
-        assert!(fib_delta(&w.applied, &w.applied.offload, &w.base, &st, &[key(&r)], &caps()).is_none());
+        assert!(fib_delta(&w.applied, &w.applied.offload, &w.base, &st, &[key(&r)], &caps(), &w.ids).is_none());
     }
 
     /// Candidate routes: plain ones via either gateway or an unmanaged
@@ -473,6 +688,18 @@ mod tests {
             v.push(r);
         }
         v.push(via("203.0.113.9", 32, 2, "192.0.2.2"));
+        // Multipath: classic (one path new), weighted, object groups, the
+        // resilient group, a plain object, on prefixes others use too.
+        for dst in ["203.0.113.0", "203.0.120.0", "203.0.121.0"] {
+            v.push(multipath(dst, 24, &[(2, "192.0.2.2", 1), (3, "198.51.100.2", 1)]));
+            v.push(multipath(dst, 24, &[(2, "192.0.2.2", 1), (3, "198.51.100.5", 3)]));
+        }
+        for (dst, id) in [("203.0.120.0", 20), ("203.0.122.0", 21), ("203.0.122.0", 30), ("203.0.123.0", 12)] {
+            let mut o = nhid(dst, 24, id);
+            o.key.priority = id;
+            v.push(o);
+        }
+        v.push(multipath("2001:db8:10::", 48, &[(2, "2001:db8::2", 1), (3, "2001:db8:1::2", 1)]));
         let mut b6 = main_route("2001:db8:12::", 64, RouteTarget::None);
         b6.kind = RouteKind::Blackhole;
         v.push(b6);
@@ -489,8 +716,8 @@ mod tests {
         /// the reconciler's ops for them, over random route churn.
         #[test]
         fn delta_is_compute(cover in any::<bool>(),
-                            init in proptest::collection::vec(any::<bool>(), 64),
-                            steps in proptest::collection::vec((0usize..64, any::<bool>(), 1usize..3), 1..25)) {
+                            init in proptest::collection::vec(any::<bool>(), 96),
+                            steps in proptest::collection::vec((0usize..96, any::<bool>(), 1usize..3), 1..25)) {
             let cands = candidates();
             assert!(cands.len() <= init.len());
             // The local /16 both covers main prefixes and turns source

@@ -772,15 +772,17 @@ impl Loop {
         // either way, and a local-table change is never a delta. Put back
         // only once this delta is written.
         let mut base = self.delta_base.take().unwrap_or_else(|| DeltaBase::new(state, self.reconciler.applied()));
-        let delta = route_delta::fib_delta(self.reconciler.applied(), self.published.offload(), &base, state, touched, &self.caps);
+        let delta = route_delta::fib_delta(self.reconciler.applied(), self.published.offload(), &base, state, touched, &self.caps, &self.ids);
         let Some(delta) = delta else {
             debug!("{} route change(s) need a full recompute", touched.len());
             return self.reconcile(state);
         };
         let timing = Timing { compute: t.elapsed(), ..Timing::default() };
-        let nh_uses = delta.nh_uses.clone();
+        // The ids of what it adds are taken even if the write fails: the
+        // full reconcile that follows adopts what reached the maps.
+        self.ids.reserve_delta(&delta);
+        base.advance(touched, &delta);
         self.write_delta(delta, timing).context("writing changed routes to the BPF maps")?;
-        base.advance(touched, &nh_uses);
         self.delta_base = Some(base);
         self.ops.reconciles_routes += 1;
         Ok(())
