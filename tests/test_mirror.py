@@ -227,45 +227,74 @@ def test_a_new_address_is_punted_ahead_of_the_recompute(lab, daemon):
 
 
 def test_route_only_changes_write_just_those_routes(lab, daemon):
-    """A route added or deleted via a next hop the tables already hold, and
-    a /32 blackhole, are written as those entries alone (no full recompute); a new next
-    hop takes the full recompute. A full recompute afterwards (SIGHUP)
-    finds nothing to write: the route-only updates left exactly its tables."""
+    """Route changes are written as those entries alone, with the next hops
+    and ECMP groups they bring or leave unused (no full recompute): a route
+    via a next hop in use, a /32 blackhole, a route via a new gateway, a
+    multipath route, routes to next-hop objects and the objects' own
+    changes. A full recompute afterwards (SIGHUP) finds nothing to write:
+    the route-only updates left exactly its tables."""
     prefix = "203.0.113.128/25"  # inside the remote /24
+    other = "203.0.113.64/26"
 
-    def entry():
-        return next((r for r in daemon.routes() if r["prefix"] == prefix), None)
+    def entry(p=prefix):
+        return next((r for r in daemon.routes() if r["prefix"] == p), None)
 
     def reconciles():
         return daemon.status()["reconciles"]
 
+    def gateways(e):
+        if e is None:
+            return None
+        if e["action"] == "multipath":
+            return sorted(p["nexthop"]["gateway"] for p in e["group"]["paths"])
+        return [e["nexthop"]["gateway"]] if e["action"] == "forward" else e["action"]
+
+    # A seed the data plane can reproduce, so multipath routes forward; the
+    # daemon's sysctl poll reads it with a full recompute, done before
+    # counting (and which must not make the next route change one too).
+    lab.sysctl(lab.router, "net.ipv4.fib_multipath_hash_seed", "4660")
+    wait_for("the hash seed read", lambda: not daemon.status()["families"]["ipv4"]["multipath_hash"].startswith("punted"), 10)
     lab.gateway_routes()  # the remote prefix via S4: that next hop is in use
     wait_for("gateway route mirrored", lambda: any(r["prefix"] == Lab.REMOTE4 for r in daemon.routes()), 5)
     before = reconciles()
     lab.ip(lab.router, "route", "add", prefix, "via", Lab.S4)
-    e = wait_for("route via S4", entry, 5)
-    assert e["action"] == "forward" and e["nexthop"]["gateway"] == Lab.S4, e
+    wait_for("route via S4", lambda: gateways(entry()) == [Lab.S4], 5)
     lab.ip(lab.router, "route", "del", prefix)
     wait_for("route gone", lambda: entry() is None, 5)
     # A remotely triggered blackhole: a /32 (and its source-deny entry).
     lab.ip(lab.router, "route", "add", "blackhole", "203.0.113.200/32")
     wait_for("blackhole mirrored", lambda: any(r["prefix"] == "203.0.113.200/32" and r["action"] == "blackhole"
                                               for r in daemon.routes()), 5)
-    after = reconciles()
-    assert after["routes"] >= before["routes"] + 3 and after["full"] == before["full"], (before, after)
-
-    # 198.51.100.77 is no next hop yet: a new next-hop entry, the full path.
+    # 198.51.100.77 is no next hop yet: a new next-hop entry comes first.
     lab.ip(lab.router, "route", "add", prefix, "via", "198.51.100.77")
-    e = wait_for("route via a new gateway", entry, 5)
-    assert e["nexthop"]["gateway"] == "198.51.100.77", e
-    full = reconciles()["full"]
-    assert full > after["full"], (after, reconciles())
+    wait_for("route via a new gateway", lambda: gateways(entry()) == ["198.51.100.77"], 5)
+    # Multipath over both gateways: a new group; then back to one path,
+    # which leaves the group unused.
+    lab.ip(lab.router, "route", "replace", prefix, "nexthop", "via", Lab.S4, "nexthop", "via", "198.51.100.77")
+    wait_for("multipath route", lambda: gateways(entry()) == sorted([Lab.S4, "198.51.100.77"]), 5)
+    # Next-hop objects, as FRR installs routes: objects first (nothing uses
+    # them yet), then routes to them, then an object changes under them.
+    lab.ip(lab.router, "nexthop", "add", "id", "901", "via", Lab.S4, "dev", "r1")
+    lab.ip(lab.router, "nexthop", "add", "id", "902", "via", "198.51.100.78", "dev", "r1")
+    lab.ip(lab.router, "nexthop", "add", "id", "903", "group", "901/902")
+    lab.ip(lab.router, "route", "add", other, "nhid", "901")
+    lab.ip(lab.router, "route", "replace", prefix, "nhid", "903")
+    wait_for("routes to next-hop objects", lambda: gateways(entry(other)) == [Lab.S4]
+             and gateways(entry()) == sorted([Lab.S4, "198.51.100.78"]), 5)
+    lab.ip(lab.router, "nexthop", "replace", "id", "901", "via", "198.51.100.77", "dev", "r1")
+    wait_for("the routes through object 901 follow it", lambda: gateways(entry(other)) == ["198.51.100.77"]
+             and gateways(entry()) == sorted(["198.51.100.77", "198.51.100.78"]), 5)
+    lab.ip(lab.router, "nexthop", "replace", "id", "903", "group", "902")
+    wait_for("the group's route follows it", lambda: gateways(entry()) == ["198.51.100.78"], 5)
+    after = reconciles()
+    assert after["routes"] >= before["routes"] + 8 and after["full"] == before["full"], (before, after)
 
     lab.ip(lab.router, "route", "replace", prefix, "via", Lab.S4)
-    wait_for("route back via S4", lambda: (entry() or {}).get("nexthop", {}).get("gateway") == Lab.S4, 5)
+    lab.ip(lab.router, "route", "del", other)
+    wait_for("route back via S4", lambda: gateways(entry()) == [Lab.S4] and entry(other) is None, 5)
     routes, gen = daemon.routes(), daemon.status()["generation"]
     os.kill(daemon.proc.pid, signal.SIGHUP)
-    wait_for("SIGHUP's full recompute", lambda: reconciles()["full"] > full, 5)
+    wait_for("SIGHUP's full recompute", lambda: reconciles()["full"] > after["full"], 5)
     assert daemon.status()["generation"] == gen, "the full recompute wrote something"
     assert daemon.routes() == routes
 

@@ -240,6 +240,9 @@ pub struct Touched {
     pub routes: Vec<(Family, RouteKey)>,
     /// Neighbour messages changed a MAC or whether a neighbour is usable.
     pub neighbours: bool,
+    /// Next-hop objects added or replaced (`route_delta::object_users`
+    /// finds the routes that use them).
+    pub nexthops: Vec<u32>,
     /// Anything else changed (links, addresses, next hops, rules, sysctls,
     /// a re-dump): only a full recompute is exact.
     pub other: bool,
@@ -252,12 +255,17 @@ pub fn apply_noting(state: &mut KernelState, msg: Msg, f: &mut Followups, t: &mu
         _ => None,
     };
     let neighbour = matches!(msg, Msg::NewNeigh(_) | Msg::DelNeigh(..));
+    let object = match &msg {
+        Msg::NewNexthop(nh) => Some(nh.id),
+        _ => None,
+    };
     let changed = apply(state, msg, f);
     if changed {
-        match key {
-            Some(k) => t.routes.push(k),
-            None if neighbour => t.neighbours = true,
-            None => t.other = true,
+        match (key, object) {
+            (Some(k), _) => t.routes.push(k),
+            (None, Some(id)) => t.nexthops.push(id),
+            _ if neighbour => t.neighbours = true,
+            _ => t.other = true,
         }
     }
     changed
@@ -903,10 +911,18 @@ mod tests {
         assert!(!apply_noting(&mut st, Msg::NewRoute(Family::V4, a.clone()), &mut f, &mut t));
         assert!(apply_noting(&mut st, Msg::DelRoute(Family::V4, a.clone()), &mut f, &mut t));
         let k = (Family::V4, a.key.clone());
-        assert_eq!(t, Touched { routes: vec![k.clone(), k.clone()], neighbours: false, other: false });
+        assert_eq!(t, Touched { routes: vec![k.clone(), k.clone()], ..Touched::default() });
         assert!(apply_noting(&mut st, Msg::NewNeigh(neigh(3, "192.0.2.2", NUD_REACHABLE)), &mut f, &mut t));
         assert!(apply_noting(&mut st, Msg::DelNeigh(3, ip("192.0.2.2")), &mut f, &mut t));
-        assert_eq!(t, Touched { routes: vec![k.clone(), k], neighbours: true, other: false });
+        assert_eq!(t, Touched { routes: vec![k.clone(), k.clone()], neighbours: true, ..Touched::default() });
+        // A next-hop object added or replaced is noted by id; its deletion
+        // (routes vanish with it, unannounced) is everything else.
+        let obj = NexthopObject { id: 7, blackhole: false, hop: Some(via(3, "192.0.2.2")), group: vec![], resilient: false, n_buckets: 0, unsupported: false };
+        assert!(apply_noting(&mut st, Msg::NewNexthop(obj.clone()), &mut f, &mut t));
+        assert!(!apply_noting(&mut st, Msg::NewNexthop(obj), &mut f, &mut t));
+        assert_eq!(t, Touched { routes: vec![k.clone(), k.clone()], neighbours: true, nexthops: vec![7], other: false });
+        assert!(apply_noting(&mut st, Msg::DelNexthop(7), &mut f, &mut t));
+        assert!(t.other && f.fib);
     }
 
     #[test]

@@ -23,7 +23,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::delta_base::DeltaBase;
 use crate::desired::{self, reason, GroupIntent, Ids, Intent, Prefix};
-use crate::model::{Family, KernelState, RouteKey, RT_TABLE_MAIN};
+use crate::model::{Family, KernelState, RouteKey, RouteTarget, RT_TABLE_MAIN};
 use crate::overflow::Offload;
 use crate::tables::{
     bucket_key, Capacities, Desired, GroupEntry, NeighEntry, NeighKey, NexthopEntry, RouteAction, RouteEntry,
@@ -332,6 +332,31 @@ impl<'a> Fresh<'a> {
     }
 }
 
+/// The keys of the routes that use next-hop objects `ids` (added or
+/// replaced), directly or through a group they are members of: what a
+/// change of the objects can change. None when they are so many that the
+/// full compute is as cheap (one pass over the routes either way).
+pub fn object_users(state: &KernelState, ids: &[u32]) -> Option<Vec<(Family, RouteKey)>> {
+    let changed: HashSet<u32> = ids.iter().copied().collect();
+    let mut hit = changed.clone();
+    for (gid, o) in &state.nexthops {
+        if o.group.iter().any(|(m, _)| changed.contains(m)) {
+            hit.insert(*gid);
+        }
+    }
+    let limit = state.routes.len() / 8 + 4096;
+    let mut out = Vec::new();
+    for ((fam, key), r) in &state.routes {
+        if matches!(r.target, RouteTarget::Object(id) if hit.contains(&id)) {
+            if out.len() == limit {
+                return None;
+            }
+            out.push((*fam, key.clone()));
+        }
+    }
+    Some(out)
+}
+
 /// An entry other than a forward whose only trace beyond the FIB is one
 /// handled here: not an ECMP punt (counted for the multipath problems), not
 /// a table-full one (overflow), and in IPv4 only a /32 (a shorter refused
@@ -584,6 +609,33 @@ mod tests {
     }
 
     #[test]
+    fn a_changed_next_hop_object_is_a_delta_of_the_routes_using_it() {
+        let mut st = base();
+        add(&mut st, nhid("203.0.1.0", 24, 10));
+        add(&mut st, nhid("203.0.2.0", 24, 20));
+        add(&mut st, nhid("203.0.3.0", 24, 11));
+        let mut w = World::new(st);
+        // An object nothing uses yet (FRR makes them before the routes).
+        w.st.nexthops.insert(40, NexthopObject { hop: Some(hop(3, Some("198.51.100.9"))), ..object(40) });
+        assert_eq!(object_users(&w.st, &[40]), Some(vec![]));
+        assert!(w.change(&[]));
+        // Object 10 moves to another gateway: its route and its group's.
+        w.st.nexthops.insert(10, NexthopObject { hop: Some(hop(2, Some("192.0.2.3"))), ..object(10) });
+        let users = object_users(&w.st, &[10]).expect("two routes");
+        let mut dsts: Vec<String> = users.iter().map(|(_, k)| k.dst.to_string()).collect();
+        dsts.sort();
+        assert_eq!(dsts, ["203.0.1.0", "203.0.2.0"]);
+        let d = w.delta(&users).expect("a delta");
+        assert_eq!((d.v4.len(), d.groups.len()), (2, 2), "both entries move, the group is a new one: {d:?}");
+        assert!(w.change(&users));
+        // A group's members change.
+        w.st.nexthops.insert(20, NexthopObject { group: vec![(11, 1), (12, 1)], ..object(20) });
+        let users = object_users(&w.st, &[20]).expect("one route");
+        assert_eq!(users.len(), 1);
+        assert!(w.change(&users));
+    }
+
+    #[test]
     fn a_blackholed_address_is_a_delta_with_its_source_deny_entry() {
         // Without the local /16, which makes source checks LPM (no deny set).
         let mut st = without_local_cover(base());
@@ -730,6 +782,17 @@ mod tests {
             }
             let mut w = World::new(st);
             for (i, on, n) in steps {
+                // Now and then a next-hop object moves (a plain one and a
+                // group): the routes using them are what changed.
+                if i % 11 == 0 {
+                    let gw = if on { "192.0.2.3" } else { "192.0.2.2" };
+                    w.st.nexthops.insert(10, NexthopObject { hop: Some(hop(2, Some(gw))), ..object(10) });
+                    let group = if on { vec![(10, 1), (12, 1)] } else { vec![(10, 1), (11, 2)] };
+                    w.st.nexthops.insert(20, NexthopObject { group, ..object(20) });
+                    let users = object_users(&w.st, &[10, 20]).expect("a few routes");
+                    w.change(&users);
+                    continue;
+                }
                 // n changes in one batch, as a debounced burst delivers them.
                 let mut touched = Vec::new();
                 for j in 0..n {

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use fastpath_bpf::intf;
 use fastpath_core::delta_base::DeltaBase;
 use fastpath_core::desired::{self, Ids};
-use fastpath_core::mirror::{Mirror, PollOutcome};
+use fastpath_core::mirror::{Mirror, PollOutcome, Touched};
 use fastpath_core::model::{Family, KernelState, RouteKey};
 use fastpath_core::neigh_delta;
 use fastpath_core::iface_restrict;
@@ -280,9 +280,10 @@ pub fn run(loaded: Loaded) -> Result<()> {
                 debounce(&mut mirror, &mut state, &mut |st, routes, other| lp.ahead(st, routes, other));
                 let t = mirror.take_touched();
                 if t.other {
+                    debug!("more than routes, next-hop objects and neighbours changed: full recompute");
                     pending.everything();
                 } else {
-                    pending.partial(t.routes, t.neighbours);
+                    pending.partial(t);
                 }
             }
             Err(e) => {
@@ -340,6 +341,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
                 pending.everything();
             }
             if mirror.refresh_sysctls(&mut state) {
+                debug!("sysctls changed: full recompute");
                 pending.everything();
             }
             if last_buckets.elapsed() >= BUCKET_REFRESH && state.nexthops.values().any(|n| n.resilient) {
@@ -358,10 +360,14 @@ pub fn run(loaded: Loaded) -> Result<()> {
             }
             let res = match &pending {
                 // FPM overlays its routes on `state` without telling which.
-                Pending::Partial { routes, neighbours } if fpm.is_none() => {
-                    lp.reconcile_partial(&state, routes, *neighbours)
+                Pending::Partial(t) if fpm.is_none() => lp.reconcile_partial(&state, t),
+                _ => {
+                    // It covers whatever the mirror noted so far (a sysctl
+                    // refresh notes `other` too): left there, the next
+                    // route change would recompute everything again.
+                    mirror.take_touched();
+                    lp.reconcile(&state)
                 }
-                _ => lp.reconcile(&state),
             };
             match res {
                 Ok(()) => {
@@ -414,13 +420,14 @@ pub fn run(loaded: Loaded) -> Result<()> {
     Ok(())
 }
 
-/// What the next reconcile must cover: nothing, the FIB entries of these
-/// route keys and/or the neighbour entries (only route and neighbour
+/// What the next reconcile must cover: nothing, the FIB entries of the
+/// touched route keys and of the routes using the touched next-hop objects
+/// and/or the neighbour entries (only route, next-hop object and neighbour
 /// messages came in: route_delta and neigh_delta may be all it takes), or
 /// everything.
 enum Pending {
     Nothing,
-    Partial { routes: Vec<(Family, RouteKey)>, neighbours: bool },
+    Partial(Touched),
     Everything,
 }
 
@@ -429,12 +436,14 @@ impl Pending {
         *self = Pending::Everything;
     }
 
-    fn partial(&mut self, keys: Vec<(Family, RouteKey)>, neigh: bool) {
+    /// `t` without `other` set.
+    fn partial(&mut self, t: Touched) {
         match self {
-            Pending::Nothing => *self = Pending::Partial { routes: keys, neighbours: neigh },
-            Pending::Partial { routes, neighbours } => {
-                routes.extend(keys);
-                *neighbours |= neigh;
+            Pending::Nothing => *self = Pending::Partial(t),
+            Pending::Partial(p) => {
+                p.routes.extend(t.routes);
+                p.nexthops.extend(t.nexthops);
+                p.neighbours |= t.neighbours;
             }
             Pending::Everything => {}
         }
@@ -646,11 +655,22 @@ impl Loop {
     /// neighbour entries and prefixes' FIB entries when `neigh_delta` and
     /// `route_delta` are sure that is all that changes, else the full
     /// reconcile.
-    fn reconcile_partial(&mut self, state: &KernelState, touched: &[(Family, RouteKey)], neighbours: bool) -> Result<()> {
+    fn reconcile_partial(&mut self, state: &KernelState, t: &Touched) -> Result<()> {
         if self.admission.is_some() || !self.reslot.is_empty() {
             return self.reconcile(state);
         }
-        if neighbours {
+        // A next-hop object added or replaced: the routes using it.
+        let mut users = Vec::new();
+        if !t.nexthops.is_empty() {
+            let Some(u) = route_delta::object_users(state, &t.nexthops) else {
+                debug!("next-hop object changes touch too many routes: full recompute");
+                return self.reconcile(state);
+            };
+            users = u;
+        }
+        let touched: Vec<(Family, RouteKey)> = t.routes.iter().cloned().chain(users).collect();
+        let touched = touched.as_slice();
+        if t.neighbours {
             let t = Instant::now();
             let Some(delta) = neigh_delta::neigh_delta(self.reconciler.applied(), state, &self.managed, &self.caps) else {
                 debug!("neighbour changes need a full recompute");
