@@ -226,6 +226,30 @@ def test_a_new_address_is_punted_ahead_of_the_recompute(lab, daemon):
     assert reconciles()["ahead"] == mid["ahead"]
 
 
+def test_a_deleted_next_hop_object_punts_its_routes_ahead_of_the_redump(lab, daemon):
+    """`ip nexthop del` takes the routes using the object with it, without a
+    message each: the daemon punts their prefixes at once (counted `ahead`),
+    before the route re-dump and recompute that remove them."""
+    prefix = "203.0.113.128/25"
+
+    def entry():
+        return next((r for r in daemon.routes() if r["prefix"] == prefix), None)
+
+    def reconciles():
+        return daemon.status()["reconciles"]
+
+    lab.ip(lab.router, "nexthop", "add", "id", "911", "via", Lab.S4, "dev", "r1")
+    lab.ip(lab.router, "route", "add", prefix, "nhid", "911")
+    e = wait_for("the route to object 911", entry, 5)
+    assert e["action"] == "forward" and e["nexthop"]["gateway"] == Lab.S4, e
+    before = reconciles()
+    lab.ip(lab.router, "nexthop", "del", "id", "911")
+    wait_for("the route gone", lambda: entry() is None, 5)
+    after = reconciles()
+    assert after["ahead"] == before["ahead"] + 1 and after["full"] > before["full"], (before, after)
+    assert "prefixes routed through deleted next-hop objects punted ahead" in daemon.log.read_text()
+
+
 def test_route_only_changes_write_just_those_routes(lab, daemon):
     """Route changes are written as those entries alone, with the next hops
     and ECMP groups they bring or leave unused (no full recompute): a route

@@ -243,9 +243,25 @@ pub struct Touched {
     /// Next-hop objects added or replaced (`route_delta::object_users`
     /// finds the routes that use them).
     pub nexthops: Vec<u32>,
+    /// Next-hop objects deleted: the routes using them vanish, unannounced
+    /// (`other` is set too: they are re-dumped).
+    pub gone_nexthops: Vec<u32>,
     /// Anything else changed (links, addresses, next hops, rules, sysctls,
     /// a re-dump): only a full recompute is exact.
     pub other: bool,
+}
+
+/// What `Mirror::poll` shows its `ahead` hook besides the state.
+#[derive(Debug, Clone, Copy)]
+pub struct Ahead<'a> {
+    /// Keys of the routes this poll's messages touched.
+    pub routes: &'a [(Family, RouteKey)],
+    /// More than routes, next-hop objects and neighbours changed since the
+    /// last `take_touched`.
+    pub other: bool,
+    /// Next-hop objects this poll's messages deleted (their routes are
+    /// still in the state: the re-dump that drops them comes after).
+    pub gone_nexthops: &'a [u32],
 }
 
 /// `apply`, noting in `t` what changed.
@@ -259,6 +275,9 @@ pub fn apply_noting(state: &mut KernelState, msg: Msg, f: &mut Followups, t: &mu
         Msg::NewNexthop(nh) => Some(nh.id),
         _ => None,
     };
+    if let Msg::DelNexthop(id) = &msg {
+        t.gone_nexthops.push(*id);
+    }
     let changed = apply(state, msg, f);
     if changed {
         match (key, object) {
@@ -469,12 +488,13 @@ impl Mirror {
         &mut self,
         state: &mut KernelState,
         timeout: Duration,
-        ahead: &mut dyn FnMut(&KernelState, &[(Family, RouteKey)], bool),
+        ahead: &mut dyn FnMut(&KernelState, &Ahead),
     ) -> Result<PollOutcome, MirrorError> {
         if !wait_readable(self.events.as_raw_fd(), timeout)? {
             return Ok(PollOutcome::Idle);
         }
         let first_route = self.touched.routes.len();
+        let first_gone = self.touched.gone_nexthops.len();
         let mut changed = false;
         let mut f = Followups::default();
         for _ in 0..DRAIN_LIMIT {
@@ -544,7 +564,12 @@ impl Mirror {
             }
         }
         if self.touched.other || self.touched.routes.len() > first_route {
-            ahead(state, &self.touched.routes[first_route..], self.touched.other);
+            let a = Ahead {
+                routes: &self.touched.routes[first_route..],
+                other: self.touched.other,
+                gone_nexthops: &self.touched.gone_nexthops[first_gone..],
+            };
+            ahead(state, &a);
         }
         if f.full {
             let fresh = self.resync()?;
@@ -920,9 +945,9 @@ mod tests {
         let obj = NexthopObject { id: 7, blackhole: false, hop: Some(via(3, "192.0.2.2")), group: vec![], resilient: false, n_buckets: 0, unsupported: false };
         assert!(apply_noting(&mut st, Msg::NewNexthop(obj.clone()), &mut f, &mut t));
         assert!(!apply_noting(&mut st, Msg::NewNexthop(obj), &mut f, &mut t));
-        assert_eq!(t, Touched { routes: vec![k.clone(), k.clone()], neighbours: true, nexthops: vec![7], other: false });
+        assert_eq!(t, Touched { routes: vec![k.clone(), k.clone()], neighbours: true, nexthops: vec![7], ..Touched::default() });
         assert!(apply_noting(&mut st, Msg::DelNexthop(7), &mut f, &mut t));
-        assert!(t.other && f.fib);
+        assert!(t.other && f.fib && t.gone_nexthops == [7]);
     }
 
     #[test]

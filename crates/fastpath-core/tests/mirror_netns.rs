@@ -57,7 +57,7 @@ fn poll_until_ahead(
     let deadline = Instant::now() + Duration::from_secs(5);
     while !pred(st) {
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        m.poll(st, Duration::from_millis(100), &mut |s, _, _| seen(s)).expect("poll");
+        m.poll(st, Duration::from_millis(100), &mut |s, _| seen(s)).expect("poll");
     }
 }
 
@@ -295,7 +295,7 @@ fn overrun_resyncs() {
         let mut outcome = PollOutcome::Idle;
         let deadline = Instant::now() + Duration::from_secs(5);
         while outcome != PollOutcome::Resynced && Instant::now() < deadline {
-            outcome = m.poll(&mut st, Duration::from_millis(100), &mut |_, _, _| {}).expect("poll");
+            outcome = m.poll(&mut st, Duration::from_millis(100), &mut |_, _| {}).expect("poll");
         }
         assert_eq!(outcome, PollOutcome::Resynced);
         assert_eq!(m.resyncs(), 1);

@@ -10,8 +10,9 @@ use anyhow::{Context, Result};
 use fastpath_bpf::intf;
 use fastpath_core::delta_base::DeltaBase;
 use fastpath_core::desired::{self, Ids};
-use fastpath_core::mirror::{Mirror, PollOutcome, Touched};
+use fastpath_core::mirror::{Ahead, Mirror, PollOutcome, Touched};
 use fastpath_core::model::{Family, KernelState, RouteKey};
+use fastpath_core::gone_ahead;
 use fastpath_core::neigh_delta;
 use fastpath_core::iface_restrict;
 use fastpath_core::local_ahead;
@@ -268,7 +269,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
                 None => idle,
             },
         };
-        match mirror.poll(&mut state, wait, &mut |st, routes, other| lp.ahead(st, routes, other)) {
+        match mirror.poll(&mut state, wait, &mut |st, a| lp.ahead(st, a)) {
             Ok(PollOutcome::Idle) => last_poll_err = None,
             Ok(outcome) => {
                 last_poll_err = None;
@@ -277,7 +278,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
                     lp.ops.last_full_sync = Some(Instant::now());
                     warn!("netlink overrun: resynced from a full dump ({} so far)", mirror.resyncs());
                 }
-                debounce(&mut mirror, &mut state, &mut |st, routes, other| lp.ahead(st, routes, other));
+                debounce(&mut mirror, &mut state, &mut |st, a| lp.ahead(st, a));
                 let t = mirror.take_touched();
                 if t.other {
                     debug!("more than routes, next-hop objects and neighbours changed: full recompute");
@@ -452,7 +453,7 @@ impl Pending {
 
 /// After a change, keep draining until the kernel goes quiet (or the
 /// debounce budget is spent) so one burst costs one reconcile.
-fn debounce(mirror: &mut Mirror, state: &mut KernelState, ahead: &mut dyn FnMut(&KernelState, &[(Family, RouteKey)], bool)) {
+fn debounce(mirror: &mut Mirror, state: &mut KernelState, ahead: &mut dyn FnMut(&KernelState, &Ahead)) {
     let start = Instant::now();
     while start.elapsed() < DEBOUNCE_MAX {
         match mirror.poll(state, DEBOUNCE_STEP, ahead) {
@@ -688,17 +689,21 @@ impl Loop {
 
     /// Mirror::poll's hook, before the re-dumps and the full recompute a
     /// change needs (seconds with a full table): what the change takes away
-    /// goes to the maps at once. `routes`: keys this poll touched; `other`:
-    /// more than routes and neighbours changed since the last reconcile.
-    fn ahead(&mut self, state: &KernelState, routes: &[(Family, RouteKey)], other: bool) {
-        if other {
+    /// goes to the maps at once (`Ahead`: route keys this poll touched,
+    /// next-hop objects it deleted, whether more than routes and
+    /// neighbours changed since the last reconcile).
+    fn ahead(&mut self, state: &KernelState, a: &Ahead) {
+        if a.other {
             self.restrict_ifaces(state);
         }
         // A resource model decides what reaches the FIB maps (and counts it).
         if self.admission.is_some() {
             return;
         }
-        let d = local_ahead::local_ahead(self.reconciler.applied(), state, routes, other, &self.caps);
+        if !a.gone_nexthops.is_empty() {
+            self.punt_gone_nexthops(state, a.gone_nexthops);
+        }
+        let d = local_ahead::local_ahead(self.reconciler.applied(), state, a.routes, a.other, &self.caps);
         if d.is_empty() {
             return;
         }
@@ -709,6 +714,32 @@ impl Loop {
                 info!("{n} local-table or own-address entries punted ahead of the recompute (generation {})", self.reconciler.generation());
             }
             Err(e) => warn!("writing local routes ahead of the recompute: {e:#}"),
+        }
+    }
+
+    /// Next-hop objects deleted: the kernel dropped the routes using them
+    /// without a message each, and they leave the state only with the route
+    /// re-dump (1-2 s with a full table), and the maps with the recompute
+    /// after it. Their prefixes are punted now (`gone_ahead`).
+    fn punt_gone_nexthops(&mut self, state: &KernelState, gone: &[u32]) {
+        let Some(users) = route_delta::object_users(state, gone) else {
+            warn!("next-hop objects {gone:?} were used by too many routes to punt ahead of the re-dump");
+            return;
+        };
+        let d = gone_ahead::gone_ahead(self.reconciler.applied(), &users);
+        if d.is_empty() {
+            return;
+        }
+        // Its use counts no longer match the maps; the recompute that
+        // follows builds a new one.
+        self.delta_base = None;
+        let n = d.len();
+        match self.write_delta(d, Timing::default()) {
+            Ok(()) => {
+                self.ops.reconciles_ahead += 1;
+                info!("{n} prefixes routed through deleted next-hop objects punted ahead of the re-dump (generation {})", self.reconciler.generation());
+            }
+            Err(e) => warn!("punting routes of deleted next-hop objects: {e:#}"),
         }
     }
 

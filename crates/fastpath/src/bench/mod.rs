@@ -16,6 +16,7 @@ mod ctlab;
 pub mod dns;
 pub mod dns_records;
 mod dns_wire;
+mod ecmp_changes;
 pub mod fulltable;
 mod fullrate;
 mod hints;

@@ -24,6 +24,7 @@ use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
 use super::fulltable::{self, Gateway, Spec};
+use super::ecmp_changes;
 use super::failover;
 use super::router::{self, Daemon};
 use super::topo::{self, Topology};
@@ -75,6 +76,11 @@ pub struct FulltableArgs {
     /// added to r0 and removed, each timed until fp_fib4 follows (0: skip).
     #[arg(long, default_value_t = 3)]
     pub takeovers: usize,
+    /// ECMP changes with the full table present: a multipath route added
+    /// and deleted, a next-hop group object losing a path and getting it
+    /// back, each this many times, timed until fp_fib4 follows (0: skip).
+    #[arg(long, default_value_t = 3)]
+    pub ecmp: usize,
     /// Give up waiting for the mirror after this many seconds.
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
@@ -207,6 +213,14 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
         println!("   steady neighbour churn: {}", c.line(a.neigh_churn));
         res.neigh_churn = Some(c);
     }
+    if a.ecmp > 0 {
+        let e = ecmp_changes::ecmp_changes(&r, &mut ip, &fib4, d.pid(), a.ecmp, stop)?;
+        println!("   multipath route added: multipath in fp_fib4 after {}", summary(&e.route_add));
+        println!("   and deleted: gone after {}", summary(&e.route_del));
+        println!("   next-hop group loses a path: one next hop in fp_fib4 after {}", summary(&e.shrink));
+        println!("   and gets it back: multipath after {}", summary(&e.grow));
+        res.ecmp = Some(e);
+    }
     drop(ip);
     if a.link_flaps > 0 {
         let f = failover::link_flaps(&topo, d.pid(), a.link_flaps, stop)?;
@@ -300,6 +314,16 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
             c.ms_per_change()
         );
     }
+    if let Some(e) = &res.ecmp {
+        for (what, v) in [
+            ("multipath route added", &e.route_add),
+            ("multipath route deleted", &e.route_del),
+            ("next-hop group loses a path", &e.shrink),
+            ("next-hop group gets it back", &e.grow),
+        ] {
+            println!("| {what}: in fp_fib4, median / max | {:.2} / {:.2} ms | |", median(v) * 1e3, max(v) * 1e3);
+        }
+    }
     if let Some(f) = &res.flaps {
         println!("| r1 loses carrier: down in fp_ifaces, median / max | {:.2} / {:.2} ms | |", median(&f.down) * 1e3, max(&f.down) * 1e3);
         println!("| r1 gets carrier back: up in fp_ifaces, median / max | {:.2} / {:.2} ms | |", median(&f.up) * 1e3, max(&f.up) * 1e3);
@@ -325,6 +349,7 @@ struct Results {
     change: Vec<(&'static str, f64, f64, f64, f64)>,
     churn: Option<Churn>,
     neigh_churn: Option<Churn>,
+    ecmp: Option<ecmp_changes::EcmpTimes>,
     flaps: Option<failover::Flaps>,
     takeovers: Option<failover::Flaps>,
 }
@@ -547,7 +572,7 @@ fn present(map: &MapHandle, key: &[u8]) -> Result<bool> {
 
 /// `ip -force -batch -` kept open in the router namespace: a route change
 /// costs one line on its stdin, not a process start.
-struct Batch {
+pub(super) struct Batch {
     child: std::process::Child,
 }
 
@@ -564,14 +589,14 @@ impl Batch {
         Ok(Batch { child })
     }
 
-    fn write(&mut self, line: &str) -> Result<()> {
+    pub(super) fn write(&mut self, line: &str) -> Result<()> {
         let stdin = self.child.stdin.as_mut().context("ip -batch has no stdin")?;
         stdin.write_all(format!("{line}\n").as_bytes()).context("writing to ip -batch")?;
         stdin.flush().context("writing to ip -batch")
     }
 
     /// Seconds from writing `line` until `done` holds (10 s at most).
-    fn time_until(&mut self, line: &str, mut done: impl FnMut() -> Result<bool>) -> Result<f64> {
+    pub(super) fn time_until(&mut self, line: &str, mut done: impl FnMut() -> Result<bool>) -> Result<f64> {
         let stdin = self.child.stdin.as_mut().context("ip -batch has no stdin")?;
         let t = Instant::now();
         stdin.write_all(format!("{line}\n").as_bytes()).context("writing to ip -batch")?;
