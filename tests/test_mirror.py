@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import random
 import signal
 import threading
 import time
@@ -321,6 +322,70 @@ def test_route_only_changes_write_just_those_routes(lab, daemon):
     wait_for("SIGHUP's full recompute", lambda: reconciles()["full"] > after["full"], 5)
     assert daemon.status()["generation"] == gen, "the full recompute wrote something"
     assert daemon.routes() == routes
+
+
+def test_random_multipath_and_next_hop_object_churn_leaves_the_full_recompute_tables(lab, daemon):
+    """Seeded random churn of what BGP multipath through FRR does — routes
+    replaced between plain, multipath and next-hop object forms, deleted,
+    objects and groups replaced under their routes — is followed by route
+    updates alone (no full recompute), and leaves exactly the tables a full
+    recompute (SIGHUP) computes from the kernel: it writes nothing."""
+    seed = random.SystemRandom().randrange(1 << 32)
+    rnd = random.Random(seed)
+    lab.sysctl(lab.router, "net.ipv4.fib_multipath_hash_seed", "4660")
+    wait_for("the hash seed read", lambda: not daemon.status()["families"]["ipv4"]["multipath_hash"].startswith("punted"), 10)
+
+    def reconciles():
+        return daemon.status()["reconciles"]
+
+    gws = [f"198.51.100.{i}" for i in range(30, 38)]
+    plain = list(range(920, 926))
+    groups = list(range(930, 933))
+    prefixes = [f"203.0.113.{16 * i}/28" for i in range(16)]
+    setup = [f"nexthop add id {i} via {rnd.choice(gws)} dev r1" for i in plain]
+    setup += [f"nexthop add id {g} group {plain[0]}/{plain[1]}" for g in groups]
+    lab.run(lab.router, "ip", "-batch", "-", input="\n".join(setup) + "\n")
+
+    def op() -> str:
+        p = rnd.choice(prefixes)
+        r = rnd.random()
+        if r < 0.2:
+            return f"route replace {p} via {rnd.choice(gws)} dev r1"
+        if r < 0.4:
+            a, b = rnd.sample(gws, 2)
+            return f"route replace {p} nexthop via {a} dev r1 weight {rnd.randint(1, 3)} nexthop via {b} dev r1"
+        if r < 0.6:
+            return f"route replace {p} nhid {rnd.choice(plain + groups)}"
+        if r < 0.7:
+            return f"route del {p}"
+        if r < 0.85:
+            return f"nexthop replace id {rnd.choice(plain)} via {rnd.choice(gws)} dev r1"
+        members = rnd.sample(plain, rnd.randint(1, 3))
+        return f"nexthop replace id {rnd.choice(groups)} group " + "/".join(f"{m},{rnd.randint(1, 4)}" for m in members)
+
+    time.sleep(0.5)
+    before = reconciles()
+    for _ in range(20):
+        # -force: deleting a route that is not there is fine.
+        batch = [op() for _ in range(rnd.randint(1, 8))]
+        lab.run(lab.router, "ip", "-force", "-batch", "-", input="\n".join(batch) + "\n", check=False)
+        time.sleep(rnd.choice([0.0, 0.02, 0.1]))
+    quiet = [reconciles(), time.monotonic()]
+
+    def settled():
+        now = reconciles()
+        if now != quiet[0]:
+            quiet[:] = [now, time.monotonic()]
+        return time.monotonic() - quiet[1] >= 1.0
+
+    wait_for("the daemon to settle", settled, 15)
+    after = reconciles()
+    assert after["full"] == before["full"] and after["routes"] > before["routes"], (seed, before, after)
+    routes, gen = daemon.routes(), daemon.status()["generation"]
+    os.kill(daemon.proc.pid, signal.SIGHUP)
+    wait_for("SIGHUP's full recompute", lambda: reconciles()["full"] > after["full"], 5)
+    assert daemon.status()["generation"] == gen, f"seed {seed}: the full recompute wrote something"
+    assert daemon.routes() == routes, seed
 
 
 def test_netlink_overrun_resyncs_to_the_exact_table(lab, fastpath_bin):

@@ -240,8 +240,9 @@ pub struct Touched {
     pub routes: Vec<(Family, RouteKey)>,
     /// Neighbour messages changed a MAC or whether a neighbour is usable.
     pub neighbours: bool,
-    /// Next-hop objects added or replaced (`route_delta::object_users`
-    /// finds the routes that use them).
+    /// Next-hop objects replaced (`route_delta::object_users` finds the
+    /// routes that use them). A new object needs nothing: no route or group
+    /// can use it before it exists.
     pub nexthops: Vec<u32>,
     /// Next-hop objects deleted: the routes using them vanish, unannounced
     /// (`other` is set too: they are re-dumped).
@@ -272,7 +273,7 @@ pub fn apply_noting(state: &mut KernelState, msg: Msg, f: &mut Followups, t: &mu
     };
     let neighbour = matches!(msg, Msg::NewNeigh(_) | Msg::DelNeigh(..));
     let object = match &msg {
-        Msg::NewNexthop(nh) => Some(nh.id),
+        Msg::NewNexthop(nh) => Some(state.nexthops.contains_key(&nh.id).then_some(nh.id)),
         _ => None,
     };
     if let Msg::DelNexthop(id) = &msg {
@@ -282,7 +283,7 @@ pub fn apply_noting(state: &mut KernelState, msg: Msg, f: &mut Followups, t: &mu
     if changed {
         match (key, object) {
             (Some(k), _) => t.routes.push(k),
-            (None, Some(id)) => t.nexthops.push(id),
+            (None, Some(replaced)) => t.nexthops.extend(replaced),
             _ if neighbour => t.neighbours = true,
             _ => t.other = true,
         }
@@ -940,11 +941,15 @@ mod tests {
         assert!(apply_noting(&mut st, Msg::NewNeigh(neigh(3, "192.0.2.2", NUD_REACHABLE)), &mut f, &mut t));
         assert!(apply_noting(&mut st, Msg::DelNeigh(3, ip("192.0.2.2")), &mut f, &mut t));
         assert_eq!(t, Touched { routes: vec![k.clone(), k.clone()], neighbours: true, ..Touched::default() });
-        // A next-hop object added or replaced is noted by id; its deletion
-        // (routes vanish with it, unannounced) is everything else.
+        // A next-hop object replaced is noted by id (a new one concerns no
+        // route yet); its deletion (routes vanish with it, unannounced) is
+        // everything else.
         let obj = NexthopObject { id: 7, blackhole: false, hop: Some(via(3, "192.0.2.2")), group: vec![], resilient: false, n_buckets: 0, unsupported: false };
         assert!(apply_noting(&mut st, Msg::NewNexthop(obj.clone()), &mut f, &mut t));
-        assert!(!apply_noting(&mut st, Msg::NewNexthop(obj), &mut f, &mut t));
+        assert!(!apply_noting(&mut st, Msg::NewNexthop(obj.clone()), &mut f, &mut t));
+        assert_eq!(t, Touched { routes: vec![k.clone(), k.clone()], neighbours: true, ..Touched::default() });
+        let moved = NexthopObject { hop: Some(via(3, "192.0.2.3")), ..obj };
+        assert!(apply_noting(&mut st, Msg::NewNexthop(moved), &mut f, &mut t));
         assert_eq!(t, Touched { routes: vec![k.clone(), k.clone()], neighbours: true, nexthops: vec![7], ..Touched::default() });
         assert!(apply_noting(&mut st, Msg::DelNexthop(7), &mut f, &mut t));
         assert!(t.other && f.fib && t.gone_nexthops == [7]);
