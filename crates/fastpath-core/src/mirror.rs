@@ -113,11 +113,16 @@ pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
             f.link_sysctls.insert(idx);
             match state.links.insert(idx, link.clone()) {
                 Some(old) => {
-                    // IPv4/IPv6 flush or mark routes and neighbours on these without a message each.
-                    if old.admin_up != link.admin_up
-                        || old.running != link.running
-                        || old.mtu != link.mtu
-                    {
+                    let carrier_back = old.admin_up && link.admin_up && !old.running && link.running && old.mtu == link.mtu;
+                    if carrier_back && !state.nexthops.values().any(|o| o.hop.as_ref().is_some_and(|h| h.ifindex == idx)) {
+                        // Carrier back, nothing else: the kernel clears
+                        // RTNH_F_LINKDOWN on every next hop through the link
+                        // (fib_sync_up, fib6_ifup) and says nothing more, so
+                        // clearing it here is the whole re-dump (1-2 s with
+                        // a full table). Objects are left to the re-dump.
+                        clear_linkdown(state, idx);
+                    } else if old.admin_up != link.admin_up || old.running != link.running || old.mtu != link.mtu {
+                        // IPv4/IPv6 flush or mark routes and neighbours on these without a message each.
                         f.fib = true;
                     }
                     old != link
@@ -289,6 +294,21 @@ pub fn apply_noting(state: &mut KernelState, msg: Msg, f: &mut Followups, t: &mu
         }
     }
     changed
+}
+
+/// RTNH_F_LINKDOWN off every route next hop through `ifindex`.
+fn clear_linkdown(state: &mut KernelState, ifindex: u32) {
+    const RTNH_F_LINKDOWN: u32 = 16;
+    for r in state.routes.values_mut() {
+        let hops = match &mut r.target {
+            RouteTarget::Single(h) => std::slice::from_mut(h),
+            RouteTarget::Multipath(hs) => hs.as_mut_slice(),
+            RouteTarget::None | RouteTarget::Object(_) => continue,
+        };
+        for h in hops.iter_mut().filter(|h| h.ifindex == ifindex) {
+            h.flags &= !RTNH_F_LINKDOWN;
+        }
+    }
 }
 
 /// The opaque (punted) entry standing for several routes under one key.
@@ -1059,6 +1079,37 @@ mod tests {
         // Removing it re-dumps: the plain route may still be there.
         let (changed, f) = run(&mut st, Msg::DelRoute(Family::V6, src));
         assert!(changed && f.fib && !st.routes.contains_key(&k));
+    }
+
+    #[test]
+    fn carrier_back_clears_linkdown_without_a_redump() {
+        const LINKDOWN: u32 = 16;
+        let mut st = KernelState::default();
+        run(&mut st, Msg::NewLink(link(3, true, true)));
+        run(&mut st, Msg::NewLink(link(4, true, true)));
+        let down = |i, gw| NextHop { flags: LINKDOWN, ..via(i, gw) };
+        let single = route("198.51.100.0", 24, RouteTarget::Single(down(3, "192.0.2.2")));
+        let other = route("198.51.101.0", 24, RouteTarget::Single(down(4, "192.0.2.9")));
+        let multi = route("203.0.113.0", 24, RouteTarget::Multipath(vec![down(3, "192.0.2.3"), down(4, "192.0.2.4")]));
+        for r in [&single, &other, &multi] {
+            run(&mut st, Msg::NewRoute(Family::V4, r.clone()));
+        }
+        let (_, f) = run(&mut st, Msg::NewLink(link(3, true, false)));
+        assert!(f.fib, "carrier loss re-dumps");
+        let (changed, f) = run(&mut st, Msg::NewLink(link(3, true, true)));
+        assert!(changed && !f.fib, "carrier back is cleared here");
+        let flags = |r: &Route| match &st.routes[&(Family::V4, r.key.clone())].target {
+            RouteTarget::Single(h) => vec![h.flags],
+            RouteTarget::Multipath(hs) => hs.iter().map(|h| h.flags).collect(),
+            t => panic!("{t:?}"),
+        };
+        assert_eq!((flags(&single), flags(&other), flags(&multi)), (vec![0], vec![LINKDOWN], vec![0, LINKDOWN]));
+        // A next-hop object on the link: its fate is left to the re-dump.
+        let obj = NexthopObject { id: 5, blackhole: false, hop: Some(via(3, "192.0.2.5")), group: vec![], resilient: false, n_buckets: 0, unsupported: false };
+        run(&mut st, Msg::NewNexthop(obj));
+        run(&mut st, Msg::NewLink(link(3, true, false)));
+        let (_, f) = run(&mut st, Msg::NewLink(link(3, true, true)));
+        assert!(f.fib);
     }
 
     #[test]

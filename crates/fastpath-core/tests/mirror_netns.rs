@@ -254,6 +254,23 @@ fn ahead_sees_link_changes_before_the_route_redump() {
         });
         assert_eq!(seen, Some((false, false)), "ahead: (running, route re-dumped)");
 
+        // Carrier back: the kernel clears the marks, again without a
+        // message; the mirror clears them itself instead of re-dumping, and
+        // its routes are what a fresh dump finds (IPv4 multipath and
+        // IPv6 too).
+        sh("ip -6 addr add 2001:db8:1::1/64 dev fpt0 nodad && ip -6 route add 2001:db8:2::/64 via 2001:db8:1::2 \
+            && ip route add 203.0.113.0/24 nexthop via 192.0.2.3 nexthop via 192.0.2.4");
+        let has = |s: &KernelState, dst: &str| s.routes.keys().any(|(_, k)| k.dst.to_string() == dst);
+        poll_until(&mut m, &mut st, "the new routes", |s| has(s, "203.0.113.0") && has(s, "2001:db8:2::"));
+        sh("ip link set fpt1 up");
+        let mut seen: Option<(bool, bool)> = None;
+        poll_until_ahead(&mut m, &mut st, "carrier back", |s| s.links[&t0].running && !linkdown(s), &mut |s| {
+            seen.get_or_insert((s.links[&t0].running, linkdown(s)));
+        });
+        assert_eq!(seen, Some((true, false)), "ahead, before any re-dump: (running, linkdown)");
+        let fresh = Mirror::open(4 << 20).expect("open").dump().expect("dump");
+        assert_eq!(st.routes, fresh.routes, "the routes after carrier came back");
+
         // MTU and forwarding sysctl: in the state ahead sees.
         sh("ip link set fpt0 mtu 1400 && sysctl -qw net.ipv4.conf.fpt0.forwarding=0");
         let mut got: Option<(u32, bool)> = None;
