@@ -49,6 +49,20 @@ pub fn policy_punts(applied: &Switches, state: &KernelState, managed: &BTreeMap<
     (bits & !applied.policy_punt != 0).then(|| Switches { policy_punt: applied.policy_punt | bits, ..*applied })
 }
 
+/// The interface entries of `links`, whose carrier came back and which the
+/// mirror found changed nothing else (`mirror::carrier_back_only`): what
+/// `desired` computes for them, for those `applied` holds. Giving UP back
+/// is then all the full recompute would write.
+pub fn carrier_back(applied: &BTreeMap<u32, IfaceEntry>, state: &KernelState, links: &[u32]) -> Vec<(u32, IfaceEntry)> {
+    links
+        .iter()
+        .filter_map(|i| {
+            let old = applied.get(i)?;
+            desired::iface_entry(state, *i, old.slot).map(|e| (*i, e))
+        })
+        .collect()
+}
+
 /// Entries of `applied` (ifindex -> entry, as in `Desired::ifaces`) that
 /// `state` takes permission from, restricted to what both allow: a lost
 /// UP/FWD4/FWD6 cleared, each MTU at the lower of the two, the stricter
@@ -100,6 +114,27 @@ mod tests {
 
     fn applied(st: &KernelState) -> BTreeMap<u32, IfaceEntry> {
         st.links.keys().map(|&i| (i, desired::iface_entry(st, i, i * 10).unwrap())).collect()
+    }
+
+    #[test]
+    fn carrier_back_gives_up_back_to_the_links_the_maps_hold() {
+        let down = state(&[(2, true, false, 1500), (3, true, false, 1500)]);
+        let mut a = applied(&down);
+        a.remove(&3); // not managed
+        let up = state(&[(2, true, true, 1500), (3, true, true, 1500)]);
+        let e = carrier_back(&a, &up, &[2, 3]);
+        assert_eq!(e.len(), 1);
+        assert_eq!((e[0].0, e[0].1.flags), (2, a[&2].flags | if_flags::UP));
+        assert_eq!(e[0].1.slot, a[&2].slot);
+        // The reconciler writes just that entry, as the full plan would.
+        let before = crate::tables::Desired { ifaces: a, ..Default::default() };
+        let d = crate::route_delta::FibDelta { ifaces: e.iter().cloned().collect(), ..Default::default() };
+        let mut full = before.clone();
+        d.apply_to(&mut full);
+        let caps = crate::tables::Capacities { fib4: 8, fib6: 8, nexthops: 8, neigh: 8, ifaces: 8, groups: 8, buckets: 8 };
+        let (want, got, _) = crate::fixtures::delta_ops(caps, &before, &full, &d);
+        assert_eq!(got, want);
+        assert_eq!(got, vec![crate::tables::Op::UpsertIface(2, e[0].1.clone()), crate::tables::Op::BumpGeneration]);
     }
 
     #[test]

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
-use crate::model::{Family, KernelState, Neighbour, Route, RouteKey, RouteKind, RouteTarget, NUD_USABLE};
+use crate::model::{Family, KernelState, Link, Neighbour, Route, RouteKey, RouteKind, RouteTarget, NUD_USABLE};
 use crate::parse::{self, Msg};
 use crate::sysctl::SysctlReader;
 
@@ -114,7 +114,7 @@ pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
             match state.links.insert(idx, link.clone()) {
                 Some(old) => {
                     let carrier_back = old.admin_up && link.admin_up && !old.running && link.running && old.mtu == link.mtu;
-                    if carrier_back && !state.nexthops.values().any(|o| o.hop.as_ref().is_some_and(|h| h.ifindex == idx)) {
+                    if carrier_back && !objects_on(state, idx) {
                         // Carrier back, nothing else: the kernel clears
                         // RTNH_F_LINKDOWN on every next hop through the link
                         // (fib_sync_up, fib6_ifup) and says nothing more, so
@@ -252,6 +252,9 @@ pub struct Touched {
     /// Next-hop objects deleted: the routes using them vanish, unannounced
     /// (`other` is set too: they are re-dumped).
     pub gone_nexthops: Vec<u32>,
+    /// Links whose carrier came back and nothing else changed, where that
+    /// changes nothing but their interface entry (`carrier_back_only`).
+    pub carrier_back: Vec<u32>,
     /// Anything else changed (links, addresses, next hops, rules, sysctls,
     /// a re-dump): only a full recompute is exact.
     pub other: bool,
@@ -284,16 +287,38 @@ pub fn apply_noting(state: &mut KernelState, msg: Msg, f: &mut Followups, t: &mu
     if let Msg::DelNexthop(id) = &msg {
         t.gone_nexthops.push(*id);
     }
+    let carrier = match &msg {
+        Msg::NewLink(l) => state.links.get(&l.ifindex).is_some_and(|old| carrier_back_only(old, l, state)).then_some(l.ifindex),
+        _ => None,
+    };
     let changed = apply(state, msg, f);
     if changed {
-        match (key, object) {
-            (Some(k), _) => t.routes.push(k),
-            (None, Some(replaced)) => t.nexthops.extend(replaced),
+        match (key, object, carrier) {
+            (Some(k), _, _) => t.routes.push(k),
+            (None, Some(replaced), _) => t.nexthops.extend(replaced),
+            (None, None, Some(idx)) => t.carrier_back.push(idx),
             _ if neighbour => t.neighbours = true,
             _ => t.other = true,
         }
     }
     changed
+}
+
+/// A next-hop object has a hop through `ifindex`.
+fn objects_on(state: &KernelState, ifindex: u32) -> bool {
+    state.nexthops.values().any(|o| o.hop.as_ref().is_some_and(|h| h.ifindex == ifindex))
+}
+
+/// `new` is `old` with its carrier back and nothing else, `apply` clears
+/// the link-down marks itself (no next-hop object on the link), and the
+/// marks never counted (ignore_routes_with_linkdown off for both
+/// families): then what `desired` makes of the routes is the same before
+/// and after, and only the link's interface entry changes.
+pub fn carrier_back_only(old: &Link, new: &Link, state: &KernelState) -> bool {
+    let back = Link { running: true, ..old.clone() };
+    let ignored = state.sysctl.ignore_linkdown4_all
+        || state.if_sysctl.get(&new.ifindex).is_none_or(|s| s.ignore_linkdown4 || s.ignore_linkdown6);
+    !old.running && old.admin_up && back == *new && !ignored && !objects_on(state, new.ifindex)
 }
 
 /// RTNH_F_LINKDOWN off every route next hop through `ifindex`.
@@ -1096,8 +1121,12 @@ mod tests {
         }
         let (_, f) = run(&mut st, Msg::NewLink(link(3, true, false)));
         assert!(f.fib, "carrier loss re-dumps");
-        let (changed, f) = run(&mut st, Msg::NewLink(link(3, true, true)));
-        assert!(changed && !f.fib, "carrier back is cleared here");
+        st.if_sysctl.insert(3, IfSysctl::default());
+        let mut t = Touched::default();
+        let mut f = Followups::default();
+        assert!(apply_noting(&mut st, Msg::NewLink(link(3, true, true)), &mut f, &mut t));
+        assert!(!f.fib, "carrier back is cleared here");
+        assert_eq!(t, Touched { carrier_back: vec![3], ..Touched::default() });
         let flags = |r: &Route| match &st.routes[&(Family::V4, r.key.clone())].target {
             RouteTarget::Single(h) => vec![h.flags],
             RouteTarget::Multipath(hs) => hs.iter().map(|h| h.flags).collect(),
@@ -1110,6 +1139,19 @@ mod tests {
         run(&mut st, Msg::NewLink(link(3, true, false)));
         let (_, f) = run(&mut st, Msg::NewLink(link(3, true, true)));
         assert!(f.fib);
+        st.nexthops.clear();
+        // Marks that count (ignore_routes_with_linkdown), or more than the
+        // carrier changing: everything else.
+        for (ignore4, mtu) in [(true, 1500), (false, 1400)] {
+            run(&mut st, Msg::NewLink(link(3, true, false)));
+            st.if_sysctl.get_mut(&3).unwrap().ignore_linkdown4 = ignore4;
+            let mut back = link(3, true, true);
+            back.mtu = mtu;
+            let mut t = Touched::default();
+            assert!(apply_noting(&mut st, Msg::NewLink(back), &mut Followups::default(), &mut t));
+            assert!(t.other && t.carrier_back.is_empty(), "{ignore4} {mtu}");
+            run(&mut st, Msg::NewLink(link(3, true, true)));
+        }
     }
 
     #[test]

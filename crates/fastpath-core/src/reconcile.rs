@@ -296,7 +296,7 @@ impl Reconciler {
     }
 
     /// Writes FIB changes with the next hops, groups and source-deny
-    /// entries they bring or retire, or neighbour entries, alone
+    /// entries they bring or retire, or neighbour or interface entries, alone
     /// (`route_delta::fib_delta`, `neigh_delta::neigh_delta`, which checked
     /// that nothing else moves),
     /// in the order `plan` would write them, then
@@ -324,8 +324,10 @@ impl Reconciler {
         let old_groups: BTreeMap<_, _> = delta.groups.keys().filter_map(|k| self.applied.groups.get(k).map(|e| (*k, e.clone()))).collect();
         let new_groups: BTreeMap<_, _> = delta.groups.iter().filter_map(|(k, e)| e.clone().map(|e| (*k, e))).collect();
         let mut ops = Vec::new();
-        // As `plan`: next hops, neighbours, then groups in before any route
-        // can point at them; out again in reverse after the routes.
+        // As `plan`: interfaces, next hops, neighbours, then groups in before
+        // any route can point at them; out again in reverse after the routes.
+        let old_ifaces: BTreeMap<_, _> = delta.ifaces.keys().filter_map(|k| self.applied.ifaces.get(k).map(|e| (*k, e.clone()))).collect();
+        upserts(&old_ifaces, &delta.ifaces, &mut ops, |k, v| Op::UpsertIface(*k, v.clone()));
         upserts(&old_nh, &new_nh, &mut ops, |k, v| Op::UpsertNexthop(*k, v.clone()));
         if neigh_tight {
             deletes(&old_neigh, &new_neigh, &mut ops, |k| Op::DeleteNeigh(*k));

@@ -26,7 +26,7 @@ use crate::desired::{self, reason, GroupIntent, Ids, Intent, Prefix};
 use crate::model::{Family, KernelState, RouteKey, RouteTarget, RT_TABLE_MAIN};
 use crate::overflow::Offload;
 use crate::tables::{
-    bucket_key, Capacities, Desired, GroupEntry, NeighEntry, NeighKey, NexthopEntry, RouteAction, RouteEntry,
+    bucket_key, Capacities, Desired, GroupEntry, IfaceEntry, NeighEntry, NeighKey, NexthopEntry, RouteAction, RouteEntry,
 };
 
 /// FIB entries to write (Some) or delete (None), and the IPv4 source-deny
@@ -47,6 +47,8 @@ pub struct FibDelta {
     pub group_uses: BTreeMap<u32, i64>,
     /// Neighbour entries to write or delete (`neigh_delta`).
     pub neigh: BTreeMap<NeighKey, Option<NeighEntry>>,
+    /// Interface entries to write (`iface_restrict::carrier_back`).
+    pub ifaces: BTreeMap<u32, IfaceEntry>,
 }
 
 impl FibDelta {
@@ -55,11 +57,14 @@ impl FibDelta {
     }
 
     pub fn len(&self) -> usize {
-        self.v4.len() + self.v6.len() + self.deny4.len() + self.neigh.len() + self.nexthops.len() + self.groups.len()
+        self.v4.len() + self.v6.len() + self.deny4.len() + self.neigh.len() + self.nexthops.len() + self.groups.len() + self.ifaces.len()
     }
 
     /// `d` as it is once the delta is written.
     pub fn apply_to(&self, d: &mut Desired) {
+        for (k, e) in &self.ifaces {
+            d.ifaces.insert(*k, e.clone());
+        }
         for (a, r) in &self.deny4 {
             match r {
                 Some(r) => d.src_deny4.insert(*a, *r),

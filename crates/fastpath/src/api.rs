@@ -9,7 +9,7 @@
 //! status:
 //! ```text
 //! {"generation":u64, "netlink_resyncs":u64, "neigh_keepalives":u64,
-//!  "reconciles":{"full":n, "routes":n, "neighbours":n, "ahead":n} (table updates: full recomputes, route-only and neighbour-only changes, punting entries written ahead of a recompute),
+//!  "reconciles":{"full":n, "routes":n, "neighbours":n, "ahead":n, "links":n} (table updates: full recomputes, route-only and neighbour-only changes, punting entries written ahead of a recompute, interface entries of links whose carrier came back),
 //!  "interfaces":[{"name":str, "ifindex":n, "xdp_mode":"native"|"generic", "mac":"aa:bb:..",
 //!                 "mtu":n, "up":bool, "fwd4":bool, "fwd6":bool, "rp_filter":0|1|2,
 //!                 "counters":{"<reason>":{"packets":n,"bytes":n}, ... every reason},
@@ -230,7 +230,8 @@ pub struct FamilyStatus {
 /// Table updates since start: full recomputes, route-only or
 /// neighbour-only changes written as just those entries (fastpath-core's
 /// route_delta, neigh_delta), punting entries written ahead of a
-/// recompute (iface_restrict, local_ahead).
+/// recompute (iface_restrict, local_ahead, gone_ahead), interface entries
+/// of links whose carrier came back (iface_restrict::carrier_back).
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct Reconciles {
     pub full: u64,
@@ -242,6 +243,10 @@ pub struct Reconciles {
     /// local-table routes and own addresses.
     #[serde(default)]
     pub ahead: u64,
+    /// Interface entries of links whose carrier came back, written alone
+    /// because nothing else changed.
+    #[serde(default)]
+    pub links: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -432,6 +437,7 @@ pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
             routes: s.ops.reconciles_routes,
             neighbours: s.ops.reconciles_neigh,
             ahead: s.ops.reconciles_ahead,
+            links: s.ops.reconciles_links,
         },
         interfaces,
         tables: Tables {

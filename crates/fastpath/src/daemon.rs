@@ -18,7 +18,7 @@ use fastpath_core::iface_restrict;
 use fastpath_core::local_ahead;
 use fastpath_core::reconcile::Reconciler;
 use fastpath_core::route_delta::{self, FibDelta};
-use fastpath_core::tables::{Capacities, Desired, Op, Switches, TableWriter};
+use fastpath_core::tables::{Capacities, Desired, IfaceEntry, Op, Switches, TableWriter};
 use log::{debug, error, info, warn};
 
 use crate::api::{self, IfaceInfo, Shared, Snapshot};
@@ -422,10 +422,10 @@ pub fn run(loaded: Loaded) -> Result<()> {
 }
 
 /// What the next reconcile must cover: nothing, the FIB entries of the
-/// touched route keys and of the routes using the touched next-hop objects
-/// and/or the neighbour entries (only route, next-hop object and neighbour
-/// messages came in: route_delta and neigh_delta may be all it takes), or
-/// everything.
+/// touched route keys and of the routes using the touched next-hop objects,
+/// the neighbour entries and/or the interface entries of links whose
+/// carrier came back (only such messages came in: route_delta, neigh_delta
+/// and iface_restrict::carrier_back may be all it takes), or everything.
 enum Pending {
     Nothing,
     Partial(Touched),
@@ -444,6 +444,7 @@ impl Pending {
             Pending::Partial(p) => {
                 p.routes.extend(t.routes);
                 p.nexthops.extend(t.nexthops);
+                p.carrier_back.extend(t.carrier_back);
                 p.neighbours |= t.neighbours;
             }
             Pending::Everything => {}
@@ -659,6 +660,20 @@ impl Loop {
     fn reconcile_partial(&mut self, state: &KernelState, t: &Touched) -> Result<()> {
         if self.admission.is_some() || !self.reslot.is_empty() {
             return self.reconcile(state);
+        }
+        if !t.carrier_back.is_empty() {
+            let applied = &self.reconciler.applied().ifaces;
+            let ifaces: BTreeMap<u32, IfaceEntry> = iface_restrict::carrier_back(applied, state, &t.carrier_back)
+                .into_iter()
+                .filter(|(i, e)| applied.get(i) != Some(e))
+                .collect();
+            if !ifaces.is_empty() {
+                let names: Vec<String> = ifaces.keys().map(|i| state.links.get(i).map_or_else(|| i.to_string(), |l| l.name.clone())).collect();
+                let d = FibDelta { ifaces, ..FibDelta::default() };
+                self.write_delta(d, Timing::default()).context("writing the interface entries of links whose carrier came back")?;
+                self.ops.reconciles_links += 1;
+                info!("{}: carrier back, interface entries written (generation {})", names.join(", "), self.reconciler.generation());
+            }
         }
         // A next-hop object added or replaced: the routes using it.
         let mut users = Vec::new();

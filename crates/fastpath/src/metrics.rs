@@ -16,11 +16,12 @@
 //! - `fastpath_full_sync_age_seconds`: since the last full dump (start or resync)
 //! - `fastpath_netlink_resyncs`, `fastpath_reconcile_failures`,
 //!   `fastpath_config_reloads` {result=ok|failed}, `fastpath_neigh_keepalives`
-//! - `fastpath_reconciles` {kind=full|routes|neighbours|ahead}: table
+//! - `fastpath_reconciles` {kind=full|routes|neighbours|ahead|links}: table
 //!   updates that recomputed everything, route-only or neighbour-only
-//!   changes written as just those entries, and punting entries written
+//!   changes written as just those entries, punting entries written
 //!   ahead of the recompute a change needs (interface restrictions, new
-//!   local routes)
+//!   local routes, routes of deleted next-hop objects), and interface
+//!   entries of links whose carrier came back
 //! - `fastpath_generation`: table generation
 
 use std::net::SocketAddr;
@@ -74,6 +75,9 @@ pub struct OpsStats {
     /// Punting entries written ahead of the recompute a change needs
     /// (iface_restrict, local_ahead): writes, not reconciles.
     pub reconciles_ahead: u64,
+    /// Interface entries of links whose carrier came back, when that was
+    /// all that changed (iface_restrict::carrier_back).
+    pub reconciles_links: u64,
     pub reloads_ok: u64,
     pub reloads_failed: u64,
 }
@@ -286,13 +290,14 @@ impl Collector for Scrape {
         counters_by(
             &mut e,
             "fastpath_reconciles",
-            "Table updates: full recomputes, route-only or neighbour-only changes written as just those entries, and punting entries written ahead of a recompute.",
+            "Table updates: full recomputes, route-only or neighbour-only changes written as just those entries, punting entries written ahead of a recompute, and interface entries of links whose carrier came back.",
             "kind",
             &[
                 ("full", o.reconciles_full),
                 ("routes", o.reconciles_routes),
                 ("neighbours", o.reconciles_neigh),
                 ("ahead", o.reconciles_ahead),
+                ("links", o.reconciles_links),
             ],
         )?;
         counter(&mut e, "fastpath_neigh_keepalives", "Neighbours refreshed in the kernel because fast-pathed traffic used them.", s.neigh_keepalives)?;
@@ -375,6 +380,7 @@ mod tests {
             reconciles_routes: 5,
             reconciles_neigh: 7,
             reconciles_ahead: 1,
+            reconciles_links: 4,
             reloads_ok: 1,
             ..Default::default()
         };

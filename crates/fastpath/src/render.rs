@@ -72,14 +72,15 @@ pub fn status(s: &Status, all: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "generation {}   netlink resyncs {}   neighbour keep-alives {}   table updates {} full, {} route-only, {} neighbour-only, {} written ahead",
+        "generation {}   netlink resyncs {}   neighbour keep-alives {}   table updates {} full, {} route-only, {} neighbour-only, {} written ahead, {} carrier back",
         s.generation,
         s.netlink_resyncs,
         s.neigh_keepalives,
         s.reconciles.full,
         s.reconciles.routes,
         s.reconciles.neighbours,
-        s.reconciles.ahead
+        s.reconciles.ahead,
+        s.reconciles.links
     );
     if let Some(c) = &s.conntrack {
         let _ = writeln!(
