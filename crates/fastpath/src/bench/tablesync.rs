@@ -217,8 +217,8 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
         let e = ecmp_changes::ecmp_changes(&r, &mut ip, &fib4, d.pid(), a.ecmp, stop)?;
         println!("   multipath route added: multipath in fp_fib4 after {}", summary(&e.route_add));
         println!("   and deleted: gone after {}", summary(&e.route_del));
-        println!("   next-hop group loses a path: one next hop in fp_fib4 after {}", summary(&e.shrink));
-        println!("   and gets it back: multipath after {}", summary(&e.grow));
+        println!("   next-hop group loses a path: its route on the new group in fp_fib4 after {}", summary(&e.shrink));
+        println!("   and gets it back: on the next group after {}", summary(&e.grow));
         res.ecmp = Some(e);
     }
     drop(ip);
