@@ -344,15 +344,21 @@ def test_random_multipath_and_next_hop_object_churn_leaves_the_full_recompute_ta
     def reconciles():
         return daemon.status()["reconciles"]
 
-    gws = [f"198.51.100.{i}" for i in range(30, 38)]
-    plain = list(range(920, 926))
-    groups = list(range(930, 933))
-    prefixes = [f"203.0.113.{16 * i}/28" for i in range(16)]
-    setup = [f"nexthop add id {i} via {rnd.choice(gws)} dev r1" for i in plain]
-    setup += [f"nexthop add id {g} group {plain[0]}/{plain[1]}" for g in groups]
+    # Per family: gateways on r1, plain next-hop objects, groups of them, prefixes.
+    fams = {
+        4: ([f"198.51.100.{i}" for i in range(30, 38)], list(range(920, 926)), list(range(930, 933)),
+            [f"203.0.113.{16 * i}/28" for i in range(16)]),
+        6: ([f"2001:db8:2::{i:x}" for i in range(0x30, 0x38)], list(range(940, 946)), list(range(950, 953)),
+            [f"2001:db8:6:{i:x}::/64" for i in range(16)]),
+    }
+    setup = []
+    for gws, plain, groups, _ in fams.values():
+        setup += [f"nexthop add id {i} via {rnd.choice(gws)} dev r1" for i in plain]
+        setup += [f"nexthop add id {g} group {plain[0]}/{plain[1]}" for g in groups]
     lab.run(lab.router, "ip", "-batch", "-", input="\n".join(setup) + "\n")
 
     def op() -> str:
+        gws, plain, groups, prefixes = fams[rnd.choice([4, 6])]
         p = rnd.choice(prefixes)
         r = rnd.random()
         if r < 0.2:
