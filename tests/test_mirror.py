@@ -174,6 +174,46 @@ def test_link_changes_restrict_the_interface_ahead_of_the_recompute(lab, daemon)
         assert reconciles()["ahead"] == mid["ahead"], what
 
 
+def test_carrier_back_leaves_the_full_recompute_tables(lab, daemon):
+    """While r1 has no carrier its multipath members are marked down, which
+    the data plane punts; carrier back clears the marks (the mirror does it
+    itself, no re-dump), gives r1 its entry back and rewrites those routes,
+    without a full recompute: a SIGHUP recompute afterwards writes nothing."""
+    prefix = "203.0.113.128/25"
+
+    def reconciles():
+        return daemon.status()["reconciles"]
+
+    def r1_up():
+        return next(i for i in daemon.status()["interfaces"] if i["name"] == "r1")["up"]
+
+    def paths():
+        e = next((r for r in daemon.routes() if r["prefix"] == prefix), None)
+        if e is None or e["action"] != "multipath":
+            return None
+        return [p["nexthop"] is not None for p in e["group"]["paths"]]
+
+    lab.sysctl(lab.router, "net.ipv4.fib_multipath_hash_seed", "4660")
+    wait_for("the hash seed read", lambda: not daemon.status()["families"]["ipv4"]["multipath_hash"].startswith("punted"), 10)
+    lab.ip(lab.router, "route", "add", prefix, "nexthop", "via", "198.51.100.30", "dev", "r1",
+           "nexthop", "via", "198.51.100.31", "dev", "r1")
+    wait_for("the multipath route", lambda: paths() == [True, True], 5)
+    lab.ip(lab.server, "link", "set", "s0", "down")
+    try:
+        wait_for("r1 down and its paths punted", lambda: not r1_up() and paths() == [False, False], 5)
+        mid = reconciles()
+    finally:
+        lab.ip(lab.server, "link", "set", "s0", "up")
+    wait_for("carrier back", lambda: r1_up() and paths() == [True, True], 5)
+    after = reconciles()
+    assert after["full"] == mid["full"] and after["links"] == mid["links"] + 1, (mid, after)
+    routes, gen = daemon.routes(), daemon.status()["generation"]
+    os.kill(daemon.proc.pid, signal.SIGHUP)
+    wait_for("SIGHUP's full recompute", lambda: reconciles()["full"] > after["full"], 5)
+    assert daemon.status()["generation"] == gen, "the full recompute wrote something"
+    assert daemon.routes() == routes
+
+
 def test_a_new_rule_punts_its_family_ahead_of_the_recompute(lab, daemon):
     """An ip rule added makes the kernel look up another table for some
     packets: the family is punted before the full recompute (which says so

@@ -296,7 +296,12 @@ pub fn apply_noting(state: &mut KernelState, msg: Msg, f: &mut Followups, t: &mu
         match (key, object, carrier) {
             (Some(k), _, _) => t.routes.push(k),
             (None, Some(replaced), _) => t.nexthops.extend(replaced),
-            (None, None, Some(idx)) => t.carrier_back.push(idx),
+            (None, None, Some(idx)) => {
+                t.carrier_back.push(idx);
+                // A multipath member that was marked down was a path the
+                // data plane punts: those routes change too.
+                t.routes.extend(multipath_through(state, idx));
+            }
             _ if neighbour => t.neighbours = true,
             _ => t.other = true,
         }
@@ -313,12 +318,24 @@ fn objects_on(state: &KernelState, ifindex: u32) -> bool {
 /// the link-down marks itself (no next-hop object on the link), and the
 /// marks never counted (ignore_routes_with_linkdown off for both
 /// families): then what `desired` makes of the routes is the same before
-/// and after, and only the link's interface entry changes.
+/// and after, but for multipath routes with a member through the link
+/// (a marked member is a punted path: `multipath_through`), and the link's
+/// interface entry.
 pub fn carrier_back_only(old: &Link, new: &Link, state: &KernelState) -> bool {
     let back = Link { running: true, ..old.clone() };
     let ignored = state.sysctl.ignore_linkdown4_all
         || state.if_sysctl.get(&new.ifindex).is_none_or(|s| s.ignore_linkdown4 || s.ignore_linkdown6);
     !old.running && old.admin_up && back == *new && !ignored && !objects_on(state, new.ifindex)
+}
+
+/// Keys of the multipath routes with a member through `ifindex`.
+fn multipath_through(state: &KernelState, ifindex: u32) -> Vec<(Family, RouteKey)> {
+    state
+        .routes
+        .iter()
+        .filter(|(_, r)| matches!(&r.target, RouteTarget::Multipath(hs) if hs.iter().any(|h| h.ifindex == ifindex)))
+        .map(|(k, _)| k.clone())
+        .collect()
 }
 
 /// RTNH_F_LINKDOWN off every route next hop through `ifindex`.
@@ -1126,7 +1143,8 @@ mod tests {
         let mut f = Followups::default();
         assert!(apply_noting(&mut st, Msg::NewLink(link(3, true, true)), &mut f, &mut t));
         assert!(!f.fib, "carrier back is cleared here");
-        assert_eq!(t, Touched { carrier_back: vec![3], ..Touched::default() });
+        let mk = (Family::V4, multi.key.clone());
+        assert_eq!(t, Touched { carrier_back: vec![3], routes: vec![mk], ..Touched::default() });
         let flags = |r: &Route| match &st.routes[&(Family::V4, r.key.clone())].target {
             RouteTarget::Single(h) => vec![h.flags],
             RouteTarget::Multipath(hs) => hs.iter().map(|h| h.flags).collect(),

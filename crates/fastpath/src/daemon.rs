@@ -675,7 +675,7 @@ impl Loop {
                 info!("{}: carrier back, interface entries written (generation {})", names.join(", "), self.reconciler.generation());
             }
         }
-        // A next-hop object added or replaced: the routes using it.
+        // A next-hop object replaced: the routes using it.
         let mut users = Vec::new();
         if !t.nexthops.is_empty() {
             let Some(u) = route_delta::object_users(state, &t.nexthops) else {
