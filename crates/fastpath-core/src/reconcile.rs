@@ -307,26 +307,20 @@ impl Reconciler {
         delta: &crate::route_delta::FibDelta,
         w: &mut W,
     ) -> Result<usize, ReconcileError<W::Error>> {
-        let old4: BTreeMap<_, _> = delta.v4.keys().filter_map(|k| self.applied.fib4.get(k).map(|e| (*k, *e))).collect();
-        let new4: BTreeMap<_, _> = delta.v4.iter().filter_map(|(k, e)| e.map(|e| (*k, e))).collect();
-        let old6: BTreeMap<_, _> = delta.v6.keys().filter_map(|k| self.applied.fib6.get(k).map(|e| (*k, *e))).collect();
-        let new6: BTreeMap<_, _> = delta.v6.iter().filter_map(|(k, e)| e.map(|e| (*k, e))).collect();
-        let old_deny: BTreeMap<_, _> = delta.deny4.keys().filter_map(|a| self.applied.src_deny4.get(a).map(|r| (*a, *r))).collect();
-        let new_deny: BTreeMap<_, _> = delta.deny4.iter().filter_map(|(a, r)| r.map(|r| (*a, r))).collect();
-        let old_neigh: BTreeMap<_, _> = delta.neigh.keys().filter_map(|k| self.applied.neigh.get(k).map(|e| (*k, *e))).collect();
-        let new_neigh: BTreeMap<_, _> = delta.neigh.iter().filter_map(|(k, e)| e.map(|e| (*k, e))).collect();
+        let (old4, new4) = sides(&self.applied.fib4, &delta.v4);
+        let (old6, new6) = sides(&self.applied.fib6, &delta.v6);
+        let (old_deny, new_deny) = sides(&self.applied.src_deny4, &delta.deny4);
+        let (old_neigh, new_neigh) = sides(&self.applied.neigh, &delta.neigh);
+        let (old_nh, new_nh) = sides(&self.applied.nexthops, &delta.nexthops);
+        let (old_groups, new_groups) = sides(&self.applied.groups, &delta.groups);
+        let old_ifaces = held(&self.applied.ifaces, delta.ifaces.keys());
         // As `plan` orders them: neighbours in before routes, out after,
         // or out first when old and new together would not fit.
         let added = new_neigh.keys().filter(|k| !self.applied.neigh.contains_key(k)).count();
         let neigh_tight = self.caps.as_ref().is_some_and(|c| self.applied.neigh.len() + added > c.neigh as usize);
-        let old_nh: BTreeMap<_, _> = delta.nexthops.keys().filter_map(|k| self.applied.nexthops.get(k).map(|e| (*k, e.clone()))).collect();
-        let new_nh: BTreeMap<_, _> = delta.nexthops.iter().filter_map(|(k, e)| e.clone().map(|e| (*k, e))).collect();
-        let old_groups: BTreeMap<_, _> = delta.groups.keys().filter_map(|k| self.applied.groups.get(k).map(|e| (*k, e.clone()))).collect();
-        let new_groups: BTreeMap<_, _> = delta.groups.iter().filter_map(|(k, e)| e.clone().map(|e| (*k, e))).collect();
         let mut ops = Vec::new();
         // As `plan`: interfaces, next hops, neighbours, then groups in before
         // any route can point at them; out again in reverse after the routes.
-        let old_ifaces: BTreeMap<_, _> = delta.ifaces.keys().filter_map(|k| self.applied.ifaces.get(k).map(|e| (*k, e.clone()))).collect();
         upserts(&old_ifaces, &delta.ifaces, &mut ops, |k, v| Op::UpsertIface(*k, v.clone()));
         upserts(&old_nh, &new_nh, &mut ops, |k, v| Op::UpsertNexthop(*k, v.clone()));
         if neigh_tight {
@@ -493,6 +487,18 @@ fn union_len<K: Ord, V>(a: &BTreeMap<K, V>, b: &BTreeMap<K, V>) -> usize {
     let mut n = 0;
     walk(a, b, |_| n += 1);
     n
+}
+
+/// What the maps hold under `keys`.
+fn held<'a, K: Ord + Copy + 'a, V: Clone>(applied: &BTreeMap<K, V>, keys: impl Iterator<Item = &'a K>) -> BTreeMap<K, V> {
+    keys.filter_map(|k| applied.get(k).map(|v| (*k, v.clone()))).collect()
+}
+
+/// What the maps hold under a delta's keys, and what the delta writes
+/// there (None: deleted).
+fn sides<K: Ord + Copy, V: Clone>(applied: &BTreeMap<K, V>, delta: &BTreeMap<K, Option<V>>) -> (BTreeMap<K, V>, BTreeMap<K, V>) {
+    let new = delta.iter().filter_map(|(k, v)| v.clone().map(|v| (*k, v))).collect();
+    (held(applied, delta.keys()), new)
 }
 
 fn upserts<K: Ord, V: PartialEq>(

@@ -65,42 +65,22 @@ impl FibDelta {
         for (k, e) in &self.ifaces {
             d.ifaces.insert(*k, e.clone());
         }
-        for (a, r) in &self.deny4 {
-            match r {
-                Some(r) => d.src_deny4.insert(*a, *r),
-                None => d.src_deny4.remove(a),
-            };
-        }
-        for (k, e) in &self.v4 {
-            match e {
-                Some(e) => d.fib4.insert(*k, *e),
-                None => d.fib4.remove(k),
-            };
-        }
-        for (k, e) in &self.v6 {
-            match e {
-                Some(e) => d.fib6.insert(*k, *e),
-                None => d.fib6.remove(k),
-            };
-        }
-        for (k, e) in &self.neigh {
-            match e {
-                Some(e) => d.neigh.insert(*k, *e),
-                None => d.neigh.remove(k),
-            };
-        }
-        for (k, e) in &self.nexthops {
-            match e {
-                Some(e) => d.nexthops.insert(*k, e.clone()),
-                None => d.nexthops.remove(k),
-            };
-        }
-        for (k, e) in &self.groups {
-            match e {
-                Some(e) => d.groups.insert(*k, e.clone()),
-                None => d.groups.remove(k),
-            };
-        }
+        patch(&mut d.src_deny4, &self.deny4);
+        patch(&mut d.fib4, &self.v4);
+        patch(&mut d.fib6, &self.v6);
+        patch(&mut d.neigh, &self.neigh);
+        patch(&mut d.nexthops, &self.nexthops);
+        patch(&mut d.groups, &self.groups);
+    }
+}
+
+/// Writes (Some) or removes (None) each entry of `delta` in `m`.
+fn patch<K: Ord + Copy, V: Clone>(m: &mut BTreeMap<K, V>, delta: &BTreeMap<K, Option<V>>) {
+    for (k, e) in delta {
+        match e {
+            Some(e) => m.insert(*k, e.clone()),
+            None => m.remove(k),
+        };
     }
 }
 
