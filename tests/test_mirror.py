@@ -29,6 +29,14 @@ def wait_for(what: str, cond, timeout: float, step: float = 0.1):
         time.sleep(step)
 
 
+def set_hash_seed(lab: Lab, daemon: Daemon) -> None:
+    """A multipath hash seed the data plane can reproduce (without one,
+    multipath routes are punted), and the daemon's full recompute after
+    reading it done."""
+    lab.sysctl(lab.router, "net.ipv4.fib_multipath_hash_seed", "4660")
+    wait_for("the hash seed read", lambda: not daemon.status()["families"]["ipv4"]["multipath_hash"].startswith("punted"), 10)
+
+
 class OneWayStream:
     """UDP from the client to the server at a steady rate, in a thread. The
     server drops it silently, so nothing the server sends can refresh the
@@ -193,8 +201,7 @@ def test_carrier_back_leaves_the_full_recompute_tables(lab, daemon):
             return None
         return [p["nexthop"] is not None for p in e["group"]["paths"]]
 
-    lab.sysctl(lab.router, "net.ipv4.fib_multipath_hash_seed", "4660")
-    wait_for("the hash seed read", lambda: not daemon.status()["families"]["ipv4"]["multipath_hash"].startswith("punted"), 10)
+    set_hash_seed(lab, daemon)
     lab.ip(lab.router, "route", "add", prefix, "nexthop", "via", "198.51.100.30", "dev", "r1",
            "nexthop", "via", "198.51.100.31", "dev", "r1")
     wait_for("the multipath route", lambda: paths() == [True, True], 5)
@@ -320,11 +327,8 @@ def test_route_only_changes_write_just_those_routes(lab, daemon):
             return sorted(p["nexthop"]["gateway"] for p in e["group"]["paths"])
         return [e["nexthop"]["gateway"]] if e["action"] == "forward" else e["action"]
 
-    # A seed the data plane can reproduce, so multipath routes forward; the
-    # daemon's sysctl poll reads it with a full recompute, done before
-    # counting (and which must not make the next route change one too).
-    lab.sysctl(lab.router, "net.ipv4.fib_multipath_hash_seed", "4660")
-    wait_for("the hash seed read", lambda: not daemon.status()["families"]["ipv4"]["multipath_hash"].startswith("punted"), 10)
+    # Its full recompute must not make the next route change one too.
+    set_hash_seed(lab, daemon)
     lab.gateway_routes()  # the remote prefix via S4: that next hop is in use
     wait_for("gateway route mirrored", lambda: any(r["prefix"] == Lab.REMOTE4 for r in daemon.routes()), 5)
     before = reconciles()
@@ -378,8 +382,7 @@ def test_random_multipath_and_next_hop_object_churn_leaves_the_full_recompute_ta
     recompute (SIGHUP) computes from the kernel: it writes nothing."""
     seed = random.SystemRandom().randrange(1 << 32)
     rnd = random.Random(seed)
-    lab.sysctl(lab.router, "net.ipv4.fib_multipath_hash_seed", "4660")
-    wait_for("the hash seed read", lambda: not daemon.status()["families"]["ipv4"]["multipath_hash"].startswith("punted"), 10)
+    set_hash_seed(lab, daemon)
 
     def reconciles():
         return daemon.status()["reconciles"]
