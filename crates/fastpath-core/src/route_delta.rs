@@ -317,8 +317,8 @@ impl<'a> Fresh<'a> {
     }
 }
 
-/// The keys of the routes that use next-hop objects `ids` (added or
-/// replaced), directly or through a group they are members of: what a
+/// The keys of the routes that use next-hop objects `ids` (replaced or
+/// deleted), directly or through a group they are members of: what a
 /// change of the objects can change. None when they are so many that the
 /// full compute is as cheap (one pass over the routes either way).
 pub fn object_users(state: &KernelState, ids: &[u32]) -> Option<Vec<(Family, RouteKey)>> {
