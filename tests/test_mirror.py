@@ -29,6 +29,17 @@ def wait_for(what: str, cond, timeout: float, step: float = 0.1):
         time.sleep(step)
 
 
+def assert_recompute_writes_nothing(daemon: Daemon, view, why: object = "") -> None:
+    """A full recompute (SIGHUP) writes nothing and `view()` (what the maps
+    hold) stays as it was: the updates so far left exactly its tables."""
+    before, gen = view(), daemon.status()["generation"]
+    full = daemon.status()["reconciles"]["full"]
+    os.kill(daemon.proc.pid, signal.SIGHUP)
+    wait_for("SIGHUP's full recompute", lambda: daemon.status()["reconciles"]["full"] > full, 5)
+    assert daemon.status()["generation"] == gen, f"the full recompute wrote something {why}"
+    assert view() == before, why
+
+
 def set_hash_seed(lab: Lab, daemon: Daemon) -> None:
     """A multipath hash seed the data plane can reproduce (without one,
     multipath routes are punted), and the daemon's full recompute after
@@ -131,11 +142,7 @@ def test_neighbour_only_changes_write_just_those_entries(lab, daemon):
     def table():  # what the maps hold, not how recently the data path used it
         return sorted((n["ifindex"], n["address"], n["mac"]) for n in daemon.neighbours())
 
-    neighbours, gen = table(), daemon.status()["generation"]
-    os.kill(daemon.proc.pid, signal.SIGHUP)
-    wait_for("SIGHUP's full recompute", lambda: reconciles()["full"] > after["full"], 5)
-    assert daemon.status()["generation"] == gen, "the full recompute wrote something"
-    assert table() == neighbours
+    assert_recompute_writes_nothing(daemon, table)
 
 
 def test_link_changes_restrict_the_interface_ahead_of_the_recompute(lab, daemon):
@@ -214,11 +221,7 @@ def test_carrier_back_leaves_the_full_recompute_tables(lab, daemon):
     wait_for("carrier back", lambda: r1_up() and paths() == [True, True], 5)
     after = reconciles()
     assert after["full"] == mid["full"] and after["links"] == mid["links"] + 1, (mid, after)
-    routes, gen = daemon.routes(), daemon.status()["generation"]
-    os.kill(daemon.proc.pid, signal.SIGHUP)
-    wait_for("SIGHUP's full recompute", lambda: reconciles()["full"] > after["full"], 5)
-    assert daemon.status()["generation"] == gen, "the full recompute wrote something"
-    assert daemon.routes() == routes
+    assert_recompute_writes_nothing(daemon, daemon.routes)
 
 
 def test_a_new_rule_punts_its_family_ahead_of_the_recompute(lab, daemon):
@@ -367,11 +370,7 @@ def test_route_only_changes_write_just_those_routes(lab, daemon):
     lab.ip(lab.router, "route", "replace", prefix, "via", Lab.S4)
     lab.ip(lab.router, "route", "del", other)
     wait_for("route back via S4", lambda: gateways(entry()) == [Lab.S4] and entry(other) is None, 5)
-    routes, gen = daemon.routes(), daemon.status()["generation"]
-    os.kill(daemon.proc.pid, signal.SIGHUP)
-    wait_for("SIGHUP's full recompute", lambda: reconciles()["full"] > after["full"], 5)
-    assert daemon.status()["generation"] == gen, "the full recompute wrote something"
-    assert daemon.routes() == routes
+    assert_recompute_writes_nothing(daemon, daemon.routes)
 
 
 def test_random_multipath_and_next_hop_object_churn_leaves_the_full_recompute_tables(lab, daemon):
@@ -436,11 +435,7 @@ def test_random_multipath_and_next_hop_object_churn_leaves_the_full_recompute_ta
     wait_for("the daemon to settle", settled, 15)
     after = reconciles()
     assert after["full"] == before["full"] and after["routes"] > before["routes"], (seed, before, after)
-    routes, gen = daemon.routes(), daemon.status()["generation"]
-    os.kill(daemon.proc.pid, signal.SIGHUP)
-    wait_for("SIGHUP's full recompute", lambda: reconciles()["full"] > after["full"], 5)
-    assert daemon.status()["generation"] == gen, f"seed {seed}: the full recompute wrote something"
-    assert daemon.routes() == routes, seed
+    assert_recompute_writes_nothing(daemon, daemon.routes, f"(seed {seed})")
 
 
 def test_netlink_overrun_resyncs_to_the_exact_table(lab, fastpath_bin):

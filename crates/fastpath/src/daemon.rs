@@ -722,13 +722,19 @@ impl Loop {
         if d.is_empty() {
             return;
         }
+        self.write_ahead(d, "local-table or own-address entries punted ahead of the recompute");
+    }
+
+    /// Writes punting entries ahead of a recompute; a failure is left to
+    /// that recompute, which follows in any case.
+    fn write_ahead(&mut self, d: FibDelta, what: &str) {
         let n = d.len();
         match self.write_delta(d, Timing::default()) {
             Ok(()) => {
                 self.ops.reconciles_ahead += 1;
-                info!("{n} local-table or own-address entries punted ahead of the recompute (generation {})", self.reconciler.generation());
+                info!("{n} {what} (generation {})", self.reconciler.generation());
             }
-            Err(e) => warn!("writing local routes ahead of the recompute: {e:#}"),
+            Err(e) => warn!("{what}: {e:#}"),
         }
     }
 
@@ -748,14 +754,7 @@ impl Loop {
         // Its use counts no longer match the maps; the recompute that
         // follows builds a new one.
         self.delta_base = None;
-        let n = d.len();
-        match self.write_delta(d, Timing::default()) {
-            Ok(()) => {
-                self.ops.reconciles_ahead += 1;
-                info!("{n} prefixes routed through deleted next-hop objects punted ahead of the re-dump (generation {})", self.reconciler.generation());
-            }
-            Err(e) => warn!("punting routes of deleted next-hop objects: {e:#}"),
-        }
+        self.write_ahead(d, "prefixes routed through deleted next-hop objects punted ahead of the re-dump");
     }
 
     /// The route index route-only changes need (`DeltaBase`, one pass over
