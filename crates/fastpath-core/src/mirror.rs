@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
-use crate::model::{Family, KernelState, Link, Neighbour, Route, RouteKey, RouteKind, RouteTarget, NUD_USABLE};
+use crate::model::{Family, KernelState, Link, Neighbour, Route, RouteKey, RouteKind, RouteTarget, NUD_USABLE, RT_TABLE_LOCAL};
 use crate::parse::{self, Msg};
 use crate::sysctl::SysctlReader;
 
@@ -235,6 +235,30 @@ pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
             false
         }
         Msg::Ignored => false,
+    }
+}
+
+/// Which of the kernel's routes and next-hop objects the mirror keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RouteScope {
+    #[default]
+    All,
+    /// Only the local table's routes (the router's own addresses), no
+    /// next-hop objects: another source (FPM) provides the rest, and the
+    /// kernel's copy of it (zebra programs the kernel too, others may add
+    /// routes there) must neither enter the state nor replace it.
+    LocalTable,
+}
+
+impl RouteScope {
+    /// Whether `msg` is one the mirror applies.
+    pub fn takes(self, msg: &Msg) -> bool {
+        match (self, msg) {
+            (RouteScope::All, _) => true,
+            (_, Msg::NewRoute(_, r) | Msg::AddRoute(_, r) | Msg::DelRoute(_, r)) => r.key.table == RT_TABLE_LOCAL,
+            (_, Msg::NewNexthop(_) | Msg::DelNexthop(_) | Msg::NewBucket { .. }) => false,
+            _ => true,
+        }
     }
 }
 
@@ -485,6 +509,7 @@ pub struct Mirror {
     buf: Vec<u8>,
     sysctl: SysctlReader,
     touched: Touched,
+    scope: RouteScope,
 }
 
 impl Mirror {
@@ -517,7 +542,13 @@ impl Mirror {
             buf: vec![0; RECV_BUF],
             sysctl: SysctlReader::default(),
             touched: Touched::default(),
+            scope: RouteScope::All,
         })
+    }
+
+    /// Set before the first dump.
+    pub fn set_scope(&mut self, scope: RouteScope) {
+        self.scope = scope;
     }
 
     /// A full dump of links, addresses, routes (all tables), next-hop objects,
@@ -589,6 +620,7 @@ impl Mirror {
                     }
                 };
                 match parse::decode_frame(&frame) {
+                    Ok(m) if !self.scope.takes(&m) => {}
                     Ok(m) => changed |= apply_noting(state, m, &mut f, &mut self.touched),
                     Err(e) => {
                         log::warn!("undecodable event ({e}); full re-dump");
@@ -715,6 +747,17 @@ impl Mirror {
     fn refresh_fib(&mut self, state: &mut KernelState) -> Result<bool, MirrorError> {
         let mut fresh = KernelState::default();
         self.dump_fib_into(&mut fresh)?;
+        if self.scope == RouteScope::LocalTable {
+            // What the other source put in the state stays.
+            let local = |k: &(Family, RouteKey)| k.1.table == RT_TABLE_LOCAL;
+            let changed = state.routes.iter().filter(|(k, _)| local(k)).count() != fresh.routes.len()
+                || fresh.routes.iter().any(|(k, r)| state.routes.get(k) != Some(r))
+                || fresh.neighbours != state.neighbours;
+            state.routes.retain(|k, _| !local(k));
+            state.routes.extend(fresh.routes);
+            state.neighbours = fresh.neighbours;
+            return Ok(changed);
+        }
         let changed = fresh.routes != state.routes
             || fresh.nexthops != state.nexthops
             || fresh.res_buckets != state.res_buckets
@@ -743,6 +786,9 @@ impl Mirror {
     /// Re-dumps the buckets of every resilient group; true if they changed.
     /// Cheap when there is none: the dump is then empty.
     pub fn refresh_buckets(&mut self, state: &mut KernelState) -> Result<bool, MirrorError> {
+        if self.scope == RouteScope::LocalTable {
+            return Ok(false);
+        }
         let fresh = self.dump_buckets()?;
         let changed = fresh != state.res_buckets;
         self.touched.other |= changed;
@@ -763,16 +809,18 @@ impl Mirror {
 
     fn dump_fib_into(&mut self, st: &mut KernelState) -> Result<(), MirrorError> {
         let mut f = Followups::default();
-        let nexthops = self.dump_optional(parse::RTM_GETNEXTHOP, "next-hop objects")?;
-        for m in nexthops {
-            apply(st, m, &mut f);
+        if self.scope == RouteScope::All {
+            let nexthops = self.dump_optional(parse::RTM_GETNEXTHOP, "next-hop objects")?;
+            for m in nexthops {
+                apply(st, m, &mut f);
+            }
+            st.res_buckets = self.dump_buckets()?;
         }
-        st.res_buckets = self.dump_buckets()?;
         for family in [AF_INET, AF_INET6] {
             let msgs = self.dump_msgs(parse::RTM_GETROUTE, family, 12)?;
             // Grown once instead of rehashing its way up to a full table.
             st.routes.reserve(msgs.len());
-            for m in msgs {
+            for m in msgs.into_iter().filter(|m| self.scope.takes(m)) {
                 apply(st, m, &mut f);
             }
         }

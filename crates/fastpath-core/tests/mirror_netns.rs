@@ -10,7 +10,7 @@ mod support;
 
 use support::{have_root, in_new_netns, sh};
 
-use fastpath_core::mirror::{neigh_use, Mirror, MirrorError, PollOutcome};
+use fastpath_core::mirror::{neigh_use, Mirror, MirrorError, PollOutcome, RouteScope};
 use fastpath_core::model::{
     Family, KernelState, NextHop, RouteKey, RouteKind, RouteTarget, NUD_DELAY, NUD_REACHABLE,
     NUD_STALE, RT_TABLE_LOCAL, RT_TABLE_MAIN,
@@ -288,6 +288,45 @@ fn ahead_sees_link_changes_before_the_route_redump() {
             rules = Some(s.rules.len())
         });
         assert_eq!(rules, Some(before + 1), "ahead: rules");
+    });
+}
+
+/// --route-source fpm: the kernel's main-table routes and next-hop objects
+/// (zebra programs them too) never enter the state, neither by event nor by
+/// dump; the routes another source put there survive a re-dump.
+#[test]
+fn local_table_scope_keeps_the_kernels_other_routes_out() {
+    if !have_root() {
+        return;
+    }
+    in_new_netns(|| {
+        sh("ip link add fps0 type veth peer name fps1 && ip link set fps0 up && ip link set fps1 up \
+            && ip addr add 192.0.2.1/24 dev fps0 && ip route add 198.51.100.0/24 via 192.0.2.2 \
+            && ip nexthop add id 7 via 192.0.2.3 dev fps0");
+        let mut m = Mirror::open(4 << 20).expect("open");
+        m.set_scope(RouteScope::LocalTable);
+        let mut st = m.dump().expect("dump");
+        assert!(st.routes.keys().all(|(_, k)| k.table == RT_TABLE_LOCAL), "{:?}", st.routes.keys());
+        assert!(st.routes.contains_key(&(Family::V4, key(RT_TABLE_LOCAL, "192.0.2.1", 32, 0))));
+        assert!(st.nexthops.is_empty());
+
+        // What the other source put in.
+        let other = (Family::V4, key(RT_TABLE_MAIN, "203.0.113.0", 24, 20));
+        let r = st.routes[&(Family::V4, key(RT_TABLE_LOCAL, "192.0.2.1", 32, 0))].clone();
+        st.routes.insert(other.clone(), fastpath_core::model::Route { key: other.1.clone(), ..r });
+
+        sh("ip route add 198.51.100.128/25 nhid 7 && ip addr add 192.0.2.9/24 dev fps0");
+        let k9 = (Family::V4, key(RT_TABLE_LOCAL, "192.0.2.9", 32, 0));
+        poll_until(&mut m, &mut st, "the new address's local route", |s| s.routes.contains_key(&k9));
+        // A link going down makes the mirror re-dump the routes.
+        sh("ip link set fps1 down");
+        poll_until(&mut m, &mut st, "carrier loss", |s| !s.links[&ifindex(s, "fps0")].running);
+        m.poll(&mut st, Duration::from_millis(200), &mut |_, _| {}).expect("poll");
+        assert!(st.routes.contains_key(&other), "a re-dump dropped the other source's route");
+        assert!(st.routes.contains_key(&k9));
+        assert!(st.routes.keys().all(|(_, k)| k.table == RT_TABLE_LOCAL || *k == other.1), "{:?}", st.routes.keys());
+        assert!(st.nexthops.is_empty());
+        assert_eq!(m.take_touched().routes.iter().filter(|(_, k)| k.table != RT_TABLE_LOCAL).count(), 0);
     });
 }
 

@@ -517,9 +517,9 @@ fn route_json(s: &Snapshot, family: &str, prefix: String, e: &RouteEntry, offloa
 }
 
 /// --route-source fpm: whether zebra sent this prefix.
-fn with_source(s: &Snapshot, mut r: RouteJson, addr: std::net::IpAddr, len: u8) -> RouteJson {
-    if let Some(src) = &s.route_source {
-        r.source = Some(if src.prefixes.contains(&(addr, len)) { "fpm" } else { "kernel" }.into());
+fn with_source(src: Option<&crate::fpm::server::SourcesRead<'_>>, mut r: RouteJson, addr: std::net::IpAddr, len: u8) -> RouteJson {
+    if let Some(src) = src {
+        r.source = Some(if src.from_fpm(addr, len) { "fpm" } else { "kernel" }.into());
     }
     r
 }
@@ -543,27 +543,29 @@ fn missing_json(family: &str, prefix: String) -> RouteJson {
 pub fn routes(s: &Snapshot) -> Vec<RouteJson> {
     let a = &s.applied;
     let o = &a.offload;
+    let src = s.route_source.as_ref().map(|r| r.sources.read());
+    let src = src.as_ref();
     let mut v4: BTreeMap<(std::net::Ipv4Addr, u8), RouteJson> = a
         .fib4
         .iter()
         .map(|(k @ (addr, len), e)| {
             let r = route_json(s, "ipv4", format!("{addr}/{len}"), e, o.status4(k));
-            (*k, with_source(s, r, (*addr).into(), *len))
+            (*k, with_source(src, r, (*addr).into(), *len))
         })
         .collect();
     for k @ (addr, len) in o.failed4.iter().filter(|k| !a.fib4.contains_key(k)) {
-        v4.insert(*k, with_source(s, missing_json("ipv4", format!("{addr}/{len}")), (*addr).into(), *len));
+        v4.insert(*k, with_source(src, missing_json("ipv4", format!("{addr}/{len}")), (*addr).into(), *len));
     }
     let mut v6: BTreeMap<(std::net::Ipv6Addr, u8), RouteJson> = a
         .fib6
         .iter()
         .map(|(k @ (addr, len), e)| {
             let r = route_json(s, "ipv6", format!("{addr}/{len}"), e, o.status6(k));
-            (*k, with_source(s, r, (*addr).into(), *len))
+            (*k, with_source(src, r, (*addr).into(), *len))
         })
         .collect();
     for k @ (addr, len) in o.failed6.iter().filter(|k| !a.fib6.contains_key(k)) {
-        v6.insert(*k, with_source(s, missing_json("ipv6", format!("{addr}/{len}")), (*addr).into(), *len));
+        v6.insert(*k, with_source(src, missing_json("ipv6", format!("{addr}/{len}")), (*addr).into(), *len));
     }
     v4.into_values().chain(v6.into_values()).collect()
 }

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use fastpath_bpf::intf;
 use fastpath_core::delta_base::DeltaBase;
 use fastpath_core::desired::{self, Ids};
-use fastpath_core::mirror::{Ahead, Mirror, PollOutcome, Touched};
+use fastpath_core::mirror::{Ahead, Mirror, PollOutcome, RouteScope, Touched};
 use fastpath_core::model::{Family, KernelState, RouteKey};
 use fastpath_core::gone_ahead;
 use fastpath_core::neigh_delta;
@@ -128,11 +128,15 @@ pub fn run(loaded: Loaded) -> Result<()> {
     }
 
     let mut mirror = Mirror::open(args.netlink_rcvbuf).context("opening the netlink mirror")?;
+    if args.route_source == crate::RouteSource::Fpm {
+        // zebra's routes replace the kernel's; the kernel's copy stays out.
+        mirror.set_scope(RouteScope::LocalTable);
+    }
     let t = Instant::now();
     let mut state = mirror.dump().context("dumping kernel state")?;
     info!("dumped kernel state in {:.1} ms ({} routes)", t.elapsed().as_secs_f64() * 1e3, state.routes.len());
-    // --route-source fpm: zebra's routes and next hops replace the kernel's
-    // in `state` before every reconcile (see fpm::server).
+    // --route-source fpm: zebra's routes and next hops go into `state` in
+    // place of the kernel's before every reconcile (see fpm::overlay).
     let mut fpm = crate::fpm::start(&args)?;
     let managed: BTreeMap<u32, u32> = ifaces.iter().map(|i| (i.ifindex, i.slot)).collect();
     let mut lp = Loop {
@@ -181,7 +185,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
     }
     // Tables complete before the first packet can see them.
     if let Some(f) = &mut fpm {
-        f.overlay(&mut state);
+        f.overlay(&mut state, true);
     }
     lp.reconcile(&state).context("writing the initial tables")?;
     lp.fpm_report(&mut fpm);
@@ -304,7 +308,8 @@ pub fn run(loaded: Loaded) -> Result<()> {
         if let Some(f) = &mut fpm {
             let ch = f.take_changed();
             if ch.table {
-                pending.everything();
+                // Which routes changed is known when they are overlaid.
+                pending.partial(Touched::default());
                 pending_since.get_or_insert_with(Instant::now);
             }
             if ch.status {
@@ -357,11 +362,15 @@ pub fn run(loaded: Loaded) -> Result<()> {
 
         if !matches!(pending, Pending::Nothing) && retry_at.is_none_or(|t| Instant::now() >= t) {
             if let Some(f) = &mut fpm {
-                f.overlay(&mut state);
+                // A full recompute may follow a re-dump, which left only the
+                // kernel's local table in `state`: everything goes back in.
+                match f.overlay(&mut state, matches!(pending, Pending::Everything)) {
+                    Some(t) => pending.partial(t),
+                    None => pending.everything(),
+                }
             }
             let res = match &pending {
-                // FPM overlays its routes on `state` without telling which.
-                Pending::Partial(t) if fpm.is_none() => lp.reconcile_partial(&state, t),
+                Pending::Partial(t) => lp.reconcile_partial(&state, t),
                 _ => {
                     // It covers whatever the mirror noted so far (a sysctl
                     // refresh notes `other` too): left there, the next
@@ -378,10 +387,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
                     if let Some(t) = pending_since.take() {
                         lp.ops.record_lag(t.elapsed());
                     }
-                    // FPM changes are always full recomputes: no index to keep.
-                    if fpm.is_none() {
-                        lp.prebuild_delta_base(&state);
-                    }
+                    lp.prebuild_delta_base(&state);
                 }
                 Err(e) => {
                     lp.ops.reconcile_failures += 1;
@@ -870,7 +876,8 @@ impl Loop {
     /// After a successful reconcile: tell zebra what made it into the fast path.
     fn fpm_report(&mut self, fpm: &mut Option<crate::fpm::Server>) {
         if let Some(f) = fpm {
-            f.report(&crate::fpm::InFib(self.published.tables()));
+            // The maps as they are now (what readers see may lag them).
+            f.report(&crate::fpm::InFib { tables: self.reconciler.applied(), offload: self.published.offload() });
             self.route_source = Some(Arc::new(f.published()));
         }
     }

@@ -4,8 +4,10 @@
 //! status back (read by FRR >= 8.5).
 
 pub mod frame;
+mod overlay;
 pub mod server;
 pub mod status;
+mod table;
 
 pub use server::{Published, Server, SourceStatus, DEFAULT_LISTEN};
 pub use status::InFib;

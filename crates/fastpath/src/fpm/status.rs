@@ -44,8 +44,12 @@ pub trait OffloadCheck {
 }
 
 /// Default check: the route's table is one the FIB merges (main) and its
-/// prefix has an entry in the FIB map that was written.
-pub struct InFib<'a>(pub &'a Desired);
+/// prefix has an entry in the FIB maps (`tables`: what they hold now) and
+/// is not among the last full compute's failed routes (`offload`).
+pub struct InFib<'a> {
+    pub tables: &'a Desired,
+    pub offload: &'a fastpath_core::overflow::Offload,
+}
 
 impl OffloadCheck for InFib<'_> {
     fn offload(&self, _fam: Family, dst: IpAddr, prefix_len: u8, table: u32) -> Offload {
@@ -55,10 +59,10 @@ impl OffloadCheck for InFib<'_> {
         // A route the overflow handling left out (or punts for want of a
         // next-hop slot) is failed even when its prefix has an entry. A
         // punted cover still has its own entry: it stays offloaded.
-        let o = &self.0.offload;
+        let (d, o) = (self.tables, self.offload);
         let present = match dst {
-            IpAddr::V4(a) => self.0.fib4.contains_key(&(a, prefix_len)) && !o.failed4.contains(&(a, prefix_len)),
-            IpAddr::V6(a) => self.0.fib6.contains_key(&(a, prefix_len)) && !o.failed6.contains(&(a, prefix_len)),
+            IpAddr::V4(a) => d.fib4.contains_key(&(a, prefix_len)) && !o.failed4.contains(&(a, prefix_len)),
+            IpAddr::V6(a) => d.fib6.contains_key(&(a, prefix_len)) && !o.failed6.contains(&(a, prefix_len)),
         };
         if present {
             Offload::Offloaded
@@ -125,9 +129,13 @@ mod tests {
                 mtu: 0,
             },
         );
-        let c = InFib(&d);
+        let mut o = fastpath_core::overflow::Offload::default();
+        let c = InFib { tables: &d, offload: &o };
         assert_eq!(c.offload(Family::V4, a.into(), 24, 254), Offload::Offloaded);
         assert_eq!(c.offload(Family::V4, a.into(), 25, 254), Offload::Failed);
         assert_eq!(c.offload(Family::V4, a.into(), 24, 100), Offload::Failed);
+        o.failed4.insert((a, 24));
+        let c = InFib { tables: &d, offload: &o };
+        assert_eq!(c.offload(Family::V4, a.into(), 24, 254), Offload::Failed);
     }
 }
