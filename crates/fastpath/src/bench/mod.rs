@@ -17,6 +17,8 @@ pub mod dns;
 pub mod dns_records;
 mod dns_wire;
 mod ecmp_changes;
+mod fpm_client;
+mod fpm_table;
 pub mod fulltable;
 mod fullrate;
 mod hints;
@@ -96,6 +98,8 @@ pub struct BenchArgs {
 pub enum BenchCmd {
     /// Full routing table: mirror time, map memory per route, single-change latency.
     Fulltable(tablesync::FulltableArgs),
+    /// Full routing table delivered over FPM (zebra's dplane_fpm_nl): load, status replies, single-change latency, churn CPU, replay.
+    Fpm(fpm_table::FpmArgs),
     /// Forwarding rate with a full routing table vs one route, flows to random destinations in it.
     Fullrate(fullrate::FullrateArgs),
     /// ns per packet of parse+hash (XDP1) vs hint (XDP_HINTS) vs no work (XDP3), by BPF_PROG_RUN.
@@ -209,6 +213,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if let Some(BenchCmd::Fulltable(ft)) = &args.cmd {
         let (stop, exe, work) = table_bench_setup(&args)?;
         return tablesync::run(ft, &exe, work.path(), &stop);
+    }
+    if let Some(BenchCmd::Fpm(f)) = &args.cmd {
+        let (stop, exe, work) = table_bench_setup(&args)?;
+        return fpm_table::run(f, &exe, work.path(), &stop);
     }
     if let Some(BenchCmd::Fullrate(fr)) = &args.cmd {
         let (stop, exe, work) = table_bench_setup(&args)?;

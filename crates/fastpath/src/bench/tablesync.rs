@@ -124,8 +124,8 @@ fn print_mix(spec: &Spec) {
 
 /// The probe routes timed one at a time: outside everything the generator
 /// produces (documentation space), so a lookup finds them or nothing.
-const PROBE4: ([u8; 4], u8, &str) = ([203, 0, 113, 0], 24, "203.0.113.0/24 via 198.51.100.10 dev r1");
-const PROBE6: ([u8; 16], u8, &str) = (
+pub(super) const PROBE4: ([u8; 4], u8, &str) = ([203, 0, 113, 0], 24, "203.0.113.0/24 via 198.51.100.10 dev r1");
+pub(super) const PROBE6: ([u8; 16], u8, &str) = (
     [0x20, 0x01, 0x0d, 0xb8, 0x0f, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
     48,
     "2001:db8:fff::/48 via 2001:db8:0:2::10 dev r1",
@@ -354,25 +354,25 @@ struct Results {
     takeovers: Option<failover::Flaps>,
 }
 
-struct Churn {
-    changes: u64,
-    wall: Duration,
+pub(super) struct Churn {
+    pub(super) changes: u64,
+    pub(super) wall: Duration,
     /// The daemon's CPU time over `wall`.
-    cpu: Duration,
+    pub(super) cpu: Duration,
     /// From writing the last change until the map had it.
-    last_lag: Duration,
+    pub(super) last_lag: Duration,
 }
 
 impl Churn {
-    fn cpu_share(&self) -> f64 {
+    pub(super) fn cpu_share(&self) -> f64 {
         self.cpu.as_secs_f64() / self.wall.as_secs_f64()
     }
 
-    fn ms_per_change(&self) -> f64 {
+    pub(super) fn ms_per_change(&self) -> f64 {
         self.cpu.as_secs_f64() * 1e3 / self.changes as f64
     }
 
-    fn line(&self, rate: u32) -> String {
+    pub(super) fn line(&self, rate: u32) -> String {
         format!(
             "{} changes in {:.1} s ({rate} /s): daemon CPU {:.1} % of one core, {:.3} ms per change; last change in the map {:.2} ms after it was written",
             self.changes,
@@ -560,13 +560,13 @@ pub(super) fn wait_mirrored(sock: &Path, want: (u64, u64), t0: Instant, timeout:
 
 /// An LPM trie key (fp_lpm4_key / fp_lpm6_key): prefix length, then the
 /// address in network order.
-fn lpm_key(addr: &[u8], len: u8) -> Vec<u8> {
+pub(super) fn lpm_key(addr: &[u8], len: u8) -> Vec<u8> {
     let mut k = u32::from(len).to_ne_bytes().to_vec();
     k.extend_from_slice(addr);
     k
 }
 
-fn present(map: &MapHandle, key: &[u8]) -> Result<bool> {
+pub(super) fn present(map: &MapHandle, key: &[u8]) -> Result<bool> {
     Ok(map.lookup(key, MapFlags::ANY).context("looking up the probe route")?.is_some())
 }
 
@@ -618,17 +618,17 @@ impl Drop for Batch {
     }
 }
 
-fn median(v: &[f64]) -> f64 {
+pub(super) fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     s.get(s.len() / 2).copied().unwrap_or(0.0)
 }
 
-fn max(v: &[f64]) -> f64 {
+pub(super) fn max(v: &[f64]) -> f64 {
     v.iter().copied().fold(0.0, f64::max)
 }
 
-fn summary(v: &[f64]) -> String {
+pub(super) fn summary(v: &[f64]) -> String {
     format!("median {:.2} ms, max {:.2} ms (n={})", median(v) * 1e3, max(v) * 1e3, v.len())
 }
 
@@ -671,6 +671,6 @@ fn rss_kb(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-fn indent(text: &str) -> String {
+pub(super) fn indent(text: &str) -> String {
     text.lines().map(|l| format!("     {l}")).collect::<Vec<_>>().join("\n")
 }
