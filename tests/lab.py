@@ -622,6 +622,49 @@ class Daemon:
         time.sleep(settle)
 
 
+def wait_for(what: str, cond, timeout: float = 5.0, step: float = 0.05):
+    """cond()'s first true value, polled until `timeout` (else a failed assert)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        time.sleep(step)
+
+
+def assert_recompute_writes_nothing(daemon: Daemon, view, why: object = "") -> None:
+    """A full recompute (SIGHUP) writes nothing and `view()` (what the maps
+    hold) stays as it was: the updates so far left exactly its tables. A
+    check that a kernel change overlapped (the lab's own neighbour traffic:
+    a link-local neighbour appearing, which the recompute then writes) is
+    taken again."""
+    def neighbours() -> list:
+        return sorted((n["address"], n["ifindex"], n["mac"]) for n in daemon.neighbours())
+
+    for _ in range(3):
+        before, neigh, st = view(), neighbours(), daemon.status()
+        gen, rec = st["generation"], st["reconciles"]
+        os.kill(daemon.proc.pid, signal.SIGHUP)
+        wait_for("SIGHUP's full recompute", lambda: daemon.status()["reconciles"]["full"] > rec["full"], 5)
+        after = daemon.status()
+        others = {k: v for k, v in after["reconciles"].items() if k != "full"}
+        if others != {k: v for k, v in rec.items() if k != "full"} or neighbours() != neigh:
+            continue
+        assert after["generation"] == gen, f"the full recompute wrote something {why}"
+        assert view() == before, why
+        return
+    raise AssertionError(f"kernel changes overlapped every check {why}")
+
+
+def set_hash_seed(lab: Lab, daemon: Daemon) -> None:
+    """A multipath hash seed the data plane can reproduce (without one,
+    multipath routes are punted), and the daemon's full recompute after
+    reading it done."""
+    lab.sysctl(lab.router, "net.ipv4.fib_multipath_hash_seed", "4660")
+    wait_for("the hash seed read", lambda: not daemon.status()["families"]["ipv4"]["multipath_hash"].startswith("punted"), 10)
+
+
 def counter_delta(before: dict, after: dict, what: str = "packets") -> dict[str, int]:
     out = {}
     for reason in set(before) | set(after):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -22,23 +23,14 @@ from pathlib import Path
 import pytest
 
 from fpm_client import NLM_F_REQUEST, RTM_NEWROUTE, FpmClient
-from lab import Daemon, Lab, in_netns, send_and_expect, send_and_expect_none
+from lab import (Daemon, Lab, assert_recompute_writes_nothing, in_netns, send_and_expect, send_and_expect_none,
+                 set_hash_seed, wait_for)
 from pkts import udp4, udp6
 
 ZEBRA = Path("/usr/lib/frr/zebra")
 STATICD = Path("/usr/lib/frr/staticd")
 GRACE = 2
 V4, V6 = Lab.REMOTE4, Lab.REMOTE6
-
-
-def wait_for(what: str, cond, timeout: float = 5.0, step: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(step)
 
 
 def route(d: Daemon, prefix: str) -> dict | None:
@@ -127,6 +119,94 @@ def test_fpm_delete_and_lost_connection(fpm):
     wait_for("the grace flush", lambda: route(d, V6) is None, timeout=GRACE + 5)
     assert time.monotonic() - t >= GRACE * 0.9
     send_and_expect_none(lab.c0, [udp6(lab)], lab.s0)
+
+
+def fib_view(d: Daemon) -> list[tuple]:
+    """What the maps hold for routes zebra sent, comparable across calls."""
+    return sorted((r["prefix"], r["action"], json.dumps(r.get("nexthop"), sort_keys=True),
+                   json.dumps(r.get("group"), sort_keys=True)) for r in d.routes() if r.get("source") == "fpm")
+
+
+def gateways(row: tuple) -> set[str]:
+    """The gateways a fib_view row forwards to."""
+    nh, group = (json.loads(x) for x in row[2:4])
+    hops = [nh] if nh else [p["nexthop"] for p in (group or {}).get("paths", [])]
+    return {h["gateway"] for h in hops}
+
+
+def test_fpm_changes_are_route_updates(fpm):
+    """zebra's updates reach the maps as route updates (they cost the
+    prefixes they touch, not a recompute of a full table), also when
+    next-hop objects under routes are replaced, and leave exactly what a
+    full recompute makes of zebra's table: seeded random churn of routes via
+    gateways, objects and groups, metric changes and deletes."""
+    lab, d = fpm
+    set_hash_seed(lab, d)
+    r1 = ifindex(lab, "r1")
+    gw4 = [lab.S4, "198.51.100.3", "198.51.100.4"]
+    gw6 = [lab.S6, "2001:db8:2::3"]
+    c = connect(lab)
+    for i, g in enumerate(gw4):
+        c.add_nexthop(10 + i, gateway=g, oif=r1)
+    c.add_nexthop(20, group=[(10, 1), (11, 2)])
+    wait_for("the replay to settle", lambda: d.status()["route_source"]["nexthops"] == 4
+             and d.status()["route_source"]["routes"] == 0, timeout=5)
+    full = d.status()["reconciles"]["full"]
+    updates = d.status()["reconciles"]["routes"]
+
+    rng = random.Random(int(os.environ.get("FASTPATH_TEST_SEED", "7")))
+    v4 = [f"203.0.113.{i * 16}/28" for i in range(8)] + ["203.0.113.0/24", "203.0.113.0/25"]
+    v6 = [f"2001:db8:ff:{i}::/64" for i in range(1, 6)] + ["2001:db8:ff::/48"]
+    held: dict[str, dict] = {}
+    for step in range(60):
+        roll = rng.random()
+        if roll < 0.1:
+            # An object under routes replaced (its gateway), or the group's paths.
+            if rng.random() < 0.5:
+                c.add_nexthop(12, gateway=rng.choice(gw4), oif=r1)
+            else:
+                c.add_nexthop(20, group=rng.choice([[(10, 1), (11, 2)], [(10, 1), (12, 1)], [(11, 1)]]))
+            continue
+        p = rng.choice(v4 + v6)
+        if p in held and roll < 0.35:
+            c.del_route(p, **held.pop(p))
+            continue
+        metric = rng.choice([20, 30])
+        if p in held and held[p]["metric"] != metric:
+            # zebra's replacement under another metric: delete + add.
+            c.del_route(p, **held[p])
+        if ":" in p:
+            kw = dict(gateway=rng.choice(gw6), oif=r1, metric=metric)
+        else:
+            kw = rng.choice([dict(gateway=rng.choice(gw4), oif=r1), dict(nh_id=rng.choice([10, 11, 12])), dict(nh_id=20)])
+            kw["metric"] = metric
+        c.add_route(p, **kw)
+        held[p] = kw
+    # Routes through every object, whatever the churn left.
+    for p, nh in [("203.0.113.224/28", 12), ("203.0.113.240/28", 20)]:
+        held[p] = dict(nh_id=nh, metric=20)
+        c.add_route(p, **held[p])
+    wait_for("zebra's table in the maps", lambda: {r[0] for r in fib_view(d)} == set(held)
+             and d.status()["route_source"]["routes"] == len(held), timeout=10)
+
+    # Then objects alone (a BGP next hop moving): replaced under their
+    # routes, and one that no route uses added and deleted.
+    c.add_nexthop(13, gateway=lab.S4, oif=r1)
+    c.del_nexthop(13)
+    c.add_nexthop(11, gateway="198.51.100.5", oif=r1)
+    c.add_nexthop(12, gateway="198.51.100.6", oif=r1)
+    c.add_nexthop(20, group=[(11, 1), (12, 1)])
+    by_object = {10: {lab.S4}, 11: {"198.51.100.5"}, 12: {"198.51.100.6"}, 20: {"198.51.100.5", "198.51.100.6"}}
+    want = {p: by_object[kw["nh_id"]] for p, kw in held.items() if "nh_id" in kw}
+    wait_for("the routes on the replaced objects", lambda: want.items() <= {
+        r[0]: gateways(r) for r in fib_view(d)}.items(), timeout=10)
+    time.sleep(0.5)
+    st = d.status()
+    assert st["reconciles"]["full"] == full, "zebra's changes made the daemon recompute everything"
+    assert st["reconciles"]["routes"] > updates
+    assert_recompute_writes_nothing(d, lambda: fib_view(d), "after zebra's changes")
+    src = d.status()["route_source"]
+    assert src["offloaded"] + src["offload_failed"] == len(held), src
 
 
 # ---------------------------------------------------------------- real zebra

@@ -4,48 +4,17 @@ netlink overruns, end to end."""
 from __future__ import annotations
 
 import ipaddress
-import os
 import random
-import signal
 import threading
 import time
 
-from lab import Daemon, Lab, Sender, counter_delta
+from lab import Daemon, Lab, Sender, assert_recompute_writes_nothing, counter_delta, set_hash_seed, wait_for
 from pkts import udp4, udp_series
 
 
 def neigh_state(lab: Lab, addr: str, dev: str = "r1") -> str | None:
     out = lab.ip(lab.router, "neigh", "show", addr, "dev", dev).stdout.split()
     return out[-1] if out else None
-
-
-def wait_for(what: str, cond, timeout: float, step: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(step)
-
-
-def assert_recompute_writes_nothing(daemon: Daemon, view, why: object = "") -> None:
-    """A full recompute (SIGHUP) writes nothing and `view()` (what the maps
-    hold) stays as it was: the updates so far left exactly its tables."""
-    before, gen = view(), daemon.status()["generation"]
-    full = daemon.status()["reconciles"]["full"]
-    os.kill(daemon.proc.pid, signal.SIGHUP)
-    wait_for("SIGHUP's full recompute", lambda: daemon.status()["reconciles"]["full"] > full, 5)
-    assert daemon.status()["generation"] == gen, f"the full recompute wrote something {why}"
-    assert view() == before, why
-
-
-def set_hash_seed(lab: Lab, daemon: Daemon) -> None:
-    """A multipath hash seed the data plane can reproduce (without one,
-    multipath routes are punted), and the daemon's full recompute after
-    reading it done."""
-    lab.sysctl(lab.router, "net.ipv4.fib_multipath_hash_seed", "4660")
-    wait_for("the hash seed read", lambda: not daemon.status()["families"]["ipv4"]["multipath_hash"].startswith("punted"), 10)
 
 
 class OneWayStream:
