@@ -200,6 +200,7 @@ impl Server {
             return None;
         }
         self.report_ids.extend(t.dirty.routes.iter().copied());
+        self.report_ids.append(&mut t.dirty.unreported);
         let touched = overlay_changes(&mut t, state);
         // Beyond this a delta costs more than the recompute.
         if touched.routes.len() > state.routes.len() / 8 + 4096 {

@@ -47,6 +47,9 @@ pub(super) struct Dirty {
     pub old_keys: Vec<(Family, RouteKey)>,
     /// Objects added, replaced or deleted.
     pub nexthops: BTreeSet<u32>,
+    /// Routes sent again unchanged on a connection that has not had their
+    /// status yet (zebra's replay after a reconnect): only reported.
+    pub unreported: Vec<RouteId>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -89,6 +92,18 @@ pub(super) struct Table {
 
 impl Table {
     fn put_route(&mut self, id: RouteId, s: Stored) {
+        if let Some(old) = self.routes.get_mut(&id) {
+            if old.route == s.route {
+                // A replay of a full table is mostly this: no change to take
+                // in, only the status to send again.
+                old.conn = s.conn;
+                old.rtmsg = s.rtmsg;
+                if old.reported.is_none() {
+                    self.dirty.unreported.push(id);
+                }
+                return;
+            }
+        }
         self.tos_seen.insert(id.4);
         if let Some(old) = self.routes.insert(id, s) {
             self.forget(old);
@@ -331,6 +346,29 @@ pub(super) mod tests {
         assert!(timers(&mut t, Duration::from_secs(10)));
         assert!(t.routes.is_empty());
         assert_eq!(t.stats.flushed, 2);
+    }
+
+    #[test]
+    fn an_unchanged_route_sent_again_is_no_change_but_is_reported_again() {
+        let mut t = Table { conn: 1, ..Default::default() };
+        let a = (Family::V4, RT_TABLE_MAIN, IpAddr::from([198, 51, 100, 0]), 24, 0);
+        apply(&mut t, &route_msg(RTM_NEWROUTE, [198, 51, 100, 0], 24, 20, None));
+        t.dirty = Dirty::default();
+        t.set_status(&a, Offload::Offloaded);
+        t.routes.get_mut(&a).expect("stored").reported = Some(Offload::Offloaded);
+        // Sent again on the same connection: nothing at all.
+        apply(&mut t, &route_msg(RTM_NEWROUTE, [198, 51, 100, 0], 24, 20, None));
+        assert!(t.dirty.routes.is_empty() && t.dirty.old_keys.is_empty() && t.dirty.unreported.is_empty());
+        // Replayed on a new connection (status not sent there yet): only reported.
+        t.conn = 2;
+        t.routes.get_mut(&a).expect("stored").reported = None;
+        apply(&mut t, &route_msg(RTM_NEWROUTE, [198, 51, 100, 0], 24, 20, None));
+        assert!(t.dirty.routes.is_empty() && t.dirty.old_keys.is_empty());
+        assert_eq!(t.dirty.unreported, vec![a]);
+        assert_eq!((t.routes[&a].conn, t.offloaded), (2, 1));
+        // Changed: a change.
+        apply(&mut t, &route_msg(RTM_NEWROUTE, [198, 51, 100, 0], 24, 20, Some(9)));
+        assert!(t.dirty.routes.contains(&a));
     }
 
     #[test]
