@@ -519,7 +519,7 @@ fn route_json(s: &Snapshot, family: &str, prefix: String, e: &RouteEntry, offloa
 /// --route-source fpm: whether zebra sent this prefix.
 fn with_source(src: Option<&crate::fpm::server::SourcesRead<'_>>, mut r: RouteJson, addr: std::net::IpAddr, len: u8) -> RouteJson {
     if let Some(src) = src {
-        r.source = Some(if src.from_fpm(addr, len) { "fpm" } else { "kernel" }.into());
+        r.source = Some(if src.sent(addr, len) { "fpm" } else { "kernel" }.into());
     }
     r
 }

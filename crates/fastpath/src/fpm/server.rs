@@ -95,7 +95,7 @@ pub struct SourcesRead<'a>(MutexGuard<'a, Table>);
 
 impl SourcesRead<'_> {
     /// zebra sent a main-table route for `dst`/`len`.
-    pub fn from_fpm(&self, dst: IpAddr, len: u8) -> bool {
+    pub fn sent(&self, dst: IpAddr, len: u8) -> bool {
         self.0.has_main(dst, len)
     }
 }
