@@ -10,6 +10,7 @@ well, so there the proof is the route's `source` and its deletion in zebra."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import random
@@ -207,6 +208,31 @@ def test_fpm_changes_are_route_updates(fpm):
     assert_recompute_writes_nothing(d, lambda: fib_view(d), "after zebra's changes")
     src = d.status()["route_source"]
     assert src["offloaded"] + src["offload_failed"] == len(held), src
+
+
+def test_fpm_status_follows_room_made_elsewhere(fastpath_bin):
+    """A route left out for want of room is reported offloaded once a delete
+    elsewhere makes room: a full recompute may change any route's status,
+    not just those of the routes zebra changed."""
+    with Lab() as lab:
+        fpm_lab(lab)
+        local = {ipaddress.ip_network("0.0.0.0/0" if r["dst"] == "default" else r["dst"], strict=False)
+                 for r in json.loads(lab.ip(lab.router, "-4", "-j", "route", "show", "table", "local").stdout)}
+        # Room for the local table and two of zebra's three routes.
+        with Daemon(lab, extra=["--route-source", "fpm", "--fib4-entries", str(len(local) + 2)]) as d:
+            r1 = ifindex(lab, "r1")
+            c = connect(lab)
+            for p in ["203.0.113.0/28", "203.0.113.16/28", "203.0.113.77/32"]:
+                c.add_route(p, gateway=lab.S4, oif=r1)
+            # Longest prefixes stay out first, the highest first among them.
+            wait_for("the /32 reported failed", lambda: c.read_status(0.2) is not None
+                     and c.statuses.get("203.0.113.77/32") and c.statuses["203.0.113.77/32"].failed)
+            assert c.statuses["203.0.113.0/28"].offloaded and c.statuses["203.0.113.16/28"].offloaded
+            c.del_route("203.0.113.0/28", gateway=lab.S4, oif=r1)
+            wait_for("the /32 reported offloaded", lambda: c.read_status(0.2) is not None
+                     and c.statuses["203.0.113.77/32"].offloaded)
+            assert route(d, "203.0.113.77/32")["action"] == "forward"
+            assert d.status()["route_source"]["offloaded"] == 2
 
 
 # ---------------------------------------------------------------- real zebra

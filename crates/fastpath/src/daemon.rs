@@ -162,6 +162,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
         ops: OpsStats { last_full_sync: Some(t), ..Default::default() },
         ct_status: None,
         route_source: None,
+        fpm_reported_full: 0,
         afxdp: None,
         ct: None,
         admission: args.admission.build(&caps)?,
@@ -531,6 +532,8 @@ struct Loop {
     ct_status: Option<ctwatch::CtStatus>,
     /// --route-source fpm, for status and `routes` (None: kernel).
     route_source: Option<Arc<crate::fpm::Published>>,
+    /// Full reconciles when zebra was last told the routes' status.
+    fpm_reported_full: u64,
     /// AF_XDP data path counters, for status (None: XDP data path).
     afxdp: Option<crate::afxdp::StatsSource>,
     /// Stateful mode (None: stateless); here so a reload can reach it.
@@ -873,11 +876,14 @@ impl Loop {
         ));
     }
 
-    /// After a successful reconcile: tell zebra what made it into the fast path.
+    /// After a successful reconcile: tell zebra what made it into the fast
+    /// path (every route's status after a full recompute: what did not fit
+    /// may have changed anywhere).
     fn fpm_report(&mut self, fpm: &mut Option<crate::fpm::Server>) {
         if let Some(f) = fpm {
+            let full = std::mem::replace(&mut self.fpm_reported_full, self.ops.reconciles_full) != self.ops.reconciles_full;
             // The maps as they are now (what readers see may lag them).
-            f.report(&crate::fpm::InFib { tables: self.reconciler.applied(), offload: self.published.offload() });
+            f.report(&crate::fpm::InFib { tables: self.reconciler.applied(), offload: self.published.offload() }, full);
             self.route_source = Some(Arc::new(f.published()));
         }
     }

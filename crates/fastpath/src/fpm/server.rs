@@ -210,10 +210,11 @@ impl Server {
         Some(touched)
     }
 
-    /// Tells zebra, for the routes overlaid since the last report whose
-    /// status is new or changed, whether they are in the fast path.
-    pub fn report(&mut self, check: &dyn OffloadCheck) {
-        let all = std::mem::take(&mut self.report_all);
+    /// Tells zebra, for the routes overlaid since the last report (all of
+    /// them with `everything`) whose status is new or changed, whether they
+    /// are in the fast path.
+    pub fn report(&mut self, check: &dyn OffloadCheck, everything: bool) {
+        let all = std::mem::take(&mut self.report_all) || everything;
         let ids = std::mem::take(&mut self.report_ids);
         let mut out = Vec::new();
         let writer = {
