@@ -35,7 +35,7 @@ use super::frame::{self, Decoder, TYPE_NETLINK};
 use super::overlay::{overlay_all, overlay_changes};
 use super::status::{self, OffloadCheck};
 pub use super::table::Counters;
-use super::table::{apply, timers, RouteId, Table};
+use super::table::{apply, timers, RouteId, Stored, Table};
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:2620";
 /// How often the server thread looks at its timers when nothing arrives.
@@ -219,36 +219,41 @@ impl Server {
         let mut out = Vec::new();
         let writer = {
             let mut t = lock(&self.table);
+            let t = &mut *t;
             let writer = t.writer.as_ref().and_then(|w| w.try_clone().ok());
             // A delta rewrites a prefix's FIB entry: every route with that
             // prefix may change status.
-            let ids: Vec<RouteId> = if all {
-                t.routes.keys().copied().collect()
-            } else {
-                let mut set = HashSet::new();
+            let mut set = HashSet::new();
+            if !all {
                 for (fam, table, dst, len, _) in ids {
                     set.extend(t.prefix_ids(fam, table, dst, len));
                 }
-                set.into_iter().collect()
-            };
-            for id in &ids {
-                let Some(s) = t.routes.get(id) else { continue };
+            }
+            let counts = &mut t.counts;
+            let mut visit = |s: &mut Stored| {
                 if s.version > self.overlaid {
-                    continue;
+                    return;
                 }
                 let k = &s.route.key;
                 let st = check.offload(s.fam, k.dst, k.prefix_len, k.table);
-                t.set_status(id, st);
-                let Some(s) = t.routes.get_mut(id) else { continue };
+                counts.moved(s.status.replace(st), Some(st));
                 if s.reported == Some(st) || writer.is_none() {
-                    continue;
+                    return;
                 }
                 self.seq = self.seq.wrapping_add(1);
-                let msg = status::reply(&s.rtmsg, st, self.seq).and_then(|m| frame::encode(&m).ok());
-                if let Some(m) = msg {
+                if let Some(m) = status::reply(&s.rtmsg, st, self.seq).and_then(|m| frame::encode(&m).ok()) {
                     out.push(m);
                 }
                 s.reported = Some(st);
+            };
+            if all {
+                t.routes.values_mut().for_each(&mut visit);
+            } else {
+                for id in &set {
+                    if let Some(s) = t.routes.get_mut(id) {
+                        visit(s);
+                    }
+                }
             }
             t.stats.status_sent += out.len() as u64;
             writer
@@ -274,8 +279,8 @@ impl Server {
                 grace_s: self.grace.as_secs(),
                 routes: t.routes.len(),
                 nexthops: t.nexthops.len(),
-                offloaded: t.offloaded,
-                offload_failed: t.failed,
+                offloaded: t.counts.offloaded,
+                offload_failed: t.counts.failed,
                 counters: t.stats.clone(),
             },
             sources: Sources(Arc::clone(&self.table)),

@@ -3,6 +3,7 @@
 //! BGP update costs the prefixes it touches rather than a pass over a
 //! full table. Owned by the server thread, behind the server's mutex.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -67,6 +68,32 @@ pub struct Counters {
     pub status_sent: u64,
 }
 
+/// Routes whose last status was offloaded / failed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct StatusCounts {
+    pub offloaded: usize,
+    pub failed: usize,
+}
+
+impl StatusCounts {
+    /// A route's status went from `old` to `new` (None: unchecked, or gone).
+    pub fn moved(&mut self, old: Option<Offload>, new: Option<Offload>) {
+        if old == new {
+            return;
+        }
+        match old {
+            Some(Offload::Offloaded) => self.offloaded -= 1,
+            Some(Offload::Failed) => self.failed -= 1,
+            None => {}
+        }
+        match new {
+            Some(Offload::Offloaded) => self.offloaded += 1,
+            Some(Offload::Failed) => self.failed += 1,
+            None => {}
+        }
+    }
+}
+
 #[derive(Default)]
 pub(super) struct Table {
     pub routes: HashMap<RouteId, Stored>,
@@ -74,9 +101,7 @@ pub(super) struct Table {
     pub dirty: Dirty,
     /// Every tos a route came with: a prefix's routes are found by probing these.
     pub tos_seen: BTreeSet<u8>,
-    /// Routes whose last status was offloaded / failed.
-    pub offloaded: usize,
-    pub failed: usize,
+    pub counts: StatusCounts,
     pub version: u64,
     pub conn: u64,
     pub connected: bool,
@@ -92,10 +117,11 @@ pub(super) struct Table {
 
 impl Table {
     fn put_route(&mut self, id: RouteId, s: Stored) {
-        if let Some(old) = self.routes.get_mut(&id) {
-            if old.route == s.route {
+        let old = match self.routes.entry(id) {
+            Entry::Occupied(mut e) if e.get().route == s.route => {
                 // A replay of a full table is mostly this: no change to take
                 // in, only the status to send again.
+                let old = e.get_mut();
                 old.conn = s.conn;
                 old.rtmsg = s.rtmsg;
                 if old.reported.is_none() {
@@ -103,11 +129,16 @@ impl Table {
                 }
                 return;
             }
-        }
-        self.tos_seen.insert(id.4);
-        if let Some(old) = self.routes.insert(id, s) {
+            Entry::Occupied(mut e) => Some(e.insert(s)),
+            Entry::Vacant(v) => {
+                v.insert(s);
+                None
+            }
+        };
+        if let Some(old) = old {
             self.forget(old);
         }
+        self.tos_seen.insert(id.4);
         self.dirty.routes.insert(id);
     }
 
@@ -119,11 +150,7 @@ impl Table {
     }
 
     fn forget(&mut self, old: Stored) {
-        match old.status {
-            Some(Offload::Offloaded) => self.offloaded -= 1,
-            Some(Offload::Failed) => self.failed -= 1,
-            None => {}
-        }
+        self.counts.moved(old.status, None);
         self.dirty.old_keys.push((old.fam, old.route.key));
     }
 
@@ -135,24 +162,6 @@ impl Table {
     fn remove_nexthop(&mut self, id: u32) -> bool {
         self.dirty.nexthops.insert(id);
         self.nexthops.remove(&id).is_some()
-    }
-
-    /// Records the status a report found for one route.
-    pub fn set_status(&mut self, id: &RouteId, st: Offload) {
-        let Some(s) = self.routes.get_mut(id) else { return };
-        let old = s.status.replace(st);
-        if old == Some(st) {
-            return;
-        }
-        match old {
-            Some(Offload::Offloaded) => self.offloaded -= 1,
-            Some(Offload::Failed) => self.failed -= 1,
-            None => {}
-        }
-        match st {
-            Offload::Offloaded => self.offloaded += 1,
-            Offload::Failed => self.failed += 1,
-        }
     }
 
     /// Ids of the routes in `table` with the prefix `dst`/`len`, one per tos.
@@ -286,6 +295,12 @@ pub(super) mod tests {
         request(RTM_NEWNEXTHOP, 0x1, 1, &p)
     }
 
+    /// What a report does when it finds `st` for route `id`.
+    fn set_status(t: &mut Table, id: &RouteId, st: Offload) {
+        let s = t.routes.get_mut(id).expect("stored");
+        t.counts.moved(s.status.replace(st), Some(st));
+    }
+
     fn unhex(h: &str) -> Vec<u8> {
         (0..h.len()).step_by(2).map(|i| u8::from_str_radix(&h[i..i + 2], 16).expect("hex")).collect()
     }
@@ -354,7 +369,7 @@ pub(super) mod tests {
         let a = (Family::V4, RT_TABLE_MAIN, IpAddr::from([198, 51, 100, 0]), 24, 0);
         apply(&mut t, &route_msg(RTM_NEWROUTE, [198, 51, 100, 0], 24, 20, None));
         t.dirty = Dirty::default();
-        t.set_status(&a, Offload::Offloaded);
+        set_status(&mut t, &a, Offload::Offloaded);
         t.routes.get_mut(&a).expect("stored").reported = Some(Offload::Offloaded);
         // Sent again on the same connection: nothing at all.
         apply(&mut t, &route_msg(RTM_NEWROUTE, [198, 51, 100, 0], 24, 20, None));
@@ -365,7 +380,7 @@ pub(super) mod tests {
         apply(&mut t, &route_msg(RTM_NEWROUTE, [198, 51, 100, 0], 24, 20, None));
         assert!(t.dirty.routes.is_empty() && t.dirty.old_keys.is_empty());
         assert_eq!(t.dirty.unreported, vec![a]);
-        assert_eq!((t.routes[&a].conn, t.offloaded), (2, 1));
+        assert_eq!((t.routes[&a].conn, t.counts.offloaded), (2, 1));
         // Changed: a change.
         apply(&mut t, &route_msg(RTM_NEWROUTE, [198, 51, 100, 0], 24, 20, Some(9)));
         assert!(t.dirty.routes.contains(&a));
@@ -378,17 +393,17 @@ pub(super) mod tests {
         apply(&mut t, &route_msg(RTM_NEWROUTE, [203, 0, 113, 0], 24, 20, None));
         let a = (Family::V4, RT_TABLE_MAIN, IpAddr::from([198, 51, 100, 0]), 24, 0);
         let b = (Family::V4, RT_TABLE_MAIN, IpAddr::from([203, 0, 113, 0]), 24, 0);
-        t.set_status(&a, Offload::Offloaded);
-        t.set_status(&b, Offload::Failed);
-        t.set_status(&b, Offload::Failed);
-        assert_eq!((t.offloaded, t.failed), (1, 1));
-        t.set_status(&b, Offload::Offloaded);
-        assert_eq!((t.offloaded, t.failed), (2, 0));
+        set_status(&mut t, &a, Offload::Offloaded);
+        set_status(&mut t, &b, Offload::Failed);
+        set_status(&mut t, &b, Offload::Failed);
+        assert_eq!(t.counts, StatusCounts { offloaded: 1, failed: 1 });
+        set_status(&mut t, &b, Offload::Offloaded);
+        assert_eq!(t.counts, StatusCounts { offloaded: 2, failed: 0 });
         // Replaced: not checked yet.
         apply(&mut t, &route_msg(RTM_NEWROUTE, [198, 51, 100, 0], 24, 30, None));
-        assert_eq!((t.offloaded, t.failed), (1, 0));
+        assert_eq!(t.counts, StatusCounts { offloaded: 1, failed: 0 });
         apply(&mut t, &route_msg(RTM_DELROUTE, [203, 0, 113, 0], 24, 20, None));
-        assert_eq!((t.offloaded, t.failed), (0, 0));
+        assert_eq!(t.counts, StatusCounts::default());
         assert!(t.has_main(a.2, 24) && !t.has_main(b.2, 24));
     }
 }
