@@ -21,7 +21,7 @@
 
 use std::cell::RefCell;
 use std::collections::hash_map::Entry;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
@@ -102,6 +102,27 @@ pub struct Followups {
     pub link_sysctls: BTreeSet<u32>,
     /// Re-dump everything (an event we could not decode).
     pub full: bool,
+    /// Next-hop objects deleted: re-dump (`fib`) only if a route or group
+    /// still uses one once the batch is in (`settle`).
+    pub gone_objects: Vec<u32>,
+}
+
+impl Followups {
+    /// After a batch. Deleting a next-hop object takes the routes using it
+    /// with it, and takes it out of its groups, without a message each; so
+    /// the routes are re-dumped when the state still has a route or group
+    /// using a deleted object. Otherwise nothing went unannounced: FRR
+    /// deletes a group only once no route uses it any more (and a member
+    /// once its groups are gone), and re-dumping a full table for each such
+    /// delete took seconds.
+    pub fn settle(&mut self, state: &KernelState) {
+        if self.fib || self.gone_objects.is_empty() {
+            return;
+        }
+        let gone: HashSet<u32> = self.gone_objects.iter().copied().collect();
+        self.fib = state.nexthops.values().any(|o| o.group.iter().any(|(m, _)| gone.contains(m)))
+            || state.routes.values().any(|r| matches!(r.target, RouteTarget::Object(id) if gone.contains(&id)));
+    }
 }
 
 /// Applies one decoded message to `state`; true if the state changed.
@@ -205,7 +226,7 @@ pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
         }
         Msg::DelNexthop(id) => {
             // Routes using the object vanish with it, not always with a message.
-            f.fib = true;
+            f.gone_objects.push(id);
             state.res_buckets.remove(&id);
             state.nexthops.remove(&id).is_some()
         }
@@ -269,12 +290,12 @@ pub struct Touched {
     pub routes: Vec<(Family, RouteKey)>,
     /// Neighbour messages changed a MAC or whether a neighbour is usable.
     pub neighbours: bool,
-    /// Next-hop objects replaced (`route_delta::object_users` finds the
-    /// routes that use them). A new object needs nothing: no route or group
-    /// can use it before it exists.
+    /// Next-hop objects replaced or deleted (`route_delta::object_users`
+    /// finds the routes that use them). A new object needs nothing: no route
+    /// or group can use it before it exists.
     pub nexthops: Vec<u32>,
     /// Next-hop objects deleted: the routes using them vanish, unannounced
-    /// (`other` is set too: they are re-dumped).
+    /// (if any did, `other` is set too: they are re-dumped).
     pub gone_nexthops: Vec<u32>,
     /// Links whose carrier came back and nothing else changed, where that
     /// changes nothing but their interface entry (`carrier_back_only`).
@@ -306,6 +327,8 @@ pub fn apply_noting(state: &mut KernelState, msg: Msg, f: &mut Followups, t: &mu
     let neighbour = matches!(msg, Msg::NewNeigh(_) | Msg::DelNeigh(..));
     let object = match &msg {
         Msg::NewNexthop(nh) => Some(state.nexthops.contains_key(&nh.id).then_some(nh.id)),
+        // Its users, if any, are re-dumped (`Followups::settle`).
+        Msg::DelNexthop(id) => Some(Some(*id)),
         _ => None,
     };
     if let Msg::DelNexthop(id) = &msg {
@@ -629,6 +652,7 @@ impl Mirror {
                 }
             }
         }
+        f.settle(state);
         // Every follow-up re-reads more than a route; the link sysctls
         // only matter if they changed (below).
         if f.full || f.fib || f.buckets || f.rules || f.all_sysctls {
@@ -1052,8 +1076,8 @@ mod tests {
         assert!(apply_noting(&mut st, Msg::DelNeigh(3, ip("192.0.2.2")), &mut f, &mut t));
         assert_eq!(t, Touched { routes: vec![k.clone(), k.clone()], neighbours: true, ..Touched::default() });
         // A next-hop object replaced is noted by id (a new one concerns no
-        // route yet); its deletion (routes vanish with it, unannounced) is
-        // everything else.
+        // route yet), and so is its deletion (the routes that vanish with it,
+        // unannounced, are re-dumped: `settle`).
         let obj = NexthopObject { id: 7, blackhole: false, hop: Some(via(3, "192.0.2.2")), group: vec![], resilient: false, n_buckets: 0, unsupported: false };
         assert!(apply_noting(&mut st, Msg::NewNexthop(obj.clone()), &mut f, &mut t));
         assert!(!apply_noting(&mut st, Msg::NewNexthop(obj.clone()), &mut f, &mut t));
@@ -1062,7 +1086,7 @@ mod tests {
         assert!(apply_noting(&mut st, Msg::NewNexthop(moved), &mut f, &mut t));
         assert_eq!(t, Touched { routes: vec![k.clone(), k.clone()], neighbours: true, nexthops: vec![7], ..Touched::default() });
         assert!(apply_noting(&mut st, Msg::DelNexthop(7), &mut f, &mut t));
-        assert!(t.other && f.fib && t.gone_nexthops == [7]);
+        assert!(!t.other && t.gone_nexthops == [7] && t.nexthops == [7, 7] && f.gone_objects == [7]);
     }
 
     #[test]
@@ -1320,9 +1344,23 @@ mod tests {
             (true, Followups::default())
         );
         assert!(!run(&mut st, Msg::NewNexthop(nh)).0);
-        // Routes using the object die with it, not always with a message.
-        let (changed, f) = run(&mut st, Msg::DelNexthop(10));
-        assert!(changed && f.fib);
+        // Routes using the object die with it, not always with a message:
+        // re-dumped when the state has any.
+        let (changed, mut f) = run(&mut st, Msg::DelNexthop(10));
+        assert!(changed && !f.fib && f.gone_objects == [10]);
+        f.settle(&st);
+        assert!(!f.fib, "nothing used it");
+        let user = route("203.0.113.0", 24, RouteTarget::Object(10));
+        st.routes.insert((Family::V4, user.key.clone()), user.clone());
+        f.settle(&st);
+        assert!(f.fib, "a route used it");
+        st.routes.remove(&(Family::V4, user.key));
+        let group = NexthopObject { id: 30, blackhole: false, hop: None, group: vec![(10, 1), (12, 1)], resilient: false, n_buckets: 0, unsupported: false };
+        st.nexthops.insert(30, group);
+        let mut f = Followups { gone_objects: vec![10], ..Followups::default() };
+        f.settle(&st);
+        assert!(f.fib, "a group had it as a member");
+        st.nexthops.remove(&30);
 
         // Resilient groups: a changed group means buckets may have moved
         // silently; a bucket event is applied as it comes.
@@ -1344,7 +1382,7 @@ mod tests {
         assert!(run(&mut st, Msg::NewBucket { group: 20, index: 3, nh_id: 11 }).0);
         assert_eq!(st.res_buckets[&20][&3], 11);
         let (changed, f) = run(&mut st, Msg::DelNexthop(20));
-        assert!(changed && f.fib);
+        assert!(changed && f.gone_objects == [20]);
         assert!(!st.res_buckets.contains_key(&20));
 
         let r = Rule {

@@ -724,7 +724,8 @@ impl Loop {
         if self.admission.is_some() {
             return;
         }
-        if !a.gone_nexthops.is_empty() {
+        // Without a re-dump to come no route used them (Followups::settle).
+        if a.other && !a.gone_nexthops.is_empty() {
             self.punt_gone_nexthops(state, a.gone_nexthops);
         }
         let d = local_ahead::local_ahead(self.reconciler.applied(), state, a.routes, a.other, &self.caps);

@@ -9,6 +9,10 @@
 //!   (`ip nexthop replace id G group A`, then `group A/B`, as FRR does when a
 //!   peer withdraws a path): until the entry points at another ECMP group
 //!   (a group of one path is still a group, as in the kernel), and back.
+//! - The group and its two paths deleted once no route uses them (as FRR
+//!   does when its keep timer runs out): the daemon's CPU time until it is
+//!   idle again, and how long it stayed busy (nothing vanishes with them:
+//!   no route re-dump is needed).
 //!
 //! The router's multipath hash seed is set first (without one the kernel's
 //! hash cannot be reproduced and multipath routes are punted); every timed
@@ -23,6 +27,7 @@ use anyhow::{bail, Context, Result};
 use fastpath_bpf::intf::{fp_route, fp_route_type};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
+use super::router::process_cpu_time;
 use super::tablesync::{wait_idle, Batch};
 
 /// The prefix the changes use: documentation space, outside the generated table.
@@ -39,6 +44,10 @@ pub struct EcmpTimes {
     pub route_del: Vec<f64>,
     pub shrink: Vec<f64>,
     pub grow: Vec<f64>,
+    /// Unused objects deleted: daemon CPU seconds, and seconds until it
+    /// went quiet.
+    pub unused_cpu: Vec<f64>,
+    pub unused_busy: Vec<f64>,
 }
 
 pub fn ecmp_changes(router: &str, ip: &mut Batch, fib4: &MapHandle, daemon_pid: u32, n: usize, stop: &AtomicBool) -> Result<EcmpTimes> {
@@ -80,13 +89,24 @@ pub fn ecmp_changes(router: &str, ip: &mut Batch, fib4: &MapHandle, daemon_pid: 
         out.grow.push(ip.time_until(&format!("nexthop replace id {g} group {a}/{b}"), moved(before))?);
     }
     ip.write(&format!("route del {PREFIX}"))?;
-    for id in [g, a, b] {
-        ip.write(&format!("nexthop del id {id}"))?;
-    }
-    // Let the deletions land before whatever is timed next.
     let t = Instant::now();
     while route(fib4)?.is_some() && t.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(10));
+    }
+    for i in 0..n {
+        if i > 0 {
+            ip.write(&format!("nexthop add id {a} via {} dev r1", GW[0]))?;
+            ip.write(&format!("nexthop add id {b} via {} dev r1", GW[1]))?;
+            ip.write(&format!("nexthop add id {g} group {a}/{b}"))?;
+        }
+        wait_idle(daemon_pid, stop)?;
+        let cpu = || process_cpu_time(daemon_pid).context("reading the daemon's CPU time");
+        let before = cpu()?;
+        for id in [g, a, b] {
+            ip.write(&format!("nexthop del id {id}"))?;
+        }
+        out.unused_busy.push(wait_idle(daemon_pid, stop)?.as_secs_f64());
+        out.unused_cpu.push(cpu()?.saturating_sub(before).as_secs_f64());
     }
     Ok(out)
 }

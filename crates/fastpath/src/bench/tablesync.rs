@@ -219,6 +219,7 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
         println!("   and deleted: gone after {}", summary(&e.route_del));
         println!("   next-hop group loses a path: its route on the new group in fp_fib4 after {}", summary(&e.shrink));
         println!("   and gets it back: on the next group after {}", summary(&e.grow));
+        println!("   unused group and paths deleted: daemon CPU {}, busy for {}", summary(&e.unused_cpu), summary(&e.unused_busy));
         res.ecmp = Some(e);
     }
     drop(ip);
@@ -323,6 +324,11 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
         ] {
             println!("| {what}: in fp_fib4, median / max | {:.2} / {:.2} ms | |", median(v) * 1e3, max(v) * 1e3);
         }
+        println!(
+            "| unused next-hop group and paths deleted: daemon CPU / busy, median | {:.1} / {:.1} ms | |",
+            median(&e.unused_cpu) * 1e3,
+            median(&e.unused_busy) * 1e3
+        );
     }
     if let Some(f) = &res.flaps {
         println!("| r1 loses carrier: down in fp_ifaces, median / max | {:.2} / {:.2} ms | |", median(&f.down) * 1e3, max(&f.down) * 1e3);
