@@ -9,7 +9,8 @@
 //! a link goes down or an address goes away, IPv6 marks or drops routes on
 //! link down, deleting one member of an IPv6 multipath route announces only
 //! that member, and deleting a next-hop object takes its routes with it. Those
-//! events make us re-dump routes, next-hop objects and neighbours.
+//! events make us re-dump routes, next-hop objects and neighbours (a deleted
+//! object only when a route or group in the state still used it).
 //!
 //! Resilient next-hop groups: the kernel's upkeep announces each bucket it
 //! migrates in the background (RTM_NEWNEXTHOPBUCKET on RTNLGRP_NEXTHOP,

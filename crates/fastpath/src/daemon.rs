@@ -363,8 +363,9 @@ pub fn run(loaded: Loaded) -> Result<()> {
 
         if !matches!(pending, Pending::Nothing) && retry_at.is_none_or(|t| Instant::now() >= t) {
             if let Some(f) = &mut fpm {
-                // A full recompute may follow a re-dump, which left only the
-                // kernel's local table in `state`: everything goes back in.
+                // A full recompute may follow a resync, which rebuilt `state`
+                // from a dump (the kernel's local table only): then
+                // everything goes back in.
                 match f.overlay(&mut state, matches!(pending, Pending::Everything)) {
                     Some(t) => pending.partial(t),
                     None => pending.everything(),
