@@ -5,9 +5,9 @@
 //! `desired` computes from (`overlay`); links, addresses, neighbours, rules
 //! and the local table keep coming from the kernel.
 //!
-//! One thread owns the socket and the received table; the daemon loop
-//! takes a consistent copy before each reconcile and reports each route's
-//! offload status back afterwards.
+//! One thread owns the socket and the received table (fpm::table); the
+//! daemon loop takes in what changed before each reconcile (fpm::overlay)
+//! and reports the offload status of what it took in afterwards.
 //!
 //! Connection life: zebra has one connection; a new one replaces it (a
 //! restarted zebra). On connect zebra replays everything it has; entries
