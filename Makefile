@@ -52,9 +52,10 @@ test-e2e:
 	$(PYTHON) -m pytest tests $(PYTEST_ARGS)
 
 # Long hardening runs (about 10 minutes): 100k fuzzed frames kernel vs fastpath
-# and kernel vs kernel, 100k route/neighbour changes. Not part of `make test`.
+# and kernel vs kernel, 100k route/neighbour changes, 2k FPM route/object
+# changes. Not part of `make test`.
 soak: setup build
-	FASTPATH_SOAK=1 $(PYTHON) -m pytest tests/test_fuzz.py tests/test_churn.py $(PYTEST_ARGS)
+	FASTPATH_SOAK=1 $(PYTHON) -m pytest tests/test_fuzz.py tests/test_churn.py tests/test_fpm.py $(PYTEST_ARGS)
 
 demo: setup build
 	$(PYTHON) tests/demo.py

@@ -31,6 +31,8 @@ from pkts import udp4, udp6
 ZEBRA = Path("/usr/lib/frr/zebra")
 STATICD = Path("/usr/lib/frr/staticd")
 GRACE = 2
+# `make soak`: a longer churn.
+SOAK = os.environ.get("FASTPATH_SOAK", "") not in ("", "0")
 V4, V6 = Lab.REMOTE4, Lab.REMOTE6
 
 
@@ -159,7 +161,7 @@ def test_fpm_changes_are_route_updates(fpm):
     v4 = [f"203.0.113.{i * 16}/28" for i in range(8)] + ["203.0.113.0/24", "203.0.113.0/25"]
     v6 = [f"2001:db8:ff:{i}::/64" for i in range(1, 6)] + ["2001:db8:ff::/48"]
     held: dict[str, dict] = {}
-    for step in range(60):
+    for step in range(2000 if SOAK else 60):
         roll = rng.random()
         if roll < 0.1:
             # An object under routes replaced (its gateway), or the group's paths.
