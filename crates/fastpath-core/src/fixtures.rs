@@ -22,6 +22,7 @@ pub fn main_route(dst: &str, len: u8, target: RouteTarget) -> Route {
         mtu: 0,
         mtu_locked: false,
         encap: false,
+        prefsrc: None,
     }
 }
 

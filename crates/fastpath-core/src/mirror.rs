@@ -106,6 +106,9 @@ pub struct Followups {
     /// Next-hop objects deleted: re-dump (`fib`) only if a route or group
     /// still uses one once the batch is in (`settle`).
     pub gone_objects: Vec<u32>,
+    /// IPv4 addresses deleted from an interface that keeps another one
+    /// (`Mirror::settle_sources`).
+    pub gone_sources: Vec<IpAddr>,
 }
 
 impl Followups {
@@ -166,8 +169,20 @@ pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
         }
         Msg::NewAddr(a) => state.addrs.insert(a, ()).is_none(),
         Msg::DelAddr(a) => {
-            f.fib = true;
-            state.addrs.remove(&a).is_some()
+            let changed = state.addrs.remove(&a).is_some();
+            // IPv4 flushes, unannounced, the routes whose preferred source
+            // the address was, and with an interface's last address every
+            // route through it (fib_del_ifaddr, fib_disable_ip). Only the
+            // former can be told from the state, once the burst (with the
+            // announced deletion of the address's own routes) is in:
+            // `Mirror::settle_sources`. IPv6: always re-dumped.
+            match a.addr {
+                IpAddr::V4(_) if state.addrs.keys().any(|o| o.ifindex == a.ifindex && o.addr.is_ipv4()) => {
+                    f.gone_sources.push(a.addr)
+                }
+                _ => f.fib = true,
+            }
+            changed
         }
         Msg::NewRoute(fam, route) => insert_route(state, fam, route),
         Msg::AddRoute(fam, route) => {
@@ -410,6 +425,7 @@ fn alias_marker(key: RouteKey) -> Route {
         mtu: 0,
         mtu_locked: false,
         encap: false,
+        prefsrc: None,
     }
 }
 
@@ -534,6 +550,9 @@ pub struct Mirror {
     sysctl: SysctlReader,
     touched: Touched,
     scope: RouteScope,
+    /// IPv4 addresses deleted since the last re-dump (`settle_sources`).
+    gone_sources: Vec<IpAddr>,
+    redumps: u64,
 }
 
 impl Mirror {
@@ -567,6 +586,8 @@ impl Mirror {
             sysctl: SysctlReader::default(),
             touched: Touched::default(),
             scope: RouteScope::All,
+            gone_sources: Vec::new(),
+            redumps: 0,
         })
     }
 
@@ -580,6 +601,7 @@ impl Mirror {
     pub fn dump(&mut self) -> Result<KernelState, MirrorError> {
         let mut st = KernelState::default();
         let mut f = Followups::default();
+        self.gone_sources.clear();
         for m in self.dump_msgs(parse::RTM_GETLINK, AF_UNSPEC, 16)? {
             apply(&mut st, m, &mut f);
         }
@@ -701,6 +723,7 @@ impl Mirror {
                 PollOutcome::Idle
             });
         }
+        self.gone_sources.append(&mut f.gone_sources);
         if f.fib {
             changed |= self.refresh_fib(state)?;
         }
@@ -712,6 +735,30 @@ impl Mirror {
         } else {
             PollOutcome::Idle
         })
+    }
+
+    /// After a burst of events (the caller polled until the kernel went
+    /// quiet): re-dumps the routes if an IPv4 address deleted meanwhile is
+    /// still some route's preferred source. The kernel flushed those routes
+    /// without a message; the address's own local, broadcast and subnet
+    /// routes it deleted with one, and those are in by now. True if the
+    /// re-dump changed the state.
+    pub fn settle_sources(&mut self, state: &mut KernelState) -> Result<bool, MirrorError> {
+        if self.gone_sources.is_empty() {
+            return Ok(false);
+        }
+        let gone: HashSet<IpAddr> = self.gone_sources.iter().copied().collect();
+        if !state.routes.values().any(|r| r.prefsrc.is_some_and(|a| gone.contains(&a))) {
+            self.gone_sources.clear();
+            return Ok(false);
+        }
+        self.touched.other = true;
+        self.refresh_fib(state)
+    }
+
+    /// Route re-dumps so far.
+    pub fn redumps(&self) -> u64 {
+        self.redumps
     }
 
     /// What `poll` and the refreshes changed since the last call.
@@ -772,6 +819,9 @@ impl Mirror {
     fn refresh_fib(&mut self, state: &mut KernelState) -> Result<bool, MirrorError> {
         let mut fresh = KernelState::default();
         self.dump_fib_into(&mut fresh)?;
+        self.redumps += 1;
+        // The dump has whatever a deleted address took with it.
+        self.gone_sources.clear();
         if self.scope == RouteScope::LocalTable {
             // What the other source put in the state stays.
             let local = |k: &(Family, RouteKey)| k.1.table == RT_TABLE_LOCAL;
@@ -1305,9 +1355,23 @@ mod tests {
             (true, Followups::default())
         );
         assert!(!run(&mut st, Msg::NewAddr(a.clone())).0);
-        // IPv4 drops the connected/local routes of a removed address without telling.
-        let (changed, f) = run(&mut st, Msg::DelAddr(a));
+        // An interface's last IPv4 address: every route through it goes
+        // without a message.
+        let (changed, f) = run(&mut st, Msg::DelAddr(a.clone()));
+        assert!(changed && f.fib && f.gone_sources.is_empty());
+        // Another one stays: only the routes preferring the address as
+        // source go (`settle_sources` looks for them); IPv6: re-dumped.
+        let vip = Addr { addr: ip("198.51.100.77"), prefix_len: 32, ..a.clone() };
+        for x in [&a, &vip] {
+            run(&mut st, Msg::NewAddr(x.clone()));
+        }
+        let (changed, f) = run(&mut st, Msg::DelAddr(vip.clone()));
+        assert!(changed && !f.fib && f.gone_sources == [vip.addr]);
+        let v6 = Addr { addr: ip("2001:db8::1"), prefix_len: 64, ..a.clone() };
+        run(&mut st, Msg::NewAddr(v6.clone()));
+        let (changed, f) = run(&mut st, Msg::DelAddr(v6));
         assert!(changed && f.fib);
+        st.addrs.clear();
 
         // Neighbours: every state kept, last message wins.
         assert!(

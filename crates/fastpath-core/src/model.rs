@@ -124,6 +124,10 @@ pub struct Route {
     pub mtu_locked: bool,
     /// RTA_ENCAP present (lwtunnel: MPLS, seg6, ...).
     pub encap: bool,
+    /// IPv4 only: RTA_PREFSRC. When that address goes away the kernel
+    /// flushes the route without a message (IPv6 routes keep theirs, the
+    /// kernel just clears it: not kept, so the mirror never differs).
+    pub prefsrc: Option<IpAddr>,
 }
 
 /// A next-hop object (RTM_NEWNEXTHOP, `ip nexthop`).

@@ -422,9 +422,11 @@ pub fn route(m: &RouteMessage) -> Option<(Family, Route)> {
     let mut mtu = 0;
     let mut lock = 0;
     let mut encap = false;
+    let mut prefsrc = None;
     for attr in &m.attributes {
         match attr {
             RouteAttribute::Destination(a) => dst = route_addr(a),
+            RouteAttribute::PrefSource(a) if fam == Family::V4 => prefsrc = route_addr(a),
             RouteAttribute::Table(t) => table = *t,
             RouteAttribute::Priority(p) => priority = *p,
             RouteAttribute::Oif(i) => oif = *i,
@@ -500,6 +502,7 @@ pub fn route(m: &RouteMessage) -> Option<(Family, Route)> {
             mtu,
             mtu_locked: lock & RTAX_MTU_LOCK != 0,
             encap,
+            prefsrc,
         },
     ))
 }
@@ -561,6 +564,7 @@ fn route_fallback(p: &[u8]) -> Option<Option<(Family, Route)>> {
             mtu: 0,
             mtu_locked: false,
             encap: true,
+            prefsrc: None,
         },
     )))
 }

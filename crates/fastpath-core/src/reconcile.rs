@@ -1696,6 +1696,7 @@ mod tests {
                 mtu: if rng.chance(20) { 1400 } else { 0 },
                 mtu_locked: false,
                 encap: false,
+                prefsrc: None,
             };
             st.routes.insert((fam, route.key.clone()), route);
         };

@@ -21,6 +21,7 @@ const RTA_DST: u16 = 1;
 const RTA_OIF: u16 = 4;
 const RTA_GATEWAY: u16 = 5;
 const RTA_PRIORITY: u16 = 6;
+const RTA_PREFSRC: u16 = 7;
 const RTA_CACHEINFO: u16 = 12;
 const RTA_TABLE: u16 = 15;
 const RTA_PREF: u16 = 20;
@@ -63,6 +64,7 @@ pub fn plain_route(p: &[u8]) -> Option<(Family, Route)> {
     let mut key = RouteKey { table: u32::from(table), dst: unspecified(fam), prefix_len: dst_len, tos, priority: 0 };
     let mut oif = 0;
     let mut gateway = None;
+    let mut prefsrc = None;
     let mut rest = &p[RTMSG_LEN..];
     while !rest.is_empty() {
         let len = usize::from(u16::from_ne_bytes([*rest.first()?, *rest.get(1)?]));
@@ -77,6 +79,8 @@ pub fn plain_route(p: &[u8]) -> Option<(Family, Route)> {
             RTA_GATEWAY => gateway = Some(addr(fam, v)?),
             RTA_OIF => oif = u32_at(v)?,
             RTA_PRIORITY => key.priority = u32_at(v)?,
+            // IPv4 only, as `parse::route` keeps it.
+            RTA_PREFSRC => prefsrc = Some(addr(fam, v)?).filter(|_| fam == Family::V4),
             RTA_TABLE => key.table = u32_at(v)?,
             RTA_EXPIRES => {
                 u32_at(v)?;
@@ -93,7 +97,7 @@ pub fn plain_route(p: &[u8]) -> Option<(Family, Route)> {
     } else {
         RouteTarget::None
     };
-    Some((fam, Route { key, kind: RouteKind::Unicast, target, mtu: 0, mtu_locked: false, encap: false }))
+    Some((fam, Route { key, kind: RouteKind::Unicast, target, mtu: 0, mtu_locked: false, encap: false, prefsrc }))
 }
 
 #[cfg(test)]
@@ -205,7 +209,16 @@ mod tests {
                     24,
                     vec![A::Destination(v4("192.0.2.0")), A::Oif(3), A::PrefSource(v4("192.0.2.1"))],
                 ),
-                false,
+                true,
+            ),
+            (
+                msg(
+                    AddressFamily::Inet6,
+                    RouteType::Unicast,
+                    64,
+                    vec![A::Destination(v6("2001:db8:1::")), A::Oif(3), A::PrefSource(v6("2001:db8:1::1"))],
+                ),
+                true,
             ),
             (
                 msg(
@@ -229,6 +242,16 @@ mod tests {
             (src, false),
             (cloned, false),
         ]
+    }
+
+    #[test]
+    fn keeps_the_preferred_source_of_ipv4_routes_only() {
+        use RouteAttribute as A;
+        let v4m = msg(AddressFamily::Inet, RouteType::Unicast, 24, vec![A::Destination(v4("192.0.2.0")), A::Oif(3), A::PrefSource(v4("192.0.2.1"))]);
+        let v6m = msg(AddressFamily::Inet6, RouteType::Unicast, 64, vec![A::Destination(v6("2001:db8:1::")), A::Oif(3), A::PrefSource(v6("2001:db8:1::1"))]);
+        let src = |m: &RouteMessage| plain_route(&bytes(m)).map(|(_, r)| r.prefsrc);
+        assert_eq!(src(&v4m), Some(Some("192.0.2.1".parse().unwrap())));
+        assert_eq!(src(&v6m), Some(None));
     }
 
     #[test]

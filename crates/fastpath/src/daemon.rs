@@ -284,6 +284,10 @@ pub fn run(loaded: Loaded) -> Result<()> {
                     warn!("netlink overrun: resynced from a full dump ({} so far)", mirror.resyncs());
                 }
                 debounce(&mut mirror, &mut state, &mut |st, a| lp.ahead(st, a));
+                // A failed re-dump is tried again after the next event.
+                if let Err(e) = mirror.settle_sources(&mut state) {
+                    error!("netlink: re-dumping the routes after an address went: {e}");
+                }
                 let t = mirror.take_touched();
                 if t.other {
                     debug!("more than routes, next-hop objects and neighbours changed: full recompute");

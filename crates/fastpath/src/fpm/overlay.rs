@@ -93,7 +93,7 @@ mod tests {
     fn kernel_state() -> KernelState {
         let mut st = KernelState::default();
         for k in [key(RT_TABLE_LOCAL, [192, 0, 2, 254], 32, 0), key(RT_TABLE_MAIN, [192, 0, 2, 254], 8, 0)] {
-            let r = Route { key: k.1.clone(), kind: RouteKind::Local, target: RouteTarget::None, mtu: 0, mtu_locked: false, encap: false };
+            let r = Route { key: k.1.clone(), kind: RouteKind::Local, target: RouteTarget::None, mtu: 0, mtu_locked: false, encap: false, prefsrc: None };
             st.routes.insert(k, r);
         }
         st
