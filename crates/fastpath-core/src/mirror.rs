@@ -175,12 +175,15 @@ pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
             // route through it (fib_del_ifaddr, fib_disable_ip). Only the
             // former can be told from the state, once the burst (with the
             // announced deletion of the address's own routes) is in:
-            // `Mirror::settle_sources`. IPv6: always re-dumped.
+            // `Mirror::settle_sources`. IPv6 announces the deletion of the
+            // address's local, anycast and prefix routes and only clears
+            // other routes' preferred source (not kept): nothing to re-dump.
             match a.addr {
                 IpAddr::V4(_) if state.addrs.keys().any(|o| o.ifindex == a.ifindex && o.addr.is_ipv4()) => {
                     f.gone_sources.push(a.addr)
                 }
-                _ => f.fib = true,
+                IpAddr::V4(_) => f.fib = true,
+                IpAddr::V6(_) => {}
             }
             changed
         }
@@ -1360,7 +1363,8 @@ mod tests {
         let (changed, f) = run(&mut st, Msg::DelAddr(a.clone()));
         assert!(changed && f.fib && f.gone_sources.is_empty());
         // Another one stays: only the routes preferring the address as
-        // source go (`settle_sources` looks for them); IPv6: re-dumped.
+        // source go (`settle_sources` looks for them); IPv6: nothing goes
+        // unannounced.
         let vip = Addr { addr: ip("198.51.100.77"), prefix_len: 32, ..a.clone() };
         for x in [&a, &vip] {
             run(&mut st, Msg::NewAddr(x.clone()));
@@ -1370,7 +1374,7 @@ mod tests {
         let v6 = Addr { addr: ip("2001:db8::1"), prefix_len: 64, ..a.clone() };
         run(&mut st, Msg::NewAddr(v6.clone()));
         let (changed, f) = run(&mut st, Msg::DelAddr(v6));
-        assert!(changed && f.fib);
+        assert!(changed && !f.fib && f.gone_sources.is_empty());
         st.addrs.clear();
 
         // Neighbours: every state kept, last message wins.

@@ -380,6 +380,20 @@ fn a_deleted_address_redumps_only_what_the_kernel_flushes_silently() {
         assert!(!st.routes.contains_key(&src) && !st.routes.contains_key(&planted));
         assert_eq!(st.routes, fresh_routes(), "after .77 went");
 
+        // IPv6 announces what an address takes with it (its local, anycast
+        // and prefix routes) and only clears other routes' preferred source,
+        // which is not kept: no re-dump, also for the last global address.
+        sh("sysctl -qw net.ipv6.conf.all.forwarding=1 && ip -6 addr add 2001:db8:1::1/64 dev fpa0 nodad \
+            && ip -6 route add 2001:db8:5::/48 via 2001:db8:1::2 src 2001:db8:1::1");
+        let k5 = (Family::V6, key(RT_TABLE_MAIN, "2001:db8:5::", 48, 1024));
+        poll_until(&mut m, &mut st, "the IPv6 route", |s| s.routes.contains_key(&k5));
+        let before6 = m.redumps();
+        sh("ip -6 addr del 2001:db8:1::1/64 dev fpa0");
+        settled(&mut m, &mut st, "the IPv6 address gone", "2001:db8:1::1");
+        assert_eq!(m.redumps(), before6, "re-dumped for an IPv6 address");
+        assert!(st.routes.contains_key(&k5));
+        assert_eq!(st.routes, fresh_routes(), "after the IPv6 address went");
+
         // The interface's last address: routes through it go too.
         sh("ip addr del 192.0.2.1/24 dev fpa0");
         poll_until(&mut m, &mut st, "the last address gone", |s| s.addrs.keys().all(|x| !x.addr.is_ipv4() || x.ifindex != ifindex(s, "fpa0")));
