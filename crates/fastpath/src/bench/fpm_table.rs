@@ -25,22 +25,16 @@ use super::fpm_client::{self, Client, Route, TableStatus};
 use super::fulltable::{self, Gateway};
 use super::router::{self, Daemon};
 use super::tablesync::{
-    indent, lpm_key, max, median, present, run_ip, summary, wait_idle, wait_mirrored, wait_stable, Churn, PROBE4, PROBE6,
+    indent, lpm_key, max, median, present, run_ip, summary, wait_idle, wait_mirrored, wait_stable, Churn, TableArgs, PROBE4, PROBE6,
 };
 use super::topo::{self, Topology};
 use crate::api;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct FpmArgs {
-    /// IPv4 routes in the table.
-    #[arg(long, default_value_t = 1_000_000)]
-    pub v4: usize,
-    /// IPv6 routes in the table.
-    #[arg(long, default_value_t = 100_000)]
-    pub v6: usize,
-    /// Seed of the prefix generator (the same table as `bench fulltable` with the same seed).
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    /// The same table as `bench fulltable` with the same seed.
+    #[command(flatten)]
+    pub table: TableArgs,
     /// Single-route add/delete pairs timed per family with the full table present.
     #[arg(long, default_value_t = 20)]
     pub changes: usize,
@@ -99,8 +93,8 @@ struct Replay {
 }
 
 pub fn run(a: &FpmArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Result<()> {
-    let n = a.v4 + a.v6;
-    println!("fastpath bench fpm: {} IPv4 + {} IPv6 routes over FPM (seed {})", a.v4, a.v6, a.seed);
+    let n = a.table.v4 + a.table.v6;
+    println!("fastpath bench fpm: {} IPv4 + {} IPv6 routes over FPM (seed {})", a.table.v4, a.table.v6, a.table.seed);
     let topo = Topology::create()?;
     let r = topo.router.clone();
     for (addr, dev) in [("2001:db8:0:1::1/64", topo::R0), ("2001:db8:0:2::1/64", topo::R1)] {
@@ -117,10 +111,10 @@ pub fn run(a: &FpmArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Result<()
     let t = Instant::now();
     let (gw4, gw6) = fulltable::lab_gateways();
     let mut routes = Vec::with_capacity(n);
-    for (i, (p, l)) in fulltable::prefixes4(a.seed, a.v4).into_iter().enumerate() {
+    for (i, (p, l)) in fulltable::prefixes4(a.table.seed, a.table.v4).into_iter().enumerate() {
         routes.push(route(p.into(), l, &gw4[i % gw4.len()])?);
     }
-    for (i, (p, l)) in fulltable::prefixes6(a.seed, a.v6).into_iter().enumerate() {
+    for (i, (p, l)) in fulltable::prefixes6(a.table.seed, a.table.v6).into_iter().enumerate() {
         routes.push(route(p.into(), l, &gw6[i % gw6.len()])?);
     }
     let table = fpm_client::frames(routes.iter().zip(1u32..).map(|(r, seq)| fpm_client::add_msg(r, seq)))?;
@@ -136,16 +130,13 @@ pub fn run(a: &FpmArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Result<()
 
     // 1. The daemon, with routes from FPM.
     let listen = SocketAddr::from(([127, 0, 0, 1], a.port));
-    let daemon_args: Vec<String> = vec![
-        "--fib4-entries".into(),
-        (a.v4 + a.v4 / 10 + 1024).to_string(),
-        "--fib6-entries".into(),
-        (a.v6 + a.v6 / 10 + 1024).to_string(),
+    let mut daemon_args = a.table.fib_room();
+    daemon_args.extend([
         "--route-source".into(),
         "fpm".into(),
         "--fpm-listen".into(),
         listen.to_string(),
-    ];
+    ]);
     let timeout = Duration::from_secs(a.timeout);
     let mut res = Results::default();
     let mut d = Daemon::spawn_with(&topo, exe, work, &daemon_args)?;
@@ -156,7 +147,7 @@ pub fn run(a: &FpmArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Result<()
 
     // 2. The whole table.
     println!("-- the whole table over FPM");
-    let want = (base.fib4 + a.v4 as u64, base.fib6 + a.v6 as u64);
+    let want = (base.fib4 + a.table.v4 as u64, base.fib6 + a.table.v6 as u64);
     let t0 = Instant::now();
     c.send(&table, stop)?;
     res.send_s = t0.elapsed().as_secs_f64();

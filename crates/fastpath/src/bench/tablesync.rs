@@ -30,14 +30,9 @@ use super::router::{self, Daemon};
 use super::topo::{self, Topology};
 use crate::api;
 
+/// The generated table (fulltable.rs): both `bench fulltable` and `bench fpm` take it.
 #[derive(Debug, Clone, clap::Args)]
-pub struct FulltableArgs {
-    /// Only write the table as an `ip -batch` file and exit (no root needed).
-    #[arg(long, value_name = "FILE")]
-    pub emit: Option<PathBuf>,
-    /// With --emit: write `route del` lines instead of `route add`.
-    #[arg(long)]
-    pub delete: bool,
+pub struct TableArgs {
     /// IPv4 routes in the table.
     #[arg(long, default_value_t = 1_000_000)]
     pub v4: usize,
@@ -47,6 +42,30 @@ pub struct FulltableArgs {
     /// Seed of the prefix generator: the same seed gives the same table.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+}
+
+impl TableArgs {
+    /// Daemon options sizing its FIBs for the table plus the lab's own routes.
+    pub(super) fn fib_room(&self) -> Vec<String> {
+        vec![
+            "--fib4-entries".into(),
+            (self.v4 + self.v4 / 10 + 1024).to_string(),
+            "--fib6-entries".into(),
+            (self.v6 + self.v6 / 10 + 1024).to_string(),
+        ]
+    }
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct FulltableArgs {
+    /// Only write the table as an `ip -batch` file and exit (no root needed).
+    #[arg(long, value_name = "FILE")]
+    pub emit: Option<PathBuf>,
+    /// With --emit: write `route del` lines instead of `route add`.
+    #[arg(long)]
+    pub delete: bool,
+    #[command(flatten)]
+    pub table: TableArgs,
     /// IPv4 next hops as ADDR@DEV, comma-separated (default: the bench lab's).
     #[arg(long, value_delimiter = ',')]
     pub gw4: Vec<Gateway>,
@@ -90,9 +109,9 @@ impl FulltableArgs {
     fn spec(&self) -> Spec {
         let (gw4, gw6) = fulltable::lab_gateways();
         Spec {
-            seed: self.seed,
-            v4: self.v4,
-            v6: self.v6,
+            seed: self.table.seed,
+            v4: self.table.v4,
+            v6: self.table.v6,
             gw4: if self.gw4.is_empty() { gw4 } else { self.gw4.clone() },
             gw6: if self.gw6.is_empty() { gw6 } else { self.gw6.clone() },
         }
@@ -145,13 +164,7 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
     for (addr, dev) in [("2001:db8:0:1::1/64", topo::R0), ("2001:db8:0:2::1/64", topo::R1)] {
         run_ip(&["-n", &r, "addr", "add", addr, "dev", dev, "nodad"])?;
     }
-    // Room for the table plus the lab's own routes.
-    let daemon_args: Vec<String> = vec![
-        "--fib4-entries".into(),
-        (spec.v4 + spec.v4 / 10 + 1024).to_string(),
-        "--fib6-entries".into(),
-        (spec.v6 + spec.v6 / 10 + 1024).to_string(),
-    ];
+    let daemon_args = a.table.fib_room();
     let timeout = Duration::from_secs(a.timeout);
     let mut res = Results::default();
 
