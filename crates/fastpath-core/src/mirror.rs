@@ -309,9 +309,10 @@ pub struct Touched {
     pub routes: Vec<(Family, RouteKey)>,
     /// Neighbour messages changed a MAC or whether a neighbour is usable.
     pub neighbours: bool,
-    /// Next-hop objects replaced or deleted (`route_delta::object_users`
-    /// finds the routes that use them). A new object needs nothing: no route
-    /// or group can use it before it exists.
+    /// Next-hop objects replaced (`route_delta::object_users` finds the
+    /// routes that use them). A new object needs nothing: no route or group
+    /// can use it before it exists; a deleted one neither, unless routes
+    /// used it, and then they are re-dumped (`other`).
     pub nexthops: Vec<u32>,
     /// Next-hop objects deleted: the routes using them vanish, unannounced
     /// (if any did, `other` is set too: they are re-dumped).
@@ -346,8 +347,8 @@ pub fn apply_noting(state: &mut KernelState, msg: Msg, f: &mut Followups, t: &mu
     let neighbour = matches!(msg, Msg::NewNeigh(_) | Msg::DelNeigh(..));
     let object = match &msg {
         Msg::NewNexthop(nh) => Some(state.nexthops.contains_key(&nh.id).then_some(nh.id)),
-        // Its users, if any, are re-dumped (`Followups::settle`).
-        Msg::DelNexthop(id) => Some(Some(*id)),
+        // Touches no route: if any used it, they are re-dumped (`Followups::settle`).
+        Msg::DelNexthop(_) => Some(None),
         _ => None,
     };
     if let Msg::DelNexthop(id) = &msg {
@@ -1130,8 +1131,8 @@ mod tests {
         assert!(apply_noting(&mut st, Msg::DelNeigh(3, ip("192.0.2.2")), &mut f, &mut t));
         assert_eq!(t, Touched { routes: vec![k.clone(), k.clone()], neighbours: true, ..Touched::default() });
         // A next-hop object replaced is noted by id (a new one concerns no
-        // route yet), and so is its deletion (the routes that vanish with it,
-        // unannounced, are re-dumped: `settle`).
+        // route yet); its deletion only as gone (the routes that vanish with
+        // it, unannounced, are re-dumped: `settle`).
         let obj = NexthopObject { id: 7, blackhole: false, hop: Some(via(3, "192.0.2.2")), group: vec![], resilient: false, n_buckets: 0, unsupported: false };
         assert!(apply_noting(&mut st, Msg::NewNexthop(obj.clone()), &mut f, &mut t));
         assert!(!apply_noting(&mut st, Msg::NewNexthop(obj.clone()), &mut f, &mut t));
@@ -1140,7 +1141,7 @@ mod tests {
         assert!(apply_noting(&mut st, Msg::NewNexthop(moved), &mut f, &mut t));
         assert_eq!(t, Touched { routes: vec![k.clone(), k.clone()], neighbours: true, nexthops: vec![7], ..Touched::default() });
         assert!(apply_noting(&mut st, Msg::DelNexthop(7), &mut f, &mut t));
-        assert!(!t.other && t.gone_nexthops == [7] && t.nexthops == [7, 7] && f.gone_objects == [7]);
+        assert!(!t.other && t.gone_nexthops == [7] && t.nexthops == [7] && f.gone_objects == [7]);
     }
 
     #[test]
