@@ -134,6 +134,7 @@ fp_flow_key_l4(struct fp_flow_key *k, void *l4, void *data_end, __u32 l4_len, __
 static __always_inline bool
 fp_flow_lookup(struct fp_pkt *p, const struct fp_flow_key *k, struct fp_flow_pos *pos, bool v4)
 {
+	struct fp_flow_key4 k4 __attribute__((aligned(8)));
 	struct fp_flow_set *s;
 	__u32 idx, w, gen;
 
@@ -151,10 +152,12 @@ fp_flow_lookup(struct fp_pkt *p, const struct fp_flow_key *k, struct fp_flow_pos
 	if (!s)
 		return false;
 	w = fp_flow_home(pos->hash);
-	if (v4 && fp_flow_key4_eq(&s->way[w], k))
-		pos->way = w;
-	else
-		pos->way = fp_flow_find(s, k, pos->hash, v4);
+	if (v4) {
+		fp_flow_key4(&k4, k);
+		pos->way = fp_flow_key4_eq(&s->way[w], &k4) ? (int)w : fp_flow_find(s, &k4, pos->hash, true);
+	} else {
+		pos->way = fp_flow_find(s, k, pos->hash, false);
+	}
 	if (pos->way < 0) {
 		p->st->flow[FP_FC_MISS]++;
 		return false;
@@ -203,23 +206,23 @@ fp_flow_store(struct fp_pkt *p, struct fp_flow_pos *pos, const struct fp_flow_ke
 			p->st->flow[FP_FC_EVICT]++;
 		}
 	}
-	fp_flow_fill(pos->set, w, pos->hash, k, tx, p->gen, p->clock, v4);
+	fp_flow_fill(pos->set, w, pos->hash, k, tx, p->gen, p->clock, v4, pos->way >= 0);
 	return w;
 }
 
 /* Stateful mode: the conntrack gate (ct.h) with this flow's cached verdict. */
 static __always_inline __u32
 fp_ct_pass(struct fp_pkt *p, const struct fp_flow_key *k, const struct fp_flow_pos *pos, __u32 l4_off, __u32 l4_len,
-	   struct fp_ct_verdict *v)
+	   struct fp_ct_verdict *v, bool v4)
 {
 	__u32 r = fp_ct_l4_reason(p->ctx, k->proto, l4_off, l4_len);
 
 	if (r) {
 		if (r == FP_R_CT_TCP_FLAGS && pos->set)
-			fp_ct_closing(&fp_rt, pos->idx, pos->way);
+			fp_ct_closing(&fp_rt, pos->idx, pos->way, v4);
 		return r;
 	}
-	return fp_ct_gate(p->ctx, &fp_rt, k, pos->set != NULL, pos->idx, pos->way, &p->st->watch, v);
+	return fp_ct_gate(p->ctx, &fp_rt, k, pos->set != NULL, pos->idx, pos->way, &p->st->watch, v, v4);
 }
 
 /*
@@ -366,7 +369,7 @@ static __always_inline __u32 fp_fwd_ip4(struct fp_pkt *p)
 		if (tot_len > f->mtu)
 			goto full;
 		if (fp_cfg.stateful) {
-			r = fp_ct_pass(p, &k, &pos, FP_ETH_HLEN + FP_IP4_HLEN, tot_len - FP_IP4_HLEN, &ctv);
+			r = fp_ct_pass(p, &k, &pos, FP_ETH_HLEN + FP_IP4_HLEN, tot_len - FP_IP4_HLEN, &ctv, true);
 			if (r != FP_R_FORWARDED)
 				return r;
 		}
@@ -386,7 +389,7 @@ full:
 	if (fp_rt.table_full & FP_FAM_V4)
 		return FP_R_TABLE_FULL;
 	if (fp_cfg.stateful) {
-		r = fp_ct_pass(p, &k, &pos, FP_ETH_HLEN + FP_IP4_HLEN, tot_len - FP_IP4_HLEN, &ctv);
+		r = fp_ct_pass(p, &k, &pos, FP_ETH_HLEN + FP_IP4_HLEN, tot_len - FP_IP4_HLEN, &ctv, true);
 		if (r != FP_R_FORWARDED)
 			return r;
 	}
@@ -441,7 +444,7 @@ send:
 		filled = fp_flow_store(p, &pos, &k, &tx, true);
 	}
 	if (fp_cfg.stateful)
-		fp_ct_done(&ctv, f ? pos.way : filled, !f, tot_len);
+		fp_ct_done(&ctv, f ? pos.way : filled, !f, tot_len, true);
 	/* AF_XDP: user space rewrites (the daemon refuses it with stateful). */
 	if (fp_cfg.afxdp)
 		return FP_R_FORWARDED;
@@ -501,7 +504,7 @@ static __always_inline __u32 fp_fwd_ip6(struct fp_pkt *p)
 		if (ip_len > f->mtu)
 			goto full;
 		if (fp_cfg.stateful) {
-			r = fp_ct_pass(p, &k, &pos, FP_ETH_HLEN + FP_IP6_HLEN, ip_len - FP_IP6_HLEN, &ctv);
+			r = fp_ct_pass(p, &k, &pos, FP_ETH_HLEN + FP_IP6_HLEN, ip_len - FP_IP6_HLEN, &ctv, false);
 			if (r != FP_R_FORWARDED)
 				return r;
 		}
@@ -521,7 +524,7 @@ full:
 	if (fp_rt.table_full & FP_FAM_V6)
 		return FP_R_TABLE_FULL;
 	if (fp_cfg.stateful) {
-		r = fp_ct_pass(p, &k, &pos, FP_ETH_HLEN + FP_IP6_HLEN, ip_len - FP_IP6_HLEN, &ctv);
+		r = fp_ct_pass(p, &k, &pos, FP_ETH_HLEN + FP_IP6_HLEN, ip_len - FP_IP6_HLEN, &ctv, false);
 		if (r != FP_R_FORWARDED)
 			return r;
 	}
@@ -575,7 +578,7 @@ send:
 		filled = fp_flow_store(p, &pos, &k, &tx, false);
 	}
 	if (fp_cfg.stateful)
-		fp_ct_done(&ctv, f ? pos.way : filled, !f, ip_len);
+		fp_ct_done(&ctv, f ? pos.way : filled, !f, ip_len, false);
 	if (fp_cfg.afxdp)
 		return FP_R_FORWARDED;
 

@@ -263,9 +263,10 @@ struct fp_group {
  * another flow's result.
  *
  * An IPv6 hit reads two lines: the ways' tags (the flow hash) in the first
- * are compared, then only a matching way's key. An IPv4 key leaves 24 bytes
- * of its address fields free, so an IPv4 way carries its own generation,
- * used and packets there (struct fp_flow_way4) and a fill puts it in its
+ * are compared, then only a matching way's key. An IPv4 key packs into 16
+ * bytes (struct fp_flow_key4), so an IPv4 way carries its own generation,
+ * used and packets, and in stateful mode its conntrack verdict, in the rest
+ * of the line (struct fp_flow_way4) and a fill puts it in its
  * home way (hash bits 28-29) when that way is free: most IPv4 hits read that
  * one line and never the set's first, which halves the cache's footprint
  * with many flows. The first line's tag, generation and used are written for
@@ -307,13 +308,51 @@ struct fp_flow_way {
 };
 
 /*
- * An IPv4 way: the same line, its key in the first 32 bytes (family, ports,
- * addresses; the rest of fp_flow_key is 0 for IPv4) and the way's own
- * bookkeeping in the address padding behind. IPv4 code compares only the
- * 32 key bytes; an IPv6 key never matches one (family).
+ * A cached conntrack verdict's per-packet part (stateful mode; see
+ * fp_ct_way): in an IPv4 way's own line, so that an IPv4 hit reads one line
+ * and no conntrack lookup; for IPv6 in fp_ct_flows. Trusted while
+ * ct_generation equals fp_runtime.ct_generation and it was validated less
+ * than fp_runtime.ct_revalidate_ms ago. state holds the tick of that
+ * validation (the coarse clock in 2^20 ns, ~1.05 ms, steps; 30 bits, so it
+ * wraps after ~13 days, which is why --ct-revalidate-ms is capped at
+ * FP_CT_REVALIDATE_MAX_MS) above two FP_CTH_* flag bits; tick 0 = not
+ * validated.
+ */
+#define FP_CT_TICK_SHIFT 20
+#define FP_CT_TICK_MASK 0x3FFFFFFFU
+#define FP_CT_REVALIDATE_MAX_MS 600000
+#define FP_CTH_FLAG_BITS 2
+#define FP_CTH_CLOSING (1U << 0) /* a TCP FIN/RST/SYN of this flow went to the kernel under ct_generation:
+				  * punt without a lookup until the generation moves (the kernel may not
+				  * have processed it yet, so conntrack can still say ESTABLISHED, and the
+				  * segments after it are conntrack's to see) */
+#define FP_CTH_NAT     (1U << 1) /* the flow is NATed: its fp_nat is in fp_ct_flows */
+
+struct fp_ct_hot {
+	__u64 bytes;             /* IP bytes (as conntrack counts them) forwarded on this CPU since filled */
+	__u32 ct_generation;     /* fp_runtime.ct_generation at the last conntrack lookup */
+	__u32 state;             /* tick of that lookup << FP_CTH_FLAG_BITS | FP_CTH_* */
+};
+
+/* The IPv4 key of a way: struct fp_flow_key without the IPv6-only parts. */
+struct fp_flow_key4 {
+	__u8  family;            /* FP_AF_INET */
+	__u8  proto;
+	__u16 ingress;
+	__u16 sport;
+	__u16 dport;
+	__u32 saddr;             /* network order */
+	__u32 daddr;
+};
+
+/*
+ * An IPv4 way: the same line, its packed key first (family first, as in
+ * every way: an IPv6 key never matches one), then its conntrack verdict and
+ * its own bookkeeping where an IPv6 key has its addresses.
  */
 struct fp_flow_way4 {
-	__u8  key[32];           /* struct fp_flow_key up to daddr[4] */
+	struct fp_flow_key4 key;
+	struct fp_ct_hot ct;     /* stateful mode; zero otherwise */
 	__u32 generation;        /* as fp_flow_set.generation, authoritative for IPv4 */
 	__u32 used;              /* as fp_flow_set.used, authoritative for IPv4 */
 	__u32 packets;           /* as fp_flow_set.packets (which stays 0 for IPv4) */
@@ -445,25 +484,17 @@ struct fp_nat {
 
 /*
  * fp_ct_flows (stateful mode): per-CPU array parallel to fp_flows, same set
- * index, same way. Holds a cached flow's conntrack verdict, so that a hit
- * costs one more cache line and no conntrack lookup: the verdict is trusted
- * while ct_generation equals fp_runtime.ct_generation and it is younger than
- * fp_runtime.ct_revalidate_ms; otherwise the next packet looks conntrack up
- * again (and refreshes the entry's timeout). Only a forward verdict is ever
- * cached. Exactly one cache line per way.
+ * index, same way. Holds what a cached flow's conntrack verdict does not
+ * keep in its way: the whole verdict of an IPv6 flow (its way's line is
+ * full), the NAT of any NATed flow (FP_CTH_NAT). A hit of an IPv4 flow
+ * without NAT never reads it. Only a forward verdict is ever cached; an
+ * invalid one makes the next packet look conntrack up again (and refresh
+ * the entry's timeout). Exactly one cache line per way.
  */
 struct fp_ct_way {
-	__u64 bytes;             /* IP bytes (as conntrack counts them) forwarded on this CPU since filled */
-	__u64 validated;         /* bpf_ktime_get_coarse_ns() of the last conntrack lookup; 0 = none */
-	__u32 ct_generation;     /* fp_runtime.ct_generation at that lookup */
-	/*
-	 * 1: a TCP FIN/RST/SYN of this flow went to the kernel under
-	 * ct_generation: punt without a lookup until the generation moves (the
-	 * kernel may not have processed it yet, so conntrack can still say
-	 * ESTABLISHED, and the segments after it are conntrack's to see).
-	 */
-	__u32 closing;
-	struct fp_nat nat;       /* what the packets of this flow become (flags 0: no NAT) */
+	struct fp_ct_hot hot;    /* IPv6 flows (an IPv4 flow's is in its way) */
+	struct fp_nat nat;       /* what the packets of this flow become (when FP_CTH_NAT) */
+	__u8  _pad[8];
 };
 
 struct fp_ct_set {

@@ -21,12 +21,13 @@
  *
  * A lookup costs a hash walk plus an atomic get/put on the entry's refcount
  * (shared between CPUs), so its result is cached per flow next to the flow
- * cache (fp_ct_flows) and re-checked only every ct_revalidate_ms or after
+ * cache (an IPv4 flow's in its own way, an IPv6 flow's in fp_ct_flows)
+ * and re-checked only every ct_revalidate_ms or after
  * the daemon bumps ct_generation (conntrack destroy/update events). Each
  * (re)validation refreshes the entry's timeout to what the kernel's own
  * per-packet refresh would set, so that a flow living on the fast path never
  * expires. The kfuncs cannot add to conntrack's packet/byte counters; the
- * fast path keeps its own per flow (fp_ct_way.bytes, the packets of its way in fp_flows).
+ * fast path keeps its own per flow (fp_ct_hot.bytes, the packets of its way in fp_flows).
  */
 #ifndef FP_CT_H
 #define FP_CT_H
@@ -280,21 +281,87 @@ fp_ct_check(struct xdp_md *ctx, const struct fp_flow_key *k, const struct fp_run
 	return r;
 }
 
+/* The coarse clock in the ticks fp_ct_hot.state counts (30 bits). */
+static __always_inline __u32 fp_ct_tick(__u64 ns)
+{
+	return (ns >> FP_CT_TICK_SHIFT) & FP_CT_TICK_MASK;
+}
+
+/* When @h was last validated (0: not since it was dropped). */
+static __always_inline __u32 fp_ct_validated(const struct fp_ct_hot *h)
+{
+	return h->state >> FP_CTH_FLAG_BITS;
+}
+
+/* Drops @h's validation, keeping or setting @flags. */
+static __always_inline void fp_ct_invalidate(struct fp_ct_hot *h, __u32 flags)
+{
+	h->state = flags;
+}
+
+/*
+ * The cached verdict of way @way of set @idx: in the IPv4 way itself
+ * (@v4, a constant at every call), else in fp_ct_flows. *@cw: the way's
+ * fp_ct_flows line when it was looked up for the verdict (IPv6), else NULL.
+ * Array lookups, inlined by the verifier: no pointer of either map has to
+ * travel through the rest of the packet's path.
+ */
+static __always_inline struct fp_ct_hot *fp_ct_hot_of(__u32 idx, int way, bool v4, struct fp_ct_way **cw)
+{
+	*cw = NULL;
+	if (way < 0)
+		return NULL;
+	if (v4) {
+		struct fp_flow_set *s = bpf_map_lookup_elem(&fp_flows, &idx);
+
+		return s ? &fp_flow_way4(s, way)->ct : NULL;
+	} else {
+		struct fp_ct_set *c = bpf_map_lookup_elem(&fp_ct_flows, &idx);
+
+		if (!c)
+			return NULL;
+		*cw = &c->way[way & (FP_FLOW_WAYS - 1)];
+		return &(*cw)->hot;
+	}
+}
+
+/* Way @way's fp_ct_flows line (its NAT), looked up unless @cw has it. */
+static __always_inline struct fp_ct_way *fp_ct_line(struct fp_ct_way *cw, __u32 idx, int way)
+{
+	struct fp_ct_set *c;
+
+	if (cw)
+		return cw;
+	c = bpf_map_lookup_elem(&fp_ct_flows, &idx);
+	return c ? &c->way[way & (FP_FLOW_WAYS - 1)] : NULL;
+}
+
 /*
  * A fresh verdict that NATs unlike the one the flow's cached route was
  * computed with (fp_ct_done() keeps them together): a new conntrack entry
  * for the same tuple. The kernel takes this packet; the way goes stale and
  * keeps the new NAT, so the next packet is routed for it.
  */
-static __always_inline __u32 fp_ct_nat_moved(struct fp_ct_way *cw, const struct fp_nat *nat, __u32 idx, int way)
+static __always_inline __u32 fp_ct_nat_moved(struct fp_ct_hot *h, struct fp_ct_way *cw, const struct fp_nat *nat,
+					     __u32 idx, int way)
 {
 	struct fp_flow_set *s = bpf_map_lookup_elem(&fp_flows, &idx);
 
-	cw->nat = *nat;
-	cw->validated = 0;
+	if (cw)
+		cw->nat = *nat;
+	fp_ct_invalidate(h, nat->flags && cw ? FP_CTH_NAT : 0);
 	if (s)
 		fp_flow_invalidate(s, way);
 	return FP_R_CT_NAT;
+}
+
+/* Whether the NAT cached with @h (in @cw when FP_CTH_NAT) is @nat. */
+static __always_inline bool fp_ct_nat_kept(const struct fp_ct_hot *h, const struct fp_ct_way *cw,
+					   const struct fp_nat *nat)
+{
+	if (!(h->state & FP_CTH_NAT))
+		return !nat->flags;
+	return nat->flags && cw && fp_nat_same(&cw->nat, nat);
 }
 
 /*
@@ -302,45 +369,54 @@ static __always_inline __u32 fp_ct_nat_moved(struct fp_ct_way *cw, const struct 
  * reason. @cached: the flow cache is on and its set for this flow is @idx;
  * @way: the way holding this key in that set (a hit, or a stale/idle copy,
  * whose verdict is as good), or -1. A cached verdict answers without a
- * lookup while it is current; a failed lookup drops it.
+ * lookup while it is current; a failed lookup drops it. @v4: an IPv4 key
+ * (a constant at every call): its verdict is in its way's own line.
  */
 static __always_inline __u32
 fp_ct_gate(struct xdp_md *ctx, const struct fp_runtime *rt, const struct fp_flow_key *k, bool cached, __u32 idx,
-	   int way, struct fp_watch *clock, struct fp_ct_verdict *v)
+	   int way, struct fp_watch *clock, struct fp_ct_verdict *v, bool v4)
 {
 	struct fp_ct_way *cw = NULL;
-	struct fp_ct_set *set;
-	__u32 r;
+	struct fp_ct_hot *h = NULL;
+	__u32 r, limit, t;
 
 	v->idx = idx;
 	v->cached = cached;
 	v->gen = rt->ct_generation;
 	v->now = fp_coarse_ns(clock);
 	v->fresh = 0;
-	set = cached ? bpf_map_lookup_elem(&fp_ct_flows, &idx) : NULL;
-	if (set && way >= 0) {
-		cw = &set->way[way & (FP_FLOW_WAYS - 1)];
-		if (cw->closing && cw->ct_generation == v->gen)
+	if (cached)
+		h = fp_ct_hot_of(idx, way, v4, &cw);
+	if (h) {
+		if ((h->state & FP_CTH_CLOSING) && h->ct_generation == v->gen)
 			return FP_R_CT_NOT_ESTABLISHED;
 		/* Strictly younger: the coarse clock ticks every few ms, and 0 must mean "always look up". */
-		if (cw->validated && cw->ct_generation == v->gen &&
-		    v->now - cw->validated < rt->ct_revalidate_ms * FP_NSEC_PER_MSEC) {
-			/* Most flows have no NAT: copy the rest only when needed. */
-			v->nat.flags = cw->nat.flags;
-			if (v->nat.flags)
+		limit = ((__u64)rt->ct_revalidate_ms * FP_NSEC_PER_MSEC) >> FP_CT_TICK_SHIFT;
+		t = fp_ct_validated(h);
+		if (t && h->ct_generation == v->gen && ((fp_ct_tick(v->now) - t) & FP_CT_TICK_MASK) < limit) {
+			/* Most flows have no NAT: read its line only when needed. */
+			v->nat.flags = 0;
+			if (!(h->state & FP_CTH_NAT))
+				return FP_R_FORWARDED;
+			cw = fp_ct_line(cw, idx, way);
+			if (cw) {
 				v->nat = cw->nat;
-			return FP_R_FORWARDED;
+				return FP_R_FORWARDED;
+			}
 		}
 	}
 	r = fp_ct_check(ctx, k, rt, &v->nat);
 	if (r != FP_R_FORWARDED) {
-		if (cw)
-			cw->validated = 0;
+		if (h)
+			fp_ct_invalidate(h, h->state & FP_CTH_NAT);
 		return r;
 	}
 	v->fresh = 1;
-	if (cw && !fp_nat_same(&cw->nat, &v->nat))
-		return fp_ct_nat_moved(cw, &v->nat, idx, way);
+	if (h && ((h->state & FP_CTH_NAT) || v->nat.flags)) {
+		cw = fp_ct_line(cw, idx, way);
+		if (!fp_ct_nat_kept(h, cw, &v->nat))
+			return fp_ct_nat_moved(h, cw, &v->nat, idx, way);
+	}
 	return FP_R_FORWARDED;
 }
 
@@ -351,20 +427,15 @@ fp_ct_gate(struct xdp_md *ctx, const struct fp_runtime *rt, const struct fp_flow
  * rest of the receive batch went through here). Holds until the daemon bumps
  * the generation on conntrack's event for it.
  */
-static __always_inline void fp_ct_closing(const struct fp_runtime *rt, __u32 idx, int way)
+static __always_inline void fp_ct_closing(const struct fp_runtime *rt, __u32 idx, int way, bool v4)
 {
-	struct fp_ct_set *set;
 	struct fp_ct_way *cw;
+	struct fp_ct_hot *h = fp_ct_hot_of(idx, way, v4, &cw);
 
-	if (way < 0)
+	if (!h)
 		return;
-	set = bpf_map_lookup_elem(&fp_ct_flows, &idx);
-	if (!set)
-		return;
-	cw = &set->way[way & (FP_FLOW_WAYS - 1)];
-	cw->validated = 0;
-	cw->ct_generation = rt->ct_generation;
-	cw->closing = 1;
+	fp_ct_invalidate(h, (h->state & FP_CTH_NAT) | FP_CTH_CLOSING);
+	h->ct_generation = rt->ct_generation;
 }
 
 /*
@@ -372,26 +443,34 @@ static __always_inline void fp_ct_closing(const struct fp_runtime *rt, __u32 idx
  * count the packet's @bytes. @filled: the flow cache (re)filled that way for
  * this packet, so its counters start over.
  */
-static __always_inline void fp_ct_done(struct fp_ct_verdict *v, int way, bool filled, __u32 bytes)
+static __always_inline void fp_ct_done(struct fp_ct_verdict *v, int way, bool filled, __u32 bytes, bool v4)
 {
-	struct fp_ct_set *set;
 	struct fp_ct_way *cw;
+	struct fp_ct_hot *h;
+	__u32 t;
 
-	if (!v->cached || way < 0)
+	if (!v->cached)
 		return;
-	set = bpf_map_lookup_elem(&fp_ct_flows, &v->idx);
-	if (!set)
+	h = fp_ct_hot_of(v->idx, way, v4, &cw);
+	if (!h)
 		return;
-	cw = &set->way[way & (FP_FLOW_WAYS - 1)];
 	if (filled)
-		cw->bytes = 0;
+		h->bytes = 0;
 	if (v->fresh) {
-		cw->validated = v->now;
-		cw->ct_generation = v->gen;
-		cw->closing = 0;
-		cw->nat = v->nat;
+		t = fp_ct_tick(v->now);
+		h->ct_generation = v->gen;
+		h->state = (t ?: 1) << FP_CTH_FLAG_BITS;
+		if (v->nat.flags) {
+			cw = fp_ct_line(cw, v->idx, way);
+			if (cw) {
+				cw->nat = v->nat;
+				h->state |= FP_CTH_NAT;
+			} else {
+				fp_ct_invalidate(h, 0);
+			}
+		}
 	}
-	cw->bytes += bytes;
+	h->bytes += bytes;
 }
 
 #endif /* FP_CT_H */

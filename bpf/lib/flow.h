@@ -31,7 +31,9 @@ static __always_inline __u32 fp_flow_index(__u32 hash, __u32 sets)
 _Static_assert(sizeof(struct fp_flow_way) == 64 && sizeof(struct fp_flow_way4) == 64, "a way is one cache line");
 _Static_assert(__builtin_offsetof(struct fp_flow_way4, nh_id) == __builtin_offsetof(struct fp_flow_way, nh_id),
 	       "an IPv4 way keeps the result where every way has it");
-_Static_assert(__builtin_offsetof(struct fp_flow_key, daddr) + 4 == 32, "an IPv4 key ends at byte 32");
+_Static_assert(sizeof(struct fp_flow_key4) == 16 && __builtin_offsetof(struct fp_flow_key4, saddr) == 8,
+	       "an IPv4 key is two words, family to dport first as in fp_flow_key");
+_Static_assert(sizeof(struct fp_ct_way) == 64 && sizeof(struct fp_ct_hot) == 16, "a conntrack way is one line");
 
 static __always_inline struct fp_flow_way4 *fp_flow_way4(struct fp_flow_set *s, __u32 w)
 {
@@ -53,26 +55,35 @@ static __always_inline bool fp_flow_key_eq(const struct fp_flow_key *a, const st
 		(x4[10] ^ y4[10])) == 0;
 }
 
-/* An IPv4 key (@b, rest 0) against a way: its first 32 bytes only. */
-static __always_inline bool fp_flow_key4_eq(const struct fp_flow_way *a, const struct fp_flow_key *b)
+/* @k (IPv4) packed as an IPv4 way holds it. */
+static __always_inline void fp_flow_key4(struct fp_flow_key4 *k4, const struct fp_flow_key *k)
+{
+	__builtin_memcpy(k4, k, 8);
+	k4->saddr = *(const __u32 *)k->saddr;
+	k4->daddr = *(const __u32 *)k->daddr;
+}
+
+/* A packed IPv4 key against a way: its first 16 bytes only. */
+static __always_inline bool fp_flow_key4_eq(const struct fp_flow_way *a, const struct fp_flow_key4 *b)
 {
 	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
 
-	return ((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3])) == 0;
+	return ((x[0] ^ y[0]) | (x[1] ^ y[1])) == 0;
 }
 
-static __always_inline bool fp_flow_way_eq(const struct fp_flow_way *a, const struct fp_flow_key *b, bool v4)
+/* @k is a struct fp_flow_key4 when @v4, else a struct fp_flow_key. */
+static __always_inline bool fp_flow_way_eq(const struct fp_flow_way *a, const void *k, bool v4)
 {
-	return v4 ? fp_flow_key4_eq(a, b) : fp_flow_key_eq(&a->key, b);
+	return v4 ? fp_flow_key4_eq(a, k) : fp_flow_key_eq(&a->key, k);
 }
 
 /*
  * The way of @s holding @k (of any generation), or -1, by the tags in the
  * set's first line; a way's key line is read only when its tag matches.
- * @v4: @k is an IPv4 key (a constant at every call). Hand-unrolled: the
+ * @v4: @k is a packed IPv4 key (a constant at every call). Hand-unrolled: the
  * verifier then sees constant offsets.
  */
-static __always_inline int fp_flow_find(const struct fp_flow_set *s, const struct fp_flow_key *k, __u32 tag, bool v4)
+static __always_inline int fp_flow_find(const struct fp_flow_set *s, const void *k, __u32 tag, bool v4)
 {
 	_Static_assert(FP_FLOW_WAYS == 4, "fp_flow_find is unrolled for 4 ways");
 	if (s->tag[0] == tag && fp_flow_way_eq(&s->way[0], k, v4))
@@ -146,24 +157,31 @@ fp_flow_victim(const struct fp_flow_set *s, __u32 hash, __u32 gen, __u32 clock, 
 	return best;
 }
 
-/* Stores the result of a full lookup for @k in way @w of @s. */
+/*
+ * Stores the result of a full lookup for @k in way @w of @s. @same: the way
+ * held this very key already (stale or idle), so an IPv4 way's conntrack
+ * verdict still stands; a new flow's starts empty.
+ */
 static __always_inline void
 fp_flow_fill(struct fp_flow_set *s, __u32 w, __u32 tag, const struct fp_flow_key *k, const struct fp_tx *tx,
-	     __u32 gen, __u32 clock, bool v4)
+	     __u32 gen, __u32 clock, bool v4, bool same)
 {
 	struct fp_flow_way *f;
 
 	w &= FP_FLOW_WAYS - 1;
 	f = &s->way[w];
-	f->key = *k;
 	if (v4) {
 		struct fp_flow_way4 *f4 = fp_flow_way4(s, w);
 
+		fp_flow_key4(&f4->key, k);
+		if (!same)
+			f4->ct = (struct fp_ct_hot){};
 		f4->generation = gen;
 		f4->used = clock;
 		f4->packets = 1;
 		s->packets[w] = 0;
 	} else {
+		f->key = *k;
 		s->packets[w] = 1;
 	}
 	f->nh_id = tx->nh_id;

@@ -38,17 +38,21 @@ pub fn flow_cache_entries(sets: u32) -> Result<u32, String> {
         .ok_or_else(|| format!("{sets} flow-cache sets on each of {cpus} CPUs do not fit one map"))
 }
 
-/// One way of a flow-cache set as the data path reads it: an IPv4 way keeps
-/// its generation, last use and packets in its own line, in the key's
-/// address padding (`struct fp_flow_way4`, bpf/include/fastpath.h).
+/// One way of a flow-cache set as the data path reads it: an IPv4 way packs
+/// its key into 16 bytes and keeps its generation, last use, packets and
+/// conntrack verdict in the rest of its line (`struct fp_flow_way4`,
+/// bpf/include/fastpath.h).
 #[derive(Clone, Copy, Debug)]
 pub struct FlowWay {
-    /// The key with IPv4 padding back to zero, as the program built it.
+    /// The key as the program built it (`struct fp_flow_key`, IPv4 padding zero).
     pub key: intf::fp_flow_key,
     /// 0: empty or invalidated.
     pub generation: u32,
     pub used: u32,
     pub packets: u32,
+    /// Stateful mode: an IPv4 flow's cached conntrack verdict and bytes
+    /// (None for IPv6, whose verdict is in `fp_ct_flows`: see `flow_ct`).
+    pub ct4: Option<intf::fp_ct_hot>,
 }
 
 /// fp_flow_key.family of IPv4 (FP_AF_INET, bpf/lib/parse.h).
@@ -58,12 +62,32 @@ const FP_AF_INET: u8 = 2;
 pub fn flow_way(set: &intf::fp_flow_set, w: usize) -> FlowWay {
     let f = &set.way[w];
     if f.key.family != FP_AF_INET {
-        return FlowWay { key: f.key, generation: set.generation[w], used: set.used[w], packets: set.packets[w] };
+        return FlowWay {
+            key: f.key,
+            generation: set.generation[w],
+            used: set.used[w],
+            packets: set.packets[w],
+            ct4: None,
+        };
     }
     // SAFETY: both are plain C structs of 64 bytes (asserted by bindgen's
     // layout tests and flow.h), every bit pattern valid for either.
     let f4: intf::fp_flow_way4 = unsafe { std::mem::transmute_copy(f) };
-    let mut key = f.key;
-    key.daddr[4..].fill(0);
-    FlowWay { key, generation: f4.generation, used: f4.used, packets: f4.packets }
+    // SAFETY: fp_flow_key is plain old data; all zeroes is a valid value.
+    let mut key: intf::fp_flow_key = unsafe { std::mem::zeroed() };
+    key.family = f4.key.family;
+    key.proto = f4.key.proto;
+    key.ingress = f4.key.ingress;
+    key.sport = f4.key.sport;
+    key.dport = f4.key.dport;
+    // The addresses are in network order: their bytes, as stored.
+    key.saddr[..4].copy_from_slice(&f4.key.saddr.to_ne_bytes());
+    key.daddr[..4].copy_from_slice(&f4.key.daddr.to_ne_bytes());
+    FlowWay { key, generation: f4.generation, used: f4.used, packets: f4.packets, ct4: Some(f4.ct) }
+}
+
+/// The cached conntrack verdict (bytes counted, validation) of way `w`:
+/// in the way for IPv4, in `ct_set` (the same index of `fp_ct_flows`) for IPv6.
+pub fn flow_ct(way: &FlowWay, ct_set: &intf::fp_ct_set, w: usize) -> intf::fp_ct_hot {
+    way.ct4.unwrap_or(ct_set.way[w].hot)
 }

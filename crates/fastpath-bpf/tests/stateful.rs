@@ -593,7 +593,7 @@ fn per_flow_packets_and_bytes() {
         for i in 0..FP_FLOW_WAYS as usize {
             let way = fastpath_bpf::flow_way(&f, i);
             if way.generation != 0 {
-                got.push((way.key.proto, way.packets, c.way[i].bytes));
+                got.push((way.key.proto, way.packets, fastpath_bpf::flow_ct(&way, &c, i).bytes));
             }
         }
     }

@@ -149,8 +149,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "MASK", default_value_t = intf::FP_DEFAULT_CT_MARK, value_parser = parse_u32_mask)]
     pub ct_mark: u32,
     /// Stateful mode: how often a cached verdict is re-checked against
-    /// conntrack, in milliseconds (conntrack events revoke it at once).
-    #[arg(long, value_name = "MS", default_value_t = intf::FP_DEFAULT_CT_REVALIDATE_MS)]
+    /// conntrack, in milliseconds (conntrack events revoke it at once); at
+    /// most 600000 (the data path times verdicts with a 30-bit clock of ~1 ms
+    /// ticks, see struct fp_ct_hot).
+    #[arg(long, value_name = "MS", default_value_t = intf::FP_DEFAULT_CT_REVALIDATE_MS,
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(intf::FP_CT_REVALIDATE_MAX_MS)))]
     pub ct_revalidate_ms: u32,
     /// Stateful mode, for the bench's A/B runs only: leave out parts of the
     /// daemon's conntrack work to measure what each costs. Not for use: the

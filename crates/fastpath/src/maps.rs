@@ -249,7 +249,7 @@ impl Maps {
                 });
                 e.packets += u64::from(way.packets);
                 if let (Some(b), Some(c)) = (e.bytes.as_mut(), ct_set.as_ref()) {
-                    *b += c.way[w].bytes;
+                    *b += fastpath_bpf::flow_ct(&way, c, w).bytes;
                 }
                 e.cpus += 1;
                 // The newest CPU copy describes the flow.
