@@ -176,6 +176,7 @@ class Lab:
     def __post_init__(self) -> None:
         self._undo: list[Callable[[], None]] = []
         self.daemon: "Daemon | None" = None  # set while a fastpath daemon runs on the router
+        self.neigh_flushed_at = 0.0  # time.monotonic() of the last flush_router_neigh()
         self.client = f"{self.prefix}-client"
         self.router = f"{self.prefix}-router"
         self.server = f"{self.prefix}-server"

@@ -146,7 +146,7 @@ _last_unroutable = [0.0]
 
 def send_unroutable(lab: Lab, send, frames: list, n4: int) -> None:
     """`send(frames)`, of which `n4` IPv4 packets have no route."""
-    since = max(_last_unroutable[0], getattr(lab, "neigh_flushed_at", 0.0))
+    since = max(_last_unroutable[0], lab.neigh_flushed_at)
     wait = since + n4 + 0.5 - time.monotonic()
     if wait > 0:
         time.sleep(wait)

@@ -299,6 +299,17 @@ static __always_inline void fp_ct_invalidate(struct fp_ct_hot *h, __u32 flags)
 	h->state = flags;
 }
 
+/* Way @way's fp_ct_flows line (its NAT; an IPv6 flow's whole verdict), looked up unless @cw has it. */
+static __always_inline struct fp_ct_way *fp_ct_line(struct fp_ct_way *cw, __u32 idx, int way)
+{
+	struct fp_ct_set *c;
+
+	if (cw)
+		return cw;
+	c = bpf_map_lookup_elem(&fp_ct_flows, &idx);
+	return c ? &c->way[way & (FP_FLOW_WAYS - 1)] : NULL;
+}
+
 /*
  * The cached verdict of way @way of set @idx: in the IPv4 way itself
  * (@v4, a constant at every call), else in fp_ct_flows. *@cw: the way's
@@ -308,32 +319,17 @@ static __always_inline void fp_ct_invalidate(struct fp_ct_hot *h, __u32 flags)
  */
 static __always_inline struct fp_ct_hot *fp_ct_hot_of(__u32 idx, int way, bool v4, struct fp_ct_way **cw)
 {
+	struct fp_flow_set *s;
+
 	*cw = NULL;
 	if (way < 0)
 		return NULL;
-	if (v4) {
-		struct fp_flow_set *s = bpf_map_lookup_elem(&fp_flows, &idx);
-
-		return s ? &fp_flow_way4(s, way)->ct : NULL;
-	} else {
-		struct fp_ct_set *c = bpf_map_lookup_elem(&fp_ct_flows, &idx);
-
-		if (!c)
-			return NULL;
-		*cw = &c->way[way & (FP_FLOW_WAYS - 1)];
-		return &(*cw)->hot;
+	if (!v4) {
+		*cw = fp_ct_line(NULL, idx, way);
+		return *cw ? &(*cw)->hot : NULL;
 	}
-}
-
-/* Way @way's fp_ct_flows line (its NAT), looked up unless @cw has it. */
-static __always_inline struct fp_ct_way *fp_ct_line(struct fp_ct_way *cw, __u32 idx, int way)
-{
-	struct fp_ct_set *c;
-
-	if (cw)
-		return cw;
-	c = bpf_map_lookup_elem(&fp_ct_flows, &idx);
-	return c ? &c->way[way & (FP_FLOW_WAYS - 1)] : NULL;
+	s = bpf_map_lookup_elem(&fp_flows, &idx);
+	return s ? &fp_flow_way4(s, way)->ct : NULL;
 }
 
 /*
