@@ -215,11 +215,12 @@ static __always_inline __u32
 fp_ct_pass(struct fp_pkt *p, const struct fp_flow_key *k, const struct fp_flow_pos *pos, __u32 l4_off, __u32 l4_len,
 	   struct fp_ct_verdict *v, bool v4)
 {
-	__u32 r = fp_ct_l4_reason(p->ctx, k->proto, l4_off, l4_len);
+	bool closes = false;
+	__u32 r = fp_ct_l4_reason(p->ctx, k->proto, l4_off, l4_len, &closes);
 
 	if (r) {
 		if (r == FP_R_CT_TCP_FLAGS && pos->set)
-			fp_ct_closing(&fp_rt, pos->idx, pos->way, v4);
+			fp_ct_closing(&fp_rt, pos->idx, pos->way, v4, closes);
 		return r;
 	}
 	return fp_ct_gate(p->ctx, &fp_rt, k, pos->set != NULL, pos->idx, pos->way, &p->st->watch, v, v4);

@@ -322,7 +322,7 @@ struct fp_flow_way {
 #define FP_CT_TICK_MASK 0x3FFFFFFFU
 #define FP_CT_REVALIDATE_MAX_MS 600000
 #define FP_CTH_FLAG_BITS 2
-#define FP_CTH_CLOSING (1U << 0) /* a TCP FIN/RST/SYN of this flow went to the kernel under ct_generation:
+#define FP_CTH_CLOSING (1U << 0) /* a TCP FIN/RST of this flow went to the kernel under ct_generation:
 				  * punt without a lookup until the generation moves (the kernel may not
 				  * have processed it yet, so conntrack can still say ESTABLISHED, and the
 				  * segments after it are conntrack's to see) */

@@ -84,9 +84,11 @@ struct fp_ct_verdict {
  * Punts that need no conntrack lookup: protocols the kfuncs refuse, L4
  * headers too short to look up or to read the flags from, and TCP packets
  * conntrack must see (SYN, FIN, RST) — on every packet, cache hit or not.
- * @l4_off is the constant offset of the L4 header in the frame.
+ * @l4_off is the constant offset of the L4 header in the frame. *@closes:
+ * the TCP segment punted for its flags has FIN or RST (else it is a SYN).
  */
-static __always_inline __u32 fp_ct_l4_reason(struct xdp_md *ctx, __u8 proto, __u32 l4_off, __u32 l4_len)
+static __always_inline __u32 fp_ct_l4_reason(struct xdp_md *ctx, __u8 proto, __u32 l4_off, __u32 l4_len,
+					     bool *closes)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -95,6 +97,7 @@ static __always_inline __u32 fp_ct_l4_reason(struct xdp_md *ctx, __u8 proto, __u
 	if (proto == IPPROTO_TCP) {
 		if (l4_len < 20 || (void *)(l4 + 20) > data_end)
 			return FP_R_CT_UNSUPPORTED;
+		*closes = l4[13] & (FP_TCP_FIN | FP_TCP_RST);
 		if (l4[13] & (FP_TCP_FIN | FP_TCP_SYN | FP_TCP_RST))
 			return FP_R_CT_TCP_FLAGS;
 		return 0;
@@ -417,20 +420,28 @@ fp_ct_gate(struct xdp_md *ctx, const struct fp_runtime *rt, const struct fp_flow
 }
 
 /*
- * A TCP FIN, RST or SYN of the flow in way @way of set @idx goes to the
+ * A TCP FIN or RST (@closes) of the flow in way @way of set @idx goes to the
  * kernel: its cached verdict must not carry the segments behind it before
  * conntrack has processed it (XDP_PASS hands it to the stack only after the
- * rest of the receive batch went through here). Holds until the daemon bumps
- * the generation on conntrack's event for it.
+ * rest of the receive batch went through here, and an ACK may follow a FIN).
+ * Holds until the daemon bumps the generation on conntrack's event for it.
+ *
+ * A SYN (or SYN-ACK) only drops the cached verdict, and a hold a FIN left:
+ * its sender sends nothing behind it but retransmissions and RSTs (punted
+ * for their flags) before the peer answers, and the answer needs the kernel
+ * to have forwarded, so conntrack to have processed, the SYN; the next
+ * lookup sees that. A hold there would keep a connection that reuses a
+ * closed one's ports (a client's next connection, seconds later) off the
+ * fast path until the next generation bump.
  */
-static __always_inline void fp_ct_closing(const struct fp_runtime *rt, __u32 idx, int way, bool v4)
+static __always_inline void fp_ct_closing(const struct fp_runtime *rt, __u32 idx, int way, bool v4, bool closes)
 {
 	struct fp_ct_way *cw;
 	struct fp_ct_hot *h = fp_ct_hot_of(idx, way, v4, &cw);
 
 	if (!h)
 		return;
-	fp_ct_invalidate(h, (h->state & FP_CTH_NAT) | FP_CTH_CLOSING);
+	fp_ct_invalidate(h, (h->state & FP_CTH_NAT) | (closes ? FP_CTH_CLOSING : 0));
 	h->ct_generation = rt->ct_generation;
 }
 

@@ -508,9 +508,10 @@ fn no_flow_cache_looks_up_every_packet() {
 }
 
 /// SYN/FIN/RST punt on every packet, also when the flow is cached; the
-/// segments behind them punt too (the kernel may not have processed the FIN
-/// yet, so conntrack still says ESTABLISHED) until the daemon bumps the
-/// generation on conntrack's event, when a lookup decides again.
+/// segments behind a FIN or RST punt too (the kernel may not have processed
+/// it yet, so conntrack still says ESTABLISHED) until the daemon bumps the
+/// generation on conntrack's event, when a lookup decides again. A SYN only
+/// drops the cached verdict: the next segment is looked up at once.
 #[test]
 fn tcp_flags_punt_on_cache_hits() {
     let Some((mut lab, mut w)) = shared_lab("tcp_flags_punt_on_cache_hits") else { return };
@@ -520,7 +521,7 @@ fn tcp_flags_punt_on_cache_hits() {
     let l = lab.program(&w).expect("load");
     let data = t4(ACK);
     forwards(&l, &w, &f4(&data), &out4(&data));
-    for f in [FIN | ACK, RST, SYN] {
+    for f in [FIN | ACK, RST] {
         punts(&l, &w, &f4(&t4(f)), FP_R_CT_TCP_FLAGS);
         punts(&l, &w, &f4(&data), FP_R_CT_NOT_ESTABLISHED);
         // The entry in this netns never sees the FIN: after the bump the
@@ -529,7 +530,18 @@ fn tcp_flags_punt_on_cache_hits() {
         set_rt(&l, &w);
         forwards(&l, &w, &f4(&data), &out4(&data));
     }
-    assert!(hits(&l) >= 7, "the flagged packets did not take the cache path");
+    // A FIN's hold, then a SYN on the same ports (a new connection): no
+    // bump needed, the next segment is looked up (without the entry it
+    // would not go fast on the old verdict) and goes fast.
+    punts(&l, &w, &f4(&t4(FIN | ACK)), FP_R_CT_TCP_FLAGS);
+    for f in [SYN, SYN | ACK] {
+        punts(&l, &w, &f4(&t4(f)), FP_R_CT_TCP_FLAGS);
+        conntrack::delete(TCP_FILTER).expect("conntrack -D");
+        punts(&l, &w, &f4(&data), FP_R_CT_NEW);
+        conntrack::insert(TCP_EST).expect("conntrack -I");
+        forwards(&l, &w, &f4(&data), &out4(&data));
+    }
+    assert!(hits(&l) >= 9, "the flagged packets did not take the cache path");
 }
 
 /// A (re)validation sets the entry's timeout to what the kernel's own
