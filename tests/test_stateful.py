@@ -18,6 +18,7 @@ import os
 import re
 import socket
 import struct
+import subprocess
 import threading
 import time
 
@@ -216,6 +217,61 @@ def test_refuses_netdev_hooks(lab: Lab, fastpath_bin):
     assert p.returncode != 0
     assert "netdev early in (ingress)" in p.stderr and "--allow-netfilter-bypass" in p.stderr, p.stderr
     assert not lab.xdp_attached()
+
+
+def test_example_ruleset_reports_only_what_revokes(lab: Lab):
+    """The example ruleset's conntrack event mask, kernel alone: a short
+    connection sends no message fastpath listens to (its mark travels with
+    the "new" event, its end after a FIN is not reported, also when the next
+    connection on its ports replaces its TIME_WAIT entry), while what
+    revokes a verdict still is: a mark change and a live entry's destroy."""
+    load_ruleset(lab)
+    lab.resolve_neighbours()
+    port, cport = 5120, 41120
+    ev = subprocess.Popen(["ip", "netns", "exec", lab.router, "stdbuf", "-oL", "conntrack", "-E", "-p", "tcp"],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    lab.defer(lambda: (ev.kill(), ev.wait()))
+    with in_netns(lab.server):
+        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lab.defer(ls.close)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((Lab.S4, port))
+    ls.listen(1)
+    ls.settimeout(5)
+    time.sleep(0.3)  # conntrack -E has subscribed
+
+    def connect() -> tuple[socket.socket, socket.socket]:
+        with in_netns(lab.client):
+            c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        lab.defer(c.close)
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        c.settimeout(5)
+        c.bind((Lab.C4, cport))
+        c.connect((Lab.S4, port))
+        s, _ = ls.accept()
+        lab.defer(s.close)
+        s.settimeout(5)
+        c.sendall(b"x")
+        assert s.recv(1) == b"x"
+        return c, s
+
+    c, s = connect()
+    s.close()  # the server closes first: the client's port is free at once
+    assert c.recv(1) == b""
+    c.close()
+    wait_for(lambda: "TIME_WAIT" in (ct_entry(lab, "tcp", port) or ""), 2.0, "the entry to reach TIME_WAIT")
+    connect()
+    wait_for(lambda: "ESTABLISHED" in (ct_entry(lab, "tcp", port) or ""), 2.0, "the second connection's entry")
+    lab.run(lab.router, "conntrack", "-U", "-s", Lab.C4, "-d", Lab.S4, "--mark", "0")
+    lab.run(lab.router, "conntrack", "-D", "-p", "tcp", "--dport", str(port))
+    time.sleep(0.3)
+    ev.kill()
+    out, _ = ev.communicate()
+    seen = [m.group(1) for line in out.splitlines() if f"dport={port} " in line
+            for m in [re.match(r"\s*\[(\w+)\]", line)] if m]
+    assert seen == ["NEW", "NEW", "UPDATE", "DESTROY"], out
+    new = [line for line in out.splitlines() if "[NEW]" in line and f"dport={port} " in line]
+    assert all(ct_field(line, "mark") == "1" for line in new), new
 
 
 def test_dropped_connection_is_never_forwarded(sf: Daemon):

@@ -20,28 +20,38 @@ const UDP_DPORT: u16 = 9;
 const GEN: &str = "192.0.2.2";
 const SINK: &str = "198.51.100.2";
 
-/// The forward ruleset, with the fast-path bit(s) `mark`: the forward chain
-/// of examples/nftables/stateful.nft with LAN = r0 and WAN = r1, less its
-/// kernel-only set and port forward (no bench traffic would touch them).
 /// The conntrack events the ruleset lets entries report, as the example
 /// ruleset does: destroy (1 << IPCT_DESTROY) and mark (1 << IPCT_MARK), all
 /// fastpath's revocations need (nft 1.0.6 lists it as `destroy,mark` but
 /// cannot parse `mark` there).
 pub const CT_EVENTS: u32 = (1 << 2) | (1 << 7);
+/// After a FIN, as the example ruleset: mark changes only (the data path no
+/// longer trusts a closing entry, so its end need not be reported).
+pub const CT_EVENTS_AFTER_FIN: u32 = 1 << 7;
 
+/// The forward ruleset, with the fast-path bit(s) `mark`: the forward and
+/// approve chains of examples/nftables/stateful.nft with LAN = r0 and WAN =
+/// r1, less its kernel-only set and port forward (no bench traffic would
+/// touch them).
 pub fn ruleset(mark: u32) -> String {
     format!(
         "table inet fpbench_stateful {{\n\
          \tchain forward {{\n\
          \t\ttype filter hook forward priority filter; policy drop;\n\
-         \t\tct event set {events:#x}\n\
+         \t\tct state new ct event set {events:#x}\n\
+         \t\ttcp flags & fin == fin ct event set {closed_events:#x}\n\
          \t\tct state invalid drop\n\
          \t\tct state established ct mark set ct mark or {mark:#x} accept\n\
          \t\tct state related accept\n\
          \t\tiifname \"{r0}\" oifname \"{r1}\" accept\n\
          \t}}\n\
+         \tchain approve {{\n\
+         \t\ttype filter hook forward priority filter + 1; policy accept;\n\
+         \t\tct state new ct mark set ct mark or {mark:#x}\n\
+         \t}}\n\
          }}\n",
         events = CT_EVENTS,
+        closed_events = CT_EVENTS_AFTER_FIN,
         r0 = topo::R0,
         r1 = topo::R1
     )
@@ -206,7 +216,9 @@ mod tests {
         assert!(r.contains("policy drop;"));
         assert!(r.contains("ct state established ct mark set ct mark or 0x10 accept"));
         assert!(r.contains("ct state invalid drop"));
-        assert!(r.contains("ct event set 0x84\n"));
+        assert!(r.contains("ct state new ct event set 0x84\n"));
+        assert!(r.contains("tcp flags & fin == fin ct event set 0x80\n"));
+        assert!(r.contains("priority filter + 1; policy accept;\n\t\tct state new ct mark set ct mark or 0x10\n"));
         assert!(r.contains("iifname \"r0\" oifname \"r1\" accept"));
     }
 
