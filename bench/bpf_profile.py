@@ -118,18 +118,20 @@ def programs(prefix: str) -> dict:
     return tables
 
 
-def samples(data: str, prefix: str):
-    """The innermost frame in a matching program of each sample: (tag, offset) or None."""
+def samples(data: str, prefix: str, self_only: bool = False):
+    """The innermost frame in a matching program of each sample: (tag, offset) or None.
+    self_only: only samples taken in the program's own code, not in what it called."""
     out = subprocess.run(["perf", "script", "-i", data, "-F", "ip,sym,symoff"],
                          capture_output=True, text=True).stdout
     sym = re.compile(r"bpf_prog_([0-9a-f]{16})_(\S+?)(?:\+0x([0-9a-f]+))?$")
     for block in out.split("\n\n"):
         hit = None
-        for line in block.strip().splitlines():
+        for depth, line in enumerate(block.strip().splitlines()):
             parts = line.split()
             m = sym.match(parts[1]) if len(parts) >= 2 else None
             if m and m.group(2).startswith(prefix[:15]):
-                hit = (m.group(1), int(m.group(3) or "0", 16))
+                if not self_only or depth == 0:
+                    hit = (m.group(1), int(m.group(3) or "0", 16))
                 break
         if block.strip():
             yield hit
@@ -142,6 +144,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--data", help="keep perf's data file here")
+    ap.add_argument("--self", dest="self_only", action="store_true",
+                    help="only the program's own instructions, not the helpers and kfuncs it called")
     a = ap.parse_args()
 
     tables = programs(a.prog)
@@ -154,7 +158,7 @@ def main() -> int:
                         "--", "sleep", str(a.seconds)], check=True, stdout=subprocess.DEVNULL)
         total, inside, unknown = 0, 0, 0
         by_line = collections.Counter()
-        for hit in samples(data, a.prog):
+        for hit in samples(data, a.prog, a.self_only):
             total += 1
             if hit is None:
                 continue
@@ -172,7 +176,7 @@ def main() -> int:
         print("no samples", file=sys.stderr)
         return 1
     print(f"CPU {a.cpu}, {a.seconds:g} s: {total} samples, {inside} ({100 * inside / total:.1f}%) in {a.prog}* "
-          f"or what it called" + (f", {unknown} in programs loaded after the line tables were read" if unknown else ""))
+          + ("itself" if a.self_only else "or what it called") + (f", {unknown} in programs loaded after the line tables were read" if unknown else ""))
     print(f"{'share':>6} {'samples':>7}  line")
     for (f, ln, text), n in by_line.most_common(a.top):
         print(f"{100 * n / max(inside, 1):5.1f}% {n:7d}  {f}:{ln}  {text[:80]}")
