@@ -424,7 +424,9 @@ fp_ct_gate(struct xdp_md *ctx, const struct fp_runtime *rt, const struct fp_flow
  * kernel: its cached verdict must not carry the segments behind it before
  * conntrack has processed it (XDP_PASS hands it to the stack only after the
  * rest of the receive batch went through here, and an ACK may follow a FIN).
- * Holds until the daemon bumps the generation on conntrack's event for it.
+ * Holds until the daemon's next generation bump (whatever revoked; the
+ * example ruleset lets a closing entry report nothing more) or a SYN on
+ * the same ports: a closing entry does not become ESTABLISHED again.
  *
  * A SYN (or SYN-ACK) only drops the cached verdict, and a hold a FIN left:
  * its sender sends nothing behind it but retransmissions and RSTs (punted

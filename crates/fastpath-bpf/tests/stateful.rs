@@ -509,8 +509,8 @@ fn no_flow_cache_looks_up_every_packet() {
 
 /// SYN/FIN/RST punt on every packet, also when the flow is cached; the
 /// segments behind a FIN or RST punt too (the kernel may not have processed
-/// it yet, so conntrack still says ESTABLISHED) until the daemon bumps the
-/// generation on conntrack's event, when a lookup decides again. A SYN only
+/// it yet, so conntrack still says ESTABLISHED) until the daemon next bumps the
+/// generation (on any revocation), when a lookup decides again. A SYN only
 /// drops the cached verdict: the next segment is looked up at once.
 #[test]
 fn tcp_flags_punt_on_cache_hits() {
