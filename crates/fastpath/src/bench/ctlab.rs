@@ -39,8 +39,8 @@ pub fn ruleset(mark: u32) -> String {
          \tchain forward {{\n\
          \t\ttype filter hook forward priority filter; policy drop;\n\
          \t\tct state new ct event set {events:#x}\n\
-         \t\ttcp flags & fin == fin ct event set {closed_events:#x}\n\
          \t\tct state invalid drop\n\
+         \t\ttcp flags & fin == fin ct event set {closed_events:#x}\n\
          \t\tct state established ct mark set ct mark or {mark:#x} accept\n\
          \t\tct state related accept\n\
          \t\tiifname \"{r0}\" oifname \"{r1}\" accept\n\
