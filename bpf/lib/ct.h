@@ -97,10 +97,10 @@ static __always_inline __u32 fp_ct_l4_reason(struct xdp_md *ctx, __u8 proto, __u
 	if (proto == IPPROTO_TCP) {
 		if (l4_len < 20 || (void *)(l4 + 20) > data_end)
 			return FP_R_CT_UNSUPPORTED;
+		if (!(l4[13] & (FP_TCP_FIN | FP_TCP_SYN | FP_TCP_RST)))
+			return 0;
 		*closes = l4[13] & (FP_TCP_FIN | FP_TCP_RST);
-		if (l4[13] & (FP_TCP_FIN | FP_TCP_SYN | FP_TCP_RST))
-			return FP_R_CT_TCP_FLAGS;
-		return 0;
+		return FP_R_CT_TCP_FLAGS;
 	}
 	if (proto == IPPROTO_UDP) {
 		if (l4_len < 8 || (void *)(l4 + 8) > data_end)
