@@ -626,6 +626,43 @@ class Daemon:
         """Give the daemon its <= 100 ms to mirror a change the test just made."""
         time.sleep(settle)
 
+    def neighbour_view(self) -> dict[tuple[str, str], str]:
+        """{(dev, address): mac} of the daemon's neighbour table."""
+        return {(n["dev"], str(ipaddress.ip_address(n["address"]))): n["mac"] for n in self.neighbours()}
+
+    def wait_neighbours_mirrored(self, timeout: float = 10.0) -> None:
+        """Until the daemon holds exactly the router's usable neighbours.
+
+        A barrier for runs that start from freshly resolved neighbours: a
+        fixed sleep let a loaded CI machine send a case's first packets
+        before the daemon had mirrored the new entries (counted no_neigh)."""
+        diff: list[str] = []
+
+        def agree() -> bool:
+            k, d = kernel_neighbours(self.lab, self.ifaces), self.neighbour_view()
+            diff[:] = [f"{key}: kernel {k.get(key)} fastpath {d.get(key)}"
+                       for key in sorted(set(k) | set(d)) if k.get(key) != d.get(key)]
+            return not diff
+
+        deadline = time.monotonic() + timeout
+        while not agree():
+            assert time.monotonic() < deadline, \
+                f"neighbours not mirrored {timeout}s after resolving: {diff}\n{self.log_text()}"
+            time.sleep(0.02)
+
+
+USABLE_NEIGH = {"PERMANENT", "REACHABLE", "STALE", "DELAY", "PROBE"}
+
+
+def kernel_neighbours(lab: "Lab", ports: Sequence[str] | None = None) -> dict[tuple[str, str], str]:
+    """{(dev, address): mac} of the router's neighbours fastpath may forward to."""
+    ports = list(ports or lab.router_ifaces())
+    out = {}
+    for n in json.loads(lab.ip(lab.router, "-j", "neigh", "show").stdout):
+        if n.get("dev") in ports and "lladdr" in n and USABLE_NEIGH & set(n.get("state", [])):
+            out[(n["dev"], str(ipaddress.ip_address(n["dst"])))] = n["lladdr"]
+    return out
+
 
 def wait_for(what: str, cond, timeout: float = 5.0, step: float = 0.05):
     """cond()'s first true value, polled until `timeout` (else a failed assert)."""

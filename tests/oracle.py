@@ -44,7 +44,7 @@ def _run(lab: Lab, scenario: Scenario, rx: Sequence[Iface], daemon: Daemon | Non
         lab.flush_router_neigh(dev)
     lab.resolve_neighbours()
     if daemon:
-        daemon.wait_converged()
+        daemon.wait_neighbours_mirrored()
     if prepare:
         prepare()
         if daemon:

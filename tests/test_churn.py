@@ -29,7 +29,7 @@ import struct
 import threading
 import time
 
-from lab import Capture, Daemon, Lab, Sender, counter_delta
+from lab import Capture, Daemon, Lab, Sender, counter_delta, kernel_neighbours
 from pkts import udp4, udp6
 
 SOAK = os.environ.get("FASTPATH_SOAK", "") not in ("", "0")
@@ -139,28 +139,13 @@ def daemon_routes(d: Daemon) -> dict[str, tuple[str, str]]:
     return out
 
 
-USABLE = {"PERMANENT", "REACHABLE", "STALE", "DELAY", "PROBE"}
-
-
-def kernel_neigh(lab: Lab, ports: list[str]) -> dict[tuple[str, str], str]:
-    out = {}
-    for n in json.loads(lab.ip(lab.router, "-j", "neigh", "show").stdout):
-        if n.get("dev") in ports and "lladdr" in n and USABLE & set(n.get("state", [])):
-            out[(n["dev"], str(ipaddress.ip_address(n["dst"])))] = n["lladdr"]
-    return out
-
-
-def daemon_neigh(d: Daemon) -> dict[tuple[str, str], str]:
-    return {(n["dev"], str(ipaddress.ip_address(n["address"]))): n["mac"] for n in d.neighbours()}
-
-
 CHURNED = set(PREFIX4) | set(PREFIX6)
 
 
 def tables_agree(lab: Lab, d: Daemon) -> str | None:
     """None when the daemon mirrors the kernel exactly, else what differs."""
     kr, dr = kernel_routes(lab), daemon_routes(d)
-    kn, dn = kernel_neigh(lab, lab.router_ifaces()), daemon_neigh(d)
+    kn, dn = kernel_neighbours(lab), d.neighbour_view()
     bad = []
     for what, k, m in (("route", kr, dr), ("neighbour", kn, dn)):
         for key in sorted(set(k) | set(m), key=str):
@@ -230,7 +215,7 @@ def check_probes(lab: Lab, d: Daemon, churn: Churn) -> None:
     """Each probe leaves once, by the kernel's current route, to its current neighbour."""
     want = {}
     kr = kernel_routes(lab)
-    kn = kernel_neigh(lab, lab.router_ifaces())
+    kn = kernel_neighbours(lab)
     frames = probe_frames(lab, 1)
     for i, (p, _) in enumerate(frames):
         if p in kr:
