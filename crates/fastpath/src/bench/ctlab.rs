@@ -57,7 +57,7 @@ pub fn ruleset(mark: u32) -> String {
     )
 }
 
-fn run(ns: &str, args: &[&str]) -> Result<std::process::Output> {
+pub(super) fn run(ns: &str, args: &[&str]) -> Result<std::process::Output> {
     let out = Command::new("ip")
         .args(["netns", "exec", ns])
         .args(args)

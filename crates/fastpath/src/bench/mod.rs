@@ -35,6 +35,7 @@ mod failover;
 mod tablesync;
 mod topo;
 mod traffic;
+mod wire;
 
 use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};

@@ -138,6 +138,22 @@ pub struct RawFwd<'obj> {
 
 impl<'obj> RawFwd<'obj> {
     pub fn attach(storage: &'obj mut MaybeUninit<OpenObject>, t: &Topology) -> Result<Self> {
+        let r0 = t.ifindex(&t.router, topo::R0)?;
+        let r1 = t.ifindex(&t.router, topo::R1)?;
+        Self::attach_in(storage, &t.router, r0, r1, topo::MAC_S0, topo::MAC_R1)
+            .context("attaching raw_fwd to r0")
+    }
+
+    /// Every IPv4 frame arriving at `ingress` in namespace `ns` leaves
+    /// through `egress` with destination MAC `dst` and source `src`.
+    pub fn attach_in(
+        storage: &'obj mut MaybeUninit<OpenObject>,
+        ns: &str,
+        ingress: u32,
+        egress: u32,
+        dst: [u8; 6],
+        src: [u8; 6],
+    ) -> Result<Self> {
         let mut open = RawFwdSkelBuilder::default()
             .open(storage)
             .context("opening raw_fwd.bpf.o")?;
@@ -146,22 +162,20 @@ impl<'obj> RawFwd<'obj> {
             .rodata_data
             .as_deref_mut()
             .context("raw_fwd.bpf.o has no .rodata")?;
-        let macs: Vec<u8> = topo::MAC_S0.iter().chain(topo::MAC_R1.iter()).copied().collect();
+        let macs: Vec<u8> = dst.iter().chain(src.iter()).copied().collect();
         for (i, w) in macs.chunks(2).enumerate() {
             ro.raw_macs[i] = u16::from_ne_bytes([w[0], w[1]]);
         }
         let skel = open.load().context("loading raw_fwd.bpf.o")?;
-        let r0 = t.ifindex(&t.router, topo::R0)?;
-        let r1 = t.ifindex(&t.router, topo::R1)?;
         // The kernel resolves a devmap's ifindex in the writer's namespace.
-        topo::in_netns(&t.router, || {
+        topo::in_netns(ns, || {
             skel.maps
                 .raw_tx
-                .update(&0u32.to_ne_bytes(), &r1.to_ne_bytes(), MapFlags::ANY)
+                .update(&0u32.to_ne_bytes(), &egress.to_ne_bytes(), MapFlags::ANY)
         })?
-        .context("setting raw_tx[0] = r1")?;
-        let link = topo::in_netns(&t.router, || skel.progs.fp_bench_raw_fwd.attach_xdp(r0 as i32))?
-            .context("attaching raw_fwd to r0")?;
+        .with_context(|| format!("setting raw_tx[0] = ifindex {egress} in {ns}"))?;
+        let link = topo::in_netns(ns, || skel.progs.fp_bench_raw_fwd.attach_xdp(ingress as i32))?
+            .with_context(|| format!("attaching raw_fwd to ifindex {ingress} in {ns}"))?;
         Ok(RawFwd {
             _skel: skel,
             _link: link,

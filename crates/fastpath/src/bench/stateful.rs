@@ -91,6 +91,11 @@ pub struct StatefulArgs {
     /// Seconds per connection-rate repetition.
     #[arg(long, default_value_t = 2.0)]
     pub crr_duration: f64,
+    /// How the hosts' TCP segments enter the router: as XDP frames, like a
+    /// NIC's (wire.rs), or as the sockets' skbs straight from the host veths
+    /// (each copied by veth for an XDP program on the router).
+    #[arg(long, value_enum, default_value = "frames")]
+    pub crr_ingress: super::wire::Ingress,
     /// Client threads opening connections back to back.
     #[arg(long, default_value_t = 2)]
     pub crr_clients: usize,
@@ -161,6 +166,7 @@ struct StatefulReport<'a> {
     /// Modes that could not run, with the reason.
     not_measured: BTreeMap<&'static str, String>,
     target_ratio_to_kernel_ct: f64,
+    crr_ingress: super::wire::Ingress,
 }
 
 const METHOD: &str = "the main bench's generator -> router -> sink on one pinned CPU (BPF_PROG_RUN live frames, \
@@ -169,7 +175,8 @@ const METHOD: &str = "the main bench's generator -> router -> sink on one pinned
     established, assured and marked with `conntrack -R` before the first mode and checked before each; \
     Mpps = frames at the sink / generator run time, median of the repetitions; ratios to kernel-ct. \
     TCP connections/s: clients in the generator namespace (connect, 26 B request, read the 64 B response \
-    until the server closes), server in the sink namespace, all threads on the same CPU";
+    until the server closes), server in the sink namespace, all threads on the same CPU; by default their \
+    segments reach the router as XDP frames, as from a NIC (crr_ingress, wire.rs)";
 
 pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Result<()> {
     let mut modes = a.modes.clone();
@@ -221,7 +228,16 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         if plan.place.fifo { " (SCHED_FIFO)" } else { "" },
         a.ct_mark,
         if crr {
-            format!("; TCP connections/s: {} clients, {} x {:.1} s", a.crr_clients, a.crr_reps, a.crr_duration)
+            format!(
+                "; TCP connections/s: {} clients, {} x {:.1} s, router ingress {}",
+                a.crr_clients,
+                a.crr_reps,
+                a.crr_duration,
+                match a.crr_ingress {
+                    super::wire::Ingress::Frames => "frames (NIC-like, wire.rs)",
+                    super::wire::Ingress::Skbs => "the sockets' skbs",
+                }
+            )
         } else {
             String::new()
         }
@@ -321,6 +337,7 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         ct_ref_verdicts: ct_verdicts,
         not_measured,
         target_ratio_to_kernel_ct: TARGET_RATIO,
+        crr_ingress: a.crr_ingress,
     };
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let json = a.out.join("stateful.json");

@@ -24,6 +24,7 @@ use super::router::{self, Daemon, FpStats, Verdicts};
 use super::stateful::{crr_row, CrrRow, StMode, StatefulArgs, DAEMON_READY};
 use super::topo::Topology;
 use super::traffic::Placement;
+use super::wire::{Ingress, Wire};
 
 /// Connections before each measured repetition: the server's accept queue,
 /// conntrack and (fastpath) the daemon's event socket reach steady state.
@@ -91,6 +92,11 @@ pub fn interleaved(run: &CrrRun<'_>, modes: &[StMode], ab: &[Variant]) -> Result
         return Ok(Vec::new());
     }
     ctlab::flush_tcp(run.topo)?;
+    let (mut gen_obj, mut sink_obj) = (MaybeUninit::uninit(), MaybeUninit::uninit());
+    let _wire = match run.args.crr_ingress {
+        Ingress::Frames => Some(Wire::attach(&mut gen_obj, &mut sink_obj, run.topo)?),
+        Ingress::Skbs => None,
+    };
     let server = Server::start(run.topo, run.place)?;
     for round in 0..run.args.crr_reps {
         let order: Vec<usize> = (0..arms.len()).map(|k| (k + round) % arms.len()).collect();
