@@ -126,27 +126,26 @@ fn build<'obj>(obj: &'obj mut MaybeUninit<OpenObject>, s: &Side<'_>) -> Result<R
     fwd
 }
 
+/// The hop's veth pair exists; everything else on it.
 fn hop<'obj>(obj: &'obj mut MaybeUninit<OpenObject>, s: &Side<'_>) -> Result<RawFwd<'obj>> {
     let ns = s.ns;
-    {
-        for dev in [s.out, s.wire] {
-            ctlab::run(ns, &["ip", "link", "set", "dev", dev, "up"])?;
-        }
-        ctlab::run(ns, &["ethtool", "-K", s.out, "tx", "off"])?;
-        // Replies come back on the LAN veth although the route points at the
-        // hop: no reverse-path filter may drop them.
-        for k in ["all", "default", s.lan, s.out] {
-            ctlab::run(ns, &["sysctl", "-qw", &format!("net.ipv4.conf.{k}.rp_filter=0")])?;
-        }
-        ctlab::run(ns, &[
-            "ip", "neigh", "replace", s.gw, "lladdr", &crate::api::fmt_mac(&s.gw_mac), "dev", s.out, "nud", "permanent",
-        ])?;
-        let wire = topo::in_netns(ns, || nix::net::if_::if_nametoindex(s.wire))??;
-        let lan = topo::in_netns(ns, || nix::net::if_::if_nametoindex(s.lan))??;
-        let fwd = RawFwd::attach_in(obj, ns, wire, lan, s.gw_mac, s.host_mac)?;
-        ctlab::run(ns, &["ip", "route", "replace", s.far, "via", s.gw, "dev", s.out, "onlink", "src", s.host])?;
-        Ok(fwd)
+    for dev in [s.out, s.wire] {
+        ctlab::run(ns, &["ip", "link", "set", "dev", dev, "up"])?;
     }
+    ctlab::run(ns, &["ethtool", "-K", s.out, "tx", "off"])?;
+    // Replies come back on the LAN veth although the route points at the
+    // hop: no reverse-path filter may drop them.
+    for k in ["all", "default", s.lan, s.out] {
+        ctlab::run(ns, &["sysctl", "-qw", &format!("net.ipv4.conf.{k}.rp_filter=0")])?;
+    }
+    ctlab::run(ns, &[
+        "ip", "neigh", "replace", s.gw, "lladdr", &crate::api::fmt_mac(&s.gw_mac), "dev", s.out, "nud", "permanent",
+    ])?;
+    let wire = topo::in_netns(ns, || nix::net::if_::if_nametoindex(s.wire))??;
+    let lan = topo::in_netns(ns, || nix::net::if_::if_nametoindex(s.lan))??;
+    let fwd = RawFwd::attach_in(obj, ns, wire, lan, s.gw_mac, s.host_mac)?;
+    ctlab::run(ns, &["ip", "route", "replace", s.far, "via", s.gw, "dev", s.out, "onlink", "src", s.host])?;
+    Ok(fwd)
 }
 
 /// The side's hop gone, its host routes through its LAN veth again.
