@@ -25,7 +25,7 @@ REASON_KEYS = {"packets", "bytes"}
 
 def test_counters_match_known_packet_list(lab, daemon):
     lab.resolve_neighbours()
-    daemon.wait_converged()
+    daemon.wait_neighbours_mirrored()
     plan = {
         "forwarded": [udp4(lab, seq=i, size=10 * i) for i in range(7)]
                      + [udp6(lab, seq=i, size=100 + i) for i in range(4)],
@@ -71,7 +71,7 @@ def test_status_json_shape(lab, daemon):
 
 def test_routes_and_neighbours_json(lab, daemon):
     lab.resolve_neighbours()
-    daemon.wait_converged()
+    daemon.wait_neighbours_mirrored()
     routes = daemon.routes()
     by_prefix = {r["prefix"]: r for r in routes}
     far4 = by_prefix[Lab.REMOTE4]

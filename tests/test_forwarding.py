@@ -53,7 +53,7 @@ def deltas(daemon, before):
 @pytest.mark.parametrize("dst", [Lab.S4, Lab.FAR4, Lab.S6, Lab.FAR6])
 def test_ping(lab, daemon, dst):
     lab.resolve_neighbours()
-    daemon.wait_converged()
+    daemon.wait_neighbours_mirrored()
     before = snapshot(daemon)
     fam = "-6" if ":" in dst else "-4"
     lab.run(lab.client, "ping", fam, "-c10", "-i0.01", "-W2", "-q", dst)
@@ -66,7 +66,7 @@ def test_ping(lab, daemon, dst):
 def test_udp_rewrite(lab, daemon, family):
     """Exact output: MACs rewritten, TTL/hop limit - 1, checksum valid, payload intact."""
     lab.resolve_neighbours()
-    daemon.wait_converged()
+    daemon.wait_neighbours_mirrored()
     before = snapshot(daemon)
     mk = udp4 if family == 4 else udp6
     sent = [mk(lab, seq=i, size=64 + i) for i in range(10)]
@@ -94,7 +94,7 @@ def test_udp_rewrite(lab, daemon, family):
 def test_tcp_transfer(lab, daemon, dst):
     """A real connection: 2 MB echoed back through the router, checked byte for byte."""
     lab.resolve_neighbours()
-    daemon.wait_converged()
+    daemon.wait_neighbours_mirrored()
     before = snapshot(daemon)
     srv = subprocess.Popen(["ip", "netns", "exec", lab.server, sys.executable, str(HERE / "tcp_echo.py"),
                             "server", dst, "5001"], stdout=subprocess.PIPE, text=True)

@@ -63,7 +63,7 @@ def test_vanished_neighbour_stops_the_fast_path_like_the_kernel(lab, daemon):
                        ("retrans_time_ms", "100"), ("ucast_solicit", "3"), ("mcast_solicit", "3")):
         lab.sysctl(lab.router, f"net.ipv4.neigh.r1.{key}", value)
     lab.resolve_neighbours()
-    daemon.wait_converged()
+    daemon.wait_neighbours_mirrored()
     OneWayStream(lab, Lab.S4)
 
     # Several reachable-time periods of one-way fast-pathed traffic.

@@ -41,7 +41,7 @@ def ping_deltas(lab: Lab, daemon: Daemon) -> dict:
 
 def test_chain_added_while_running_punts_everything(lab, daemon):
     lab.resolve_neighbours()
-    daemon.wait_converged()
+    daemon.wait_neighbours_mirrored()
     assert ping_deltas(lab, daemon).get("forwarded", 0) >= 5
     ahead = daemon.status()["reconciles"]["ahead"]
 
