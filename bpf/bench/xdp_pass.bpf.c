@@ -3,10 +3,11 @@
  * xdp_pass.bpf.c — the `xdp-pass` variant of `fastpath bench stateful --ab`:
  * an XDP program that hands every frame to the kernel, on both router ports.
  * What it costs a TCP connection is what any XDP program on these ports
- * costs before doing any work: on a veth, a locally built skb (cloned by TCP
- * for retransmission, short of XDP headroom) is copied into a fresh buffer
- * for the program and back into an skb after XDP_PASS. A physical NIC runs
- * XDP on its receive buffer before any skb exists, so pays none of that.
+ * costs before doing any work. With `--crr-ingress skbs` that includes
+ * veth's copy of each locally built skb (cloned by TCP for retransmission,
+ * short of XDP headroom) into a fresh buffer for the program; a physical
+ * NIC runs XDP on its receive buffer before any skb exists, and with the
+ * default `--crr-ingress frames` (bench/wire.rs) neither does the router.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
