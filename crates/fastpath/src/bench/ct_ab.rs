@@ -13,7 +13,8 @@
 //!   conntrack event subscription;
 //! - `xdp-pass`: kernel-ct with an XDP program that passes every frame on
 //!   both router ports (bpf/bench/xdp_pass.bpf.c): the floor of any XDP
-//!   router on these veths, which copy each locally built skb for XDP;
+//!   router here (with `--crr-ingress skbs` including veth's copy of each
+//!   locally built skb for XDP, see wire.rs);
 //! - `eager-liberal`: the daemon making every marked TCP entry liberal as
 //!   its mark event arrives (before: one update per connection) instead of
 //!   when the data path asks (`full`). Only differs from `full` with
