@@ -644,11 +644,10 @@ class Daemon:
                        for key in sorted(set(k) | set(d)) if k.get(key) != d.get(key)]
             return not diff
 
-        deadline = time.monotonic() + timeout
-        while not agree():
-            assert time.monotonic() < deadline, \
-                f"neighbours not mirrored {timeout}s after resolving: {diff}\n{self.log_text()}"
-            time.sleep(0.02)
+        try:
+            wait_for("the daemon to mirror the resolved neighbours", agree, timeout, step=0.02)
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {diff}\n{self.log_text()}") from None
 
 
 USABLE_NEIGH = {"PERMANENT", "REACHABLE", "STALE", "DELAY", "PROBE"}

@@ -17,8 +17,8 @@ use super::traffic::SPORT_BASE;
 
 /// The generator's UDP destination port (traffic.rs' template).
 const UDP_DPORT: u16 = 9;
-const GEN: &str = "192.0.2.2";
-const SINK: &str = "198.51.100.2";
+pub(super) const GEN: &str = "192.0.2.2";
+pub(super) const SINK: &str = "198.51.100.2";
 
 /// The conntrack events the ruleset lets entries report, as the example
 /// ruleset does: destroy (1 << IPCT_DESTROY) and mark (1 << IPCT_MARK), all

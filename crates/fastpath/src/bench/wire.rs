@@ -70,7 +70,7 @@ fn gen_side(t: &Topology) -> Side<'_> {
         out: GEN_OUT,
         wire: GEN_WIRE,
         lan: topo::G0,
-        host: "192.0.2.2",
+        host: ctlab::GEN,
         far: "198.51.100.0/24",
         gw: "192.0.2.1",
         gw_mac: topo::MAC_R0,
@@ -84,7 +84,7 @@ fn sink_side(t: &Topology) -> Side<'_> {
         out: SINK_OUT,
         wire: SINK_WIRE,
         lan: topo::S0,
-        host: "198.51.100.2",
+        host: ctlab::SINK,
         far: "192.0.2.0/24",
         gw: "198.51.100.1",
         gw_mac: topo::MAC_R1,
@@ -99,8 +99,8 @@ impl<'obj> Wire<'obj> {
         sink_obj: &'obj mut MaybeUninit<OpenObject>,
         t: &'obj Topology,
     ) -> Result<Self> {
-        let gen = build(gen_obj, &gen_side(t)).context("building the generator's NIC-like hop")?;
-        let sink = match build(sink_obj, &sink_side(t)) {
+        let gen = build(gen_obj, t, &gen_side(t)).context("building the generator's NIC-like hop")?;
+        let sink = match build(sink_obj, t, &sink_side(t)) {
             Ok(s) => s,
             Err(e) => {
                 drop(gen);
@@ -116,10 +116,10 @@ impl<'obj> Wire<'obj> {
     }
 }
 
-fn build<'obj>(obj: &'obj mut MaybeUninit<OpenObject>, s: &Side<'_>) -> Result<RawFwd<'obj>> {
+fn build<'obj>(obj: &'obj mut MaybeUninit<OpenObject>, t: &Topology, s: &Side<'_>) -> Result<RawFwd<'obj>> {
     let ns = s.ns;
     ctlab::run(ns, &["ip", "link", "add", s.out, "type", "veth", "peer", "name", s.wire])?;
-    let fwd = hop(obj, s);
+    let fwd = hop(obj, t, s);
     if fwd.is_err() {
         let _ = ctlab::run(ns, &["ip", "link", "del", s.out]);
     }
@@ -127,7 +127,7 @@ fn build<'obj>(obj: &'obj mut MaybeUninit<OpenObject>, s: &Side<'_>) -> Result<R
 }
 
 /// The hop's veth pair exists; everything else on it.
-fn hop<'obj>(obj: &'obj mut MaybeUninit<OpenObject>, s: &Side<'_>) -> Result<RawFwd<'obj>> {
+fn hop<'obj>(obj: &'obj mut MaybeUninit<OpenObject>, t: &Topology, s: &Side<'_>) -> Result<RawFwd<'obj>> {
     let ns = s.ns;
     for dev in [s.out, s.wire] {
         ctlab::run(ns, &["ip", "link", "set", "dev", dev, "up"])?;
@@ -141,9 +141,7 @@ fn hop<'obj>(obj: &'obj mut MaybeUninit<OpenObject>, s: &Side<'_>) -> Result<Raw
     ctlab::run(ns, &[
         "ip", "neigh", "replace", s.gw, "lladdr", &crate::api::fmt_mac(&s.gw_mac), "dev", s.out, "nud", "permanent",
     ])?;
-    let wire = topo::in_netns(ns, || nix::net::if_::if_nametoindex(s.wire))??;
-    let lan = topo::in_netns(ns, || nix::net::if_::if_nametoindex(s.lan))??;
-    let fwd = RawFwd::attach_in(obj, ns, wire, lan, s.gw_mac, s.host_mac)?;
+    let fwd = RawFwd::attach_in(obj, ns, t.ifindex(ns, s.wire)?, t.ifindex(ns, s.lan)?, s.gw_mac, s.host_mac)?;
     ctlab::run(ns, &["ip", "route", "replace", s.far, "via", s.gw, "dev", s.out, "onlink", "src", s.host])?;
     Ok(fwd)
 }
