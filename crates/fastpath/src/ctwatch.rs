@@ -44,18 +44,13 @@ use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 use serde::{Deserialize, Serialize};
 
 use crate::ctliberal;
+use crate::nlraw::{
+    align4, messages, put_header, recv, NLMSG_DONE, NLMSG_ERROR, NLMSG_HDRLEN, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_MULTI, NLM_F_REQUEST,
+};
 use crate::maps::MapWriter;
 use crate::CtAb;
 
-const NLMSG_HDRLEN: usize = 16;
 const NFGENMSG_LEN: usize = 4;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_MULTI: u16 = 0x2;
-const NLM_F_ACK: u16 = 0x4;
-const NLM_F_DUMP: u16 = 0x300;
-const NLM_F_CREATE: u16 = 0x400;
 
 const NFNL_SUBSYS_CTNETLINK: u16 = 1;
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
@@ -200,10 +195,6 @@ fn raw_attr(mut b: &[u8], ty: u16) -> Option<&[u8]> {
     None
 }
 
-fn align4(n: usize) -> usize {
-    (n + 3) & !3
-}
-
 fn be32(p: &[u8]) -> Option<u32> {
     Some(u32::from_be_bytes(p.get(..4)?.try_into().ok()?))
 }
@@ -246,32 +237,9 @@ pub fn parse_ct_event(attrs_buf: &[u8], destroy: bool) -> CtEvent {
     ev
 }
 
-/// Netlink messages of one datagram: (type, flags, payload after the header).
-fn messages(mut b: &[u8]) -> impl Iterator<Item = (u16, u16, &[u8])> {
-    std::iter::from_fn(move || {
-        if b.len() < NLMSG_HDRLEN {
-            return None;
-        }
-        let len = u32::from_ne_bytes(b[0..4].try_into().ok()?) as usize;
-        let ty = u16::from_ne_bytes([b[4], b[5]]);
-        let flags = u16::from_ne_bytes([b[6], b[7]]);
-        if len < NLMSG_HDRLEN || len > b.len() {
-            return None;
-        }
-        let payload = &b[NLMSG_HDRLEN..len];
-        b = &b[align4(len).min(b.len())..];
-        Some((ty, flags, payload))
-    })
-}
-
 /// Appends one nfnetlink request: header, nfgenmsg, attributes.
 fn put_msg(out: &mut Vec<u8>, ty: u16, flags: u16, seq: u32, family: u8, attrs: &[u8]) {
-    let len = NLMSG_HDRLEN + NFGENMSG_LEN + attrs.len();
-    out.extend_from_slice(&(len as u32).to_ne_bytes());
-    out.extend_from_slice(&ty.to_ne_bytes());
-    out.extend_from_slice(&flags.to_ne_bytes());
-    out.extend_from_slice(&seq.to_ne_bytes());
-    out.extend_from_slice(&0u32.to_ne_bytes());
+    put_header(out, NLMSG_HDRLEN + NFGENMSG_LEN + attrs.len(), ty, flags, seq);
     out.extend_from_slice(&[family, 0, 0, 0]);
     out.extend_from_slice(attrs);
     out.resize(align4(out.len()), 0);
@@ -325,16 +293,6 @@ fn clear_mark_attrs(tuple: &[u8], zone: Option<&[u8]>, mask: u32) -> Vec<u8> {
     put_be32_attr(&mut a, CTA_MARK, 0);
     put_be32_attr(&mut a, CTA_MARK_MASK, mask);
     a
-}
-
-fn recv(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
-    // SAFETY: buf is valid for buf.len() bytes.
-    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), flags) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
 }
 
 /// Reads up to `buf.len() / EVENT_SLOT` datagrams without blocking, one per

@@ -29,7 +29,7 @@ use crate::loader::{self, Attachment};
 use crate::maps::{MapWriter, Maps};
 use crate::preflight::{self, Iface};
 use crate::published::Published;
-use crate::{ctwatch, ifset, keepalive, netfilter, pin, RunArgs};
+use crate::{ctwatch, ifset, keepalive, netfilter, pin, xfrm, RunArgs};
 
 /// How long the main loop sleeps in poll when nothing happens; bounds the
 /// reaction time to signals.
@@ -76,6 +76,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
     let stateful = args.mode == crate::FwdMode::Stateful;
     let checked = preflight::check(&args)?;
     let mut nf_watch = netfilter::Watcher::new(&checked.netfilter, args.allow_netfilter_bypass).stateful(stateful);
+    let mut xfrm_watch = xfrm::Watcher::open().context("checking IPsec (xfrm) policies")?;
     let mut ifaces = checked.ifaces;
 
     let term = Arc::new(AtomicBool::new(false));
@@ -141,6 +142,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
     let managed: BTreeMap<u32, u32> = ifaces.iter().map(|i| (i.ifindex, i.slot)).collect();
     let mut lp = Loop {
         netfilter_block: nf_watch.blocking().to_vec(),
+        xfrm_block: xfrm_watch.findings().clone(),
         ids: Ids::new(caps.nexthops, caps.groups),
         reconciler: Reconciler::with_capacities(caps),
         writer: {
@@ -340,6 +342,13 @@ pub fn run(loaded: Loaded) -> Result<()> {
             lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
         }
 
+        // A new policy must stop the fast path now, not at the next period.
+        if xfrm_watch.poll() {
+            lp.xfrm_block = xfrm_watch.findings().clone();
+            lp.restrict_ifaces(&state);
+            pending.everything();
+        }
+
         let periodic = last_periodic.elapsed() >= PERIODIC;
         if periodic {
             last_periodic = Instant::now();
@@ -511,6 +520,8 @@ struct Loop {
     /// Netfilter base chains that appeared while running (not allowed by
     /// --allow-netfilter-bypass): everything is punted while any exists.
     netfilter_block: Vec<String>,
+    /// Families IPsec policies take out of the fast path (see xfrm.rs).
+    xfrm_block: xfrm::Findings,
     ids: Ids,
     reconciler: Reconciler,
     writer: MapWriter,
@@ -642,7 +653,7 @@ impl Loop {
             passes += 1;
             let t = Instant::now();
             let mut desired = desired::compute_gated(state, &self.managed, &self.caps, &mut self.ids, self.admission.as_mut());
-            self.punt_for_netfilter(&mut desired);
+            self.punt_for_bypass(&mut desired);
             timing.compute += t.elapsed();
             let t = Instant::now();
             let res = self.reconciler.apply(&desired, &mut self.writer);
@@ -796,11 +807,11 @@ impl Loop {
         let applied = self.reconciler.applied();
         let r = iface_restrict::restrictions(&applied.ifaces, state);
         let mut sw = iface_restrict::policy_punts(&applied.switches, state, &self.managed);
-        // As `punt_for_netfilter` will in the recompute.
-        let all = Family::V4.bit() | Family::V6.bit();
-        if !self.netfilter_block.is_empty() && applied.switches.policy_punt & all != all {
+        // As `punt_for_bypass` will in the recompute.
+        let bits = self.bypass_punt();
+        if applied.switches.policy_punt & bits != bits {
             let base = sw.unwrap_or(applied.switches);
-            sw = Some(Switches { policy_punt: base.policy_punt | all, ..base });
+            sw = Some(Switches { policy_punt: base.policy_punt | bits, ..base });
         }
         if r.is_empty() && sw.is_none() {
             return;
@@ -868,18 +879,26 @@ impl Loop {
         Ok(())
     }
 
-    /// Forwarding past a firewall rule would be a policy violation, so
-    /// while such chains exist both families go to the kernel. Counted under
+    /// The families that policy the data path cannot apply takes out of
+    /// the fast path: all while a netfilter chain it would bypass exists,
+    /// those with IPsec policies on the forwarding path.
+    fn bypass_punt(&self) -> u32 {
+        let nf = if self.netfilter_block.is_empty() { 0 } else { Family::V4.bit() | Family::V6.bit() };
+        nf | self.xfrm_block.families
+    }
+
+    /// Forwarding past a firewall rule or an IPsec policy would be a policy
+    /// violation, so the families concerned go to the kernel. Counted under
     /// `policy_routing`: it is the kernel's policy that must decide.
-    fn punt_for_netfilter(&self, d: &mut Desired) {
-        if self.netfilter_block.is_empty() {
-            return;
+    fn punt_for_bypass(&self, d: &mut Desired) {
+        d.switches.policy_punt |= self.bypass_punt();
+        if !self.netfilter_block.is_empty() {
+            d.problems.push(format!(
+                "netfilter base chains on the forwarding path ({}): IPv4 and IPv6 punted (restart with --allow-netfilter-bypass if the bypass is intended)",
+                self.netfilter_block.join(", ")
+            ));
         }
-        d.switches.policy_punt |= Family::V4.bit() | Family::V6.bit();
-        d.problems.push(format!(
-            "netfilter base chains on the forwarding path ({}): IPv4 and IPv6 punted (restart with --allow-netfilter-bypass if the bypass is intended)",
-            self.netfilter_block.join(", ")
-        ));
+        d.problems.extend(self.xfrm_block.why.iter().cloned());
     }
 
     /// After a successful reconcile: tell zebra what made it into the fast

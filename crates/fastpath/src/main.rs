@@ -19,6 +19,7 @@ mod loader;
 mod maps;
 mod metrics;
 mod netfilter;
+mod nlraw;
 mod pin;
 mod preflight;
 mod published;
@@ -26,6 +27,7 @@ mod reload;
 mod render;
 mod resources_cli;
 mod route_batch;
+mod xfrm;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

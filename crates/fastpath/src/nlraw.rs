@@ -1,0 +1,60 @@
+//! Netlink framing shared by the daemon's raw netlink users (ctnetlink,
+//! xfrm): the families netlink-packet-route does not cover.
+
+use std::io;
+use std::os::fd::RawFd;
+
+pub const NLMSG_HDRLEN: usize = 16;
+pub const NLMSG_ERROR: u16 = 2;
+pub const NLMSG_DONE: u16 = 3;
+pub const NLM_F_REQUEST: u16 = 0x1;
+pub const NLM_F_MULTI: u16 = 0x2;
+pub const NLM_F_ACK: u16 = 0x4;
+pub const NLM_F_DUMP: u16 = 0x300;
+pub const NLM_F_CREATE: u16 = 0x400;
+
+pub fn align4(n: usize) -> usize {
+    (n + 3) & !3
+}
+
+/// Appends a netlink header for a message of `len` bytes in all.
+pub fn put_header(out: &mut Vec<u8>, len: usize, ty: u16, flags: u16, seq: u32) {
+    out.extend_from_slice(&(len as u32).to_ne_bytes());
+    out.extend_from_slice(&ty.to_ne_bytes());
+    out.extend_from_slice(&flags.to_ne_bytes());
+    out.extend_from_slice(&seq.to_ne_bytes());
+    out.extend_from_slice(&0u32.to_ne_bytes());
+}
+
+/// The error code of an NLMSG_ERROR payload (0 = an ack), negated as errno.
+pub fn error_code(payload: &[u8]) -> i32 {
+    payload.get(..4).map(|b| -i32::from_ne_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0)
+}
+
+/// Netlink messages of one datagram: (type, flags, payload after the header).
+pub fn messages(mut b: &[u8]) -> impl Iterator<Item = (u16, u16, &[u8])> {
+    std::iter::from_fn(move || {
+        if b.len() < NLMSG_HDRLEN {
+            return None;
+        }
+        let len = u32::from_ne_bytes(b[0..4].try_into().ok()?) as usize;
+        let ty = u16::from_ne_bytes([b[4], b[5]]);
+        let flags = u16::from_ne_bytes([b[6], b[7]]);
+        if len < NLMSG_HDRLEN || len > b.len() {
+            return None;
+        }
+        let payload = &b[NLMSG_HDRLEN..len];
+        b = &b[align4(len).min(b.len())..];
+        Some((ty, flags, payload))
+    })
+}
+
+pub fn recv(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
+    // SAFETY: buf is valid for buf.len() bytes.
+    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), flags) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
