@@ -29,7 +29,7 @@ use crate::loader::{self, Attachment};
 use crate::maps::{MapWriter, Maps};
 use crate::preflight::{self, Iface};
 use crate::published::Published;
-use crate::{ctwatch, ifset, keepalive, netfilter, pin, xfrm, RunArgs};
+use crate::{ctwatch, ifset, keepalive, netfilter, pin, tcpolicy, xfrm, RunArgs};
 
 /// How long the main loop sleeps in poll when nothing happens; bounds the
 /// reaction time to signals.
@@ -77,6 +77,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
     let checked = preflight::check(&args)?;
     let mut nf_watch = netfilter::Watcher::new(&checked.netfilter, args.allow_netfilter_bypass).stateful(stateful);
     let mut xfrm_watch = xfrm::Watcher::open().context("checking IPsec (xfrm) policies")?;
+    let mut tc_watch = tcpolicy::Watcher::new(&checked.tc, args.allow_tc_bypass);
     let mut ifaces = checked.ifaces;
 
     let term = Arc::new(AtomicBool::new(false));
@@ -143,6 +144,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
     let mut lp = Loop {
         netfilter_block: nf_watch.blocking().to_vec(),
         xfrm_block: xfrm_watch.findings().clone(),
+        tc_block: tc_watch.blocking().to_vec(),
         ids: Ids::new(caps.nexthops, caps.groups),
         reconciler: Reconciler::with_capacities(caps),
         writer: {
@@ -360,6 +362,11 @@ pub fn run(loaded: Loaded) -> Result<()> {
                 lp.restrict_ifaces(&state);
                 pending.everything();
             }
+            if tc_watch.refresh(&preflight::tc_ports(&ifaces)) {
+                lp.tc_block = tc_watch.blocking().to_vec();
+                lp.restrict_ifaces(&state);
+                pending.everything();
+            }
             if mirror.refresh_sysctls(&mut state) {
                 debug!("sysctls changed: full recompute");
                 pending.everything();
@@ -522,6 +529,9 @@ struct Loop {
     netfilter_block: Vec<String>,
     /// Families IPsec policies take out of the fast path (see xfrm.rs).
     xfrm_block: xfrm::Findings,
+    /// tc policy on the managed ports (not allowed by --allow-tc-bypass):
+    /// everything is punted while any exists.
+    tc_block: Vec<String>,
     ids: Ids,
     reconciler: Reconciler,
     writer: MapWriter,
@@ -880,14 +890,15 @@ impl Loop {
     }
 
     /// The families that policy the data path cannot apply takes out of
-    /// the fast path: all while a netfilter chain it would bypass exists,
-    /// those with IPsec policies on the forwarding path.
+    /// the fast path: all while a netfilter chain or tc policy it would
+    /// bypass exists, those with IPsec policies on the forwarding path.
     fn bypass_punt(&self) -> u32 {
-        let nf = if self.netfilter_block.is_empty() { 0 } else { Family::V4.bit() | Family::V6.bit() };
-        nf | self.xfrm_block.families
+        let none = self.netfilter_block.is_empty() && self.tc_block.is_empty();
+        let nf_tc = if none { 0 } else { Family::V4.bit() | Family::V6.bit() };
+        nf_tc | self.xfrm_block.families
     }
 
-    /// Forwarding past a firewall rule or an IPsec policy would be a policy
+    /// Forwarding past a firewall rule, tc or IPsec policy would be a policy
     /// violation, so the families concerned go to the kernel. Counted under
     /// `policy_routing`: it is the kernel's policy that must decide.
     fn punt_for_bypass(&self, d: &mut Desired) {
@@ -896,6 +907,12 @@ impl Loop {
             d.problems.push(format!(
                 "netfilter base chains on the forwarding path ({}): IPv4 and IPv6 punted (restart with --allow-netfilter-bypass if the bypass is intended)",
                 self.netfilter_block.join(", ")
+            ));
+        }
+        if !self.tc_block.is_empty() {
+            d.problems.push(format!(
+                "tc policy on managed ports ({}): IPv4 and IPv6 punted (restart with --allow-tc-bypass if the bypass is intended)",
+                self.tc_block.join(", ")
             ));
         }
         d.problems.extend(self.xfrm_block.why.iter().cloned());

@@ -27,6 +27,7 @@ mod reload;
 mod render;
 mod resources_cli;
 mod route_batch;
+mod tcpolicy;
 mod xfrm;
 
 use std::path::PathBuf;
@@ -126,6 +127,13 @@ pub struct RunArgs {
     /// nft binary), and punts all traffic while such chains exist.
     #[arg(long)]
     pub allow_netfilter_bypass: bool,
+    /// Run even though tc policy sits on a managed port (a qdisc that shapes
+    /// or classifies, tc filters or tcx programs): fast-pathed packets skip
+    /// it. Without it, fastpath refuses to start (also when it cannot check,
+    /// e.g. without the tc binary), and punts all traffic while such policy
+    /// exists.
+    #[arg(long)]
+    pub allow_tc_bypass: bool,
     /// Flow-cache capacity per CPU (rounded up to 4 x a power of two).
     #[arg(long, value_name = "N", default_value_t = intf::FP_DEFAULT_FLOW_ENTRIES)]
     pub flow_entries: u32,

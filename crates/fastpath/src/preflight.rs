@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use fastpath_bpf::intf;
 
 use crate::links::{self, XdpAttach, ARPHRD_ETHER};
-use crate::netfilter;
+use crate::{netfilter, tcpolicy};
 use crate::RunArgs;
 
 /// An interface the daemon will manage.
@@ -36,6 +36,8 @@ pub struct Checked {
     pub socket: SocketState,
     /// What the netfilter probe found (the daemon keeps watching).
     pub netfilter: netfilter::Findings,
+    /// What the tc probe found on the managed ports (likewise).
+    pub tc: tcpolicy::Findings,
 }
 
 pub fn check(args: &RunArgs) -> Result<Checked> {
@@ -79,8 +81,38 @@ pub fn check(args: &RunArgs) -> Result<Checked> {
         }
     }
 
+    let tc = check_tc(args, &ifaces)?;
     let socket = socket_state(&args.socket)?;
-    Ok(Checked { ifaces, socket, netfilter: nf })
+    Ok(Checked { ifaces, socket, netfilter: nf, tc })
+}
+
+/// (name, ifindex) of each managed port, as the tc probe takes them.
+pub fn tc_ports(ifaces: &[Iface]) -> Vec<(String, u32)> {
+    ifaces.iter().map(|i| (i.name.clone(), i.ifindex)).collect()
+}
+
+/// As for netfilter: tc policy on a managed port, or no way to look, stops
+/// the start unless --allow-tc-bypass.
+fn check_tc(args: &RunArgs, ifaces: &[Iface]) -> Result<tcpolicy::Findings> {
+    let tc = tcpolicy::probe(&tc_ports(ifaces));
+    if !tc.bypassed.is_empty() {
+        if args.allow_tc_bypass {
+            log::warn!("tc policy bypassed by fast-pathed traffic (--allow-tc-bypass): {}", tc.bypassed.join(", "));
+        } else {
+            bail!(
+                "tc policy on the managed ports would be bypassed by the fast path: {}; XDP runs before tc ingress and a redirect skips the egress qdisc, so remove it or pass --allow-tc-bypass if that is intended",
+                tc.bypassed.join(", ")
+            );
+        }
+    }
+    if let Some(why) = &tc.unchecked {
+        if args.allow_tc_bypass {
+            log::warn!("{why}; tc policy, if any, is bypassed by fast-pathed traffic");
+        } else {
+            bail!("{why}: cannot tell whether tc policy would be bypassed by the fast path; install iproute2, or pass --allow-tc-bypass");
+        }
+    }
+    Ok(tc)
 }
 
 /// The interfaces to run on, in order (slots 1..): given once each, known,

@@ -1,0 +1,198 @@
+//! tc policy the fast path would bypass on the managed ports.
+//!
+//! XDP runs before tc ingress, and a redirect hands the frame to the egress
+//! driver past its qdisc: a fast-pathed packet skips the tc filters and tcx
+//! programs of the port it arrived on, and the qdisc (shaping, classes,
+//! priorities) and egress filters of the port it leaves by. Like netfilter
+//! chains (netfilter.rs), such policy makes `fastpath run` refuse to start
+//! unless the user says the bypass is intended (`--allow-tc-bypass`), and
+//! while the daemon runs it punts all traffic whenever some appears.
+//!
+//! Queueing-only disciplines (the kernel's defaults and AQMs without rates
+//! or classes) are no policy: every XDP forwarder skips them.
+
+use std::process::Command;
+
+use libbpf_rs::libbpf_sys;
+use serde::Deserialize;
+
+/// Root or child qdiscs that only queue: skipping them changes no verdict.
+const QUEUE_ONLY: &[&str] = &[
+    "noqueue", "noop", "pfifo_fast", "pfifo", "bfifo", "pfifo_head_drop", "mq", "fq_codel", "fq", "codel", "sfq",
+    "pie", "fq_pie",
+];
+
+/// What the probe found on the managed ports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Findings {
+    /// "DEV: qdisc KIND (root)", "DEV: tc ingress filters", "DEV: tcx egress programs", ...
+    pub bypassed: Vec<String>,
+    /// Why the probe could not look (e.g. no `tc` binary).
+    pub unchecked: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Qdisc {
+    kind: String,
+    dev: String,
+    #[serde(default)]
+    root: bool,
+    parent: Option<String>,
+}
+
+/// Policy qdiscs on `devs` in `tc -j qdisc show` output, and the devices
+/// whose ingress (and, with clsact, egress) filters must be listed.
+fn parse_qdiscs(json: &str, devs: &[&str]) -> Result<(Vec<String>, Vec<(String, &'static str)>), serde_json::Error> {
+    let qdiscs: Vec<Qdisc> = serde_json::from_str(json)?;
+    let (mut policy, mut hooks) = (Vec::new(), Vec::new());
+    for q in qdiscs.into_iter().filter(|q| devs.contains(&q.dev.as_str())) {
+        match q.kind.as_str() {
+            "clsact" => {
+                hooks.push((q.dev.clone(), "ingress"));
+                hooks.push((q.dev, "egress"));
+            }
+            "ingress" => hooks.push((q.dev, "ingress")),
+            k if QUEUE_ONLY.contains(&k) => {}
+            k => {
+                let at = if q.root { "root".to_string() } else { format!("parent {}", q.parent.as_deref().unwrap_or("?")) };
+                policy.push(format!("{}: qdisc {k} ({at})", q.dev));
+            }
+        }
+    }
+    Ok((policy, hooks))
+}
+
+fn tc_json(args: &[&str]) -> Result<String, String> {
+    match Command::new("tc").arg("-j").args(args).output() {
+        Ok(o) if o.status.success() => Ok(String::from_utf8_lossy(&o.stdout).into_owned()),
+        Ok(o) => Err(format!("`tc -j {}` failed: {}", args.join(" "), String::from_utf8_lossy(&o.stderr).trim())),
+        Err(e) => Err(format!("cannot run tc to check the ports' qdiscs and filters: {e}")),
+    }
+}
+
+/// Programs attached to `ifindex` by tcx (bpf links, no qdisc); 0 where the
+/// kernel has no tcx.
+fn tcx_count(ifindex: u32, attach: libbpf_sys::bpf_attach_type) -> u32 {
+    let mut opts = libbpf_sys::bpf_prog_query_opts {
+        sz: size_of::<libbpf_sys::bpf_prog_query_opts>() as libbpf_sys::size_t,
+        ..Default::default()
+    };
+    // SAFETY: opts is a valid, sized bpf_prog_query_opts; no id arrays are
+    // passed, so the kernel only fills in the count.
+    let r = unsafe { libbpf_sys::bpf_prog_query_opts(ifindex as i32, attach, &mut opts) };
+    if r == 0 {
+        // SAFETY: both union members are the same u32 (prog_cnt, count).
+        unsafe { opts.__bindgen_anon_1.count }
+    } else {
+        0
+    }
+}
+
+/// Probes the managed ports: (name, ifindex) each.
+pub fn probe(ports: &[(String, u32)]) -> Findings {
+    let mut f = Findings::default();
+    let devs: Vec<&str> = ports.iter().map(|(n, _)| n.as_str()).collect();
+    let (policy, hooks) = match tc_json(&["qdisc", "show"]).and_then(|j| {
+        parse_qdiscs(&j, &devs).map_err(|e| format!("cannot parse `tc -j qdisc show`: {e}"))
+    }) {
+        Ok(v) => v,
+        Err(why) => return Findings { bypassed: vec![], unchecked: Some(why) },
+    };
+    f.bypassed = policy;
+    for (dev, hook) in hooks {
+        match tc_json(&["filter", "show", "dev", &dev, hook]) {
+            Ok(j) => match serde_json::from_str::<Vec<serde_json::Value>>(&j) {
+                Ok(v) if v.is_empty() => {}
+                Ok(_) => f.bypassed.push(format!("{dev}: tc {hook} filters")),
+                Err(e) => f.unchecked = Some(format!("cannot parse `tc -j filter show dev {dev} {hook}`: {e}")),
+            },
+            Err(why) => f.unchecked = Some(why),
+        }
+    }
+    for (dev, ifindex) in ports {
+        for (attach, hook) in [
+            (libbpf_sys::BPF_TCX_INGRESS, "ingress"),
+            (libbpf_sys::BPF_TCX_EGRESS, "egress"),
+        ] {
+            let n = tcx_count(*ifindex, attach);
+            if n > 0 {
+                f.bypassed.push(format!("{dev}: {n} tcx {hook} program(s)"));
+            }
+        }
+    }
+    f
+}
+
+/// Re-probes while the daemon runs, as netfilter::Watcher does.
+pub struct Watcher {
+    allowed: bool,
+    current: Vec<String>,
+}
+
+impl Watcher {
+    /// `initial`: the findings of preflight; `allowed`: --allow-tc-bypass.
+    pub fn new(initial: &Findings, allowed: bool) -> Self {
+        Watcher { allowed, current: initial.bypassed.clone() }
+    }
+
+    /// Probes `ports` again; true if what the daemon must punt changed.
+    pub fn refresh(&mut self, ports: &[(String, u32)]) -> bool {
+        if self.allowed {
+            return false;
+        }
+        self.update(probe(ports))
+    }
+
+    /// A probe that could not check proves nothing: keep what we knew.
+    fn update(&mut self, f: Findings) -> bool {
+        if f.unchecked.is_some() {
+            return false;
+        }
+        let changed = f.bypassed != self.current;
+        self.current = f.bypassed;
+        changed
+    }
+
+    /// Policy that must stop the fast path now (empty when allowed or none).
+    pub fn blocking(&self) -> &[String] {
+        if self.allowed {
+            &[]
+        } else {
+            &self.current
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queueing_only_qdiscs_are_no_policy_and_hooks_are_listed() {
+        let json = r#"[{"kind":"mq","handle":"0:","dev":"eth0","root":true},
+            {"kind":"fq_codel","handle":"0:","dev":"eth0","parent":":1"},
+            {"kind":"htb","handle":"1:","dev":"eth1","root":true},
+            {"kind":"tbf","handle":"10:","dev":"eth1","parent":"1:1"},
+            {"kind":"clsact","handle":"ffff:","dev":"eth0","parent":"ffff:fff1"},
+            {"kind":"ingress","handle":"ffff:","dev":"eth1","parent":"ffff:fff1"},
+            {"kind":"cake","handle":"8001:","dev":"wan9","root":true}]"#;
+        let (policy, hooks) = parse_qdiscs(json, &["eth0", "eth1"]).unwrap();
+        assert_eq!(policy, ["eth1: qdisc htb (root)", "eth1: qdisc tbf (parent 1:1)"]);
+        assert_eq!(
+            hooks,
+            [("eth0".to_string(), "ingress"), ("eth0".to_string(), "egress"), ("eth1".to_string(), "ingress")]
+        );
+    }
+
+    #[test]
+    fn garbage_is_an_error_and_the_watcher_fails_closed() {
+        assert!(parse_qdiscs("not json", &["eth0"]).is_err());
+        let found = Findings { bypassed: vec!["eth1: qdisc htb (root)".into()], unchecked: None };
+        let mut w = Watcher::new(&found, false);
+        assert!(!w.update(Findings { bypassed: vec![], unchecked: Some("tc failed".into()) }));
+        assert_eq!(w.blocking(), found.bypassed.as_slice());
+        assert!(w.update(Findings::default()));
+        assert!(w.blocking().is_empty());
+        assert!(Watcher::new(&found, true).blocking().is_empty());
+    }
+}
