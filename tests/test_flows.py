@@ -25,6 +25,7 @@ def daemon(module_daemon):
 
 def test_flows_lists_the_cached_flows(daemon: Daemon, lab: Lab):
     lab.resolve_neighbours()
+    daemon.wait_neighbours_mirrored()
     frames = []
     for sport, n in ((41000, 6), (41001, 3)):
         frames += [udp4(lab, sport=sport, seq=i) for i in range(n)]
@@ -59,6 +60,7 @@ def test_status_names_the_flow_hash_source(daemon: Daemon, lab: Lab):
     does not ask for veth's RX hash, a software one (test_ecmp.py says why):
     fastpath hashes itself."""
     lab.resolve_neighbours()
+    daemon.wait_neighbours_mirrored()
     before = next(i for i in daemon.status()["interfaces"] if i["name"] == "r0")["hash"]["packets"]
     send_and_expect(lab.c0, [udp4(lab, seq=i) for i in range(5)], lab.s0)
     r0 = next(i for i in daemon.status()["interfaces"] if i["name"] == "r0")
@@ -73,6 +75,7 @@ def test_rx_hash_nic_asks_veth(fastpath_bin):
     for which veth computes an RX hash; XDP-redirected frames would have none."""
     with Lab() as lab, Daemon(lab, extra=["--rx-hash", "nic"]) as d:
         lab.resolve_neighbours()
+        d.wait_neighbours_mirrored()
         send_and_expect(lab.c0, [udp4(lab, seq=i) for i in range(5)], lab.s0)
         r0 = next(i for i in d.status()["interfaces"] if i["name"] == "r0")
         assert r0["hash"]["variant"] == "nic rx-hash", r0["hash"]
@@ -83,6 +86,7 @@ def test_rx_hash_nic_asks_veth(fastpath_bin):
 def test_cache_off(fastpath_bin):
     with Lab() as lab, Daemon(lab, extra=["--flow-timeout", "0", "--rx-hash", "off"]) as d:
         lab.resolve_neighbours()
+        d.wait_neighbours_mirrored()
         send_and_expect(lab.c0, [udp4(lab, seq=i) for i in range(5)], lab.s0)
         st = d.status()
         assert not st["flow_cache"]["enabled"]
