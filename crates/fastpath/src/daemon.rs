@@ -344,9 +344,14 @@ pub fn run(loaded: Loaded) -> Result<()> {
             lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
         }
 
-        // A new policy must stop the fast path now, not at the next period.
+        // New policy must stop the fast path now, not at the next period.
         if xfrm_watch.poll() {
             lp.xfrm_block = xfrm_watch.findings().clone();
+            lp.restrict_ifaces(&state);
+            pending.everything();
+        }
+        if tc_watch.refresh(last_periodic.elapsed() >= PERIODIC, || preflight::tc_ports(&ifaces)) {
+            lp.tc_block = tc_watch.blocking().to_vec();
             lp.restrict_ifaces(&state);
             pending.everything();
         }
@@ -359,11 +364,6 @@ pub fn run(loaded: Loaded) -> Result<()> {
             }
             if nf_watch.refresh() {
                 lp.netfilter_block = nf_watch.blocking().to_vec();
-                lp.restrict_ifaces(&state);
-                pending.everything();
-            }
-            if tc_watch.refresh(&preflight::tc_ports(&ifaces)) {
-                lp.tc_block = tc_watch.blocking().to_vec();
                 lp.restrict_ifaces(&state);
                 pending.everything();
             }

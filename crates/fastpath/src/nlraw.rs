@@ -2,7 +2,10 @@
 //! xfrm): the families netlink-packet-route does not cover.
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
+
+use log::warn;
+use netlink_sys::Socket;
 
 pub const NLMSG_HDRLEN: usize = 16;
 pub const NLMSG_ERROR: u16 = 2;
@@ -56,5 +59,41 @@ pub fn recv(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> 
         Err(io::Error::last_os_error())
     } else {
         Ok(n as usize)
+    }
+}
+
+/// A non-blocking socket subscribed to one multicast group, read only to
+/// learn that something changed (the caller then dumps what it needs).
+pub struct Events {
+    sock: Socket,
+    buf: Vec<u8>,
+    what: &'static str,
+}
+
+impl Events {
+    /// `what` names the events in log lines.
+    pub fn open(protocol: isize, group: u32, what: &'static str) -> io::Result<Self> {
+        let mut sock = Socket::new(protocol)?;
+        sock.bind_auto()?;
+        sock.add_membership(group)?;
+        sock.set_non_blocking(true)?;
+        Ok(Events { sock, buf: vec![0; 64 * 1024], what })
+    }
+
+    /// Reads whatever is pending; true if anything came (an overrun counts:
+    /// events were lost, so something changed).
+    pub fn drain(&mut self) -> bool {
+        let mut any = false;
+        loop {
+            match recv(self.sock.as_raw_fd(), &mut self.buf, libc::MSG_DONTWAIT) {
+                Ok(_) => any = true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return any,
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => any = true,
+                Err(e) => {
+                    warn!("reading {} events: {e}", self.what);
+                    return any;
+                }
+            }
+        }
     }
 }

@@ -14,7 +14,13 @@
 use std::process::Command;
 
 use libbpf_rs::libbpf_sys;
+use log::warn;
+use netlink_sys::protocols::NETLINK_ROUTE;
 use serde::Deserialize;
+
+use crate::nlraw::Events;
+
+const RTNLGRP_TC: u32 = 4;
 
 /// Root or child qdiscs that only queue: skipping them changes no verdict.
 const QUEUE_ONLY: &[&str] = &[
@@ -123,24 +129,39 @@ pub fn probe(ports: &[(String, u32)]) -> Findings {
     f
 }
 
-/// Re-probes while the daemon runs, as netfilter::Watcher does.
+/// Re-probes while the daemon runs, as netfilter::Watcher does, and at once
+/// when the kernel reports a qdisc or filter change (RTNLGRP_TC; tcx links
+/// send no such event and wait for the period).
 pub struct Watcher {
     allowed: bool,
     current: Vec<String>,
+    events: Option<Events>,
 }
 
 impl Watcher {
     /// `initial`: the findings of preflight; `allowed`: --allow-tc-bypass.
     pub fn new(initial: &Findings, allowed: bool) -> Self {
-        Watcher { allowed, current: initial.bypassed.clone() }
+        let events = if allowed {
+            None
+        } else {
+            Events::open(NETLINK_ROUTE, RTNLGRP_TC, "tc")
+                .map_err(|e| warn!("subscribing to tc events: {e}; tc policy is checked every period only"))
+                .ok()
+        };
+        Watcher { allowed, current: initial.bypassed.clone(), events }
     }
 
-    /// Probes `ports` again; true if what the daemon must punt changed.
-    pub fn refresh(&mut self, ports: &[(String, u32)]) -> bool {
+    /// Probes the ports again when tc changed or `period` says it is time;
+    /// true if what the daemon must punt changed.
+    pub fn refresh(&mut self, period: bool, ports: impl FnOnce() -> Vec<(String, u32)>) -> bool {
         if self.allowed {
             return false;
         }
-        self.update(probe(ports))
+        let event = self.events.as_mut().is_some_and(|e| e.drain());
+        if !event && !period {
+            return false;
+        }
+        self.update(probe(&ports()))
     }
 
     /// A probe that could not check proves nothing: keep what we knew.

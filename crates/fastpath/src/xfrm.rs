@@ -24,7 +24,7 @@ use log::{info, warn};
 use netlink_sys::{protocols::NETLINK_XFRM, Socket, SocketAddr};
 
 use crate::nlraw::{
-    error_code, messages, put_header, recv, NLMSG_DONE, NLMSG_ERROR, NLMSG_HDRLEN, NLM_F_DUMP, NLM_F_MULTI,
+    error_code, messages, put_header, recv, Events, NLMSG_DONE, NLMSG_ERROR, NLMSG_HDRLEN, NLM_F_DUMP, NLM_F_MULTI,
     NLM_F_REQUEST,
 };
 use fastpath_core::model::Family;
@@ -117,7 +117,7 @@ pub struct Watcher {
 }
 
 struct Socks {
-    events: Socket,
+    events: Events,
     req: Socket,
     seq: u32,
     buf: Vec<u8>,
@@ -128,18 +128,14 @@ impl Watcher {
     /// never missed). An error here means the policies cannot be known:
     /// the daemon does not start.
     pub fn open() -> Result<Self> {
-        let events = match Socket::new(NETLINK_XFRM) {
-            Ok(s) => s,
+        let events = match Events::open(NETLINK_XFRM, XFRMNLGRP_POLICY, "xfrm policy") {
+            Ok(e) => e,
             Err(e) if e.raw_os_error() == Some(libc::EPROTONOSUPPORT) => {
                 info!("the kernel has no xfrm netlink (no IPsec): nothing to check");
                 return Ok(Watcher { socks: None, current: Findings::default() });
             }
-            Err(e) => return Err(e).context("opening an xfrm netlink socket"),
+            Err(e) => return Err(e).context("subscribing to xfrm policy events"),
         };
-        let mut events = events;
-        events.bind_auto().context("binding the xfrm event socket")?;
-        events.add_membership(XFRMNLGRP_POLICY).context("subscribing to xfrm policy events")?;
-        events.set_non_blocking(true).context("xfrm event socket")?;
         let mut req = Socket::new(NETLINK_XFRM).context("opening an xfrm netlink socket")?;
         req.bind_auto().context("binding the xfrm request socket")?;
         req.connect(&SocketAddr::new(0, 0)).context("connecting the xfrm request socket")?;
@@ -160,20 +156,7 @@ impl Watcher {
         let Some(s) = &mut self.socks else {
             return false;
         };
-        let mut changed = false;
-        loop {
-            match recv(s.events.as_raw_fd(), &mut s.buf, libc::MSG_DONTWAIT) {
-                Ok(_) => changed = true,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                // ENOBUFS: events were lost, so something changed.
-                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => changed = true,
-                Err(e) => {
-                    warn!("reading xfrm policy events: {e}");
-                    break;
-                }
-            }
-        }
-        if !changed {
+        if !s.events.drain() {
             return false;
         }
         match s.probe() {
