@@ -45,7 +45,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::ctliberal;
 use crate::nlraw::{
-    align4, messages, put_header, recv, NLMSG_DONE, NLMSG_ERROR, NLMSG_HDRLEN, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_MULTI, NLM_F_REQUEST,
+    align4, messages, put_header, recv, NLMSG_DONE, NLMSG_ERROR, NLMSG_HDRLEN, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP,
+    NLM_F_MULTI, NLM_F_REQUEST,
 };
 use crate::maps::MapWriter;
 use crate::CtAb;

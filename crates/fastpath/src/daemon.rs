@@ -350,7 +350,12 @@ pub fn run(loaded: Loaded) -> Result<()> {
             lp.restrict_ifaces(&state);
             pending.everything();
         }
-        if tc_watch.refresh(last_periodic.elapsed() >= PERIODIC, || preflight::tc_ports(&ifaces)) {
+        // By the names the ports have now (tc reports names, not ifindexes).
+        let ports = || {
+            let now = |i: &Iface| state.links.get(&i.ifindex).map_or_else(|| i.name.clone(), |l| l.name.clone());
+            ifaces.iter().map(|i| (now(i), i.ifindex)).collect()
+        };
+        if tc_watch.refresh(last_periodic.elapsed() >= PERIODIC, ports) {
             lp.tc_block = tc_watch.blocking().to_vec();
             lp.restrict_ifaces(&state);
             pending.everything();
