@@ -114,6 +114,8 @@ pub struct Watcher {
     /// None: the kernel has no xfrm netlink, so no IPsec policy to bypass.
     socks: Option<Socks>,
     current: Findings,
+    /// The last dump failed: dump again at the next poll, event or not.
+    retry: bool,
 }
 
 struct Socks {
@@ -132,7 +134,7 @@ impl Watcher {
             Ok(e) => e,
             Err(e) if e.raw_os_error() == Some(libc::EPROTONOSUPPORT) => {
                 info!("the kernel has no xfrm netlink (no IPsec): nothing to check");
-                return Ok(Watcher { socks: None, current: Findings::default() });
+                return Ok(Watcher { socks: None, current: Findings::default(), retry: false });
             }
             Err(e) => return Err(e).context("subscribing to xfrm policy events"),
         };
@@ -141,7 +143,7 @@ impl Watcher {
         req.connect(&SocketAddr::new(0, 0)).context("connecting the xfrm request socket")?;
         let mut socks = Socks { events, req, seq: 0, buf: vec![0; 64 * 1024] };
         let current = socks.probe().context("dumping the xfrm (IPsec) policies")?.findings();
-        Ok(Watcher { socks: Some(socks), current })
+        Ok(Watcher { socks: Some(socks), current, retry: false })
     }
 
     /// What must be punted now.
@@ -151,26 +153,34 @@ impl Watcher {
 
     /// Takes the pending policy events without blocking; after any (or an
     /// overrun) dumps again. True if what must be punted changed. A failed
-    /// dump keeps what was known: it proves nothing about the policies.
+    /// dump proves nothing about the policies, so both families are punted
+    /// until a dump succeeds (tried again at every poll).
     pub fn poll(&mut self) -> bool {
         let Some(s) = &mut self.socks else {
             return false;
         };
-        if !s.events.drain() {
+        if !s.events.drain() && !self.retry {
             return false;
         }
-        match s.probe() {
+        let f = match s.probe() {
             Ok(p) => {
-                let f = p.findings();
-                let moved = f != self.current;
-                self.current = f;
-                moved
+                self.retry = false;
+                p.findings()
             }
             Err(e) => {
-                warn!("dumping the xfrm (IPsec) policies: {e}; keeping the last known punts");
-                false
+                if !self.retry {
+                    warn!("dumping the xfrm (IPsec) policies: {e}; IPv4 and IPv6 punted until a dump succeeds");
+                }
+                self.retry = true;
+                Findings {
+                    families: Family::V4.bit() | Family::V6.bit(),
+                    why: vec![format!("cannot read the IPsec (xfrm) policies ({e}): IPv4 and IPv6 punted")],
+                }
             }
-        }
+        };
+        let moved = f != self.current;
+        self.current = f;
+        moved
     }
 }
 
