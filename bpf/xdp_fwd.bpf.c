@@ -665,6 +665,9 @@ static __always_inline int fp_run(struct fp_pkt *p)
 		/* Tables nobody keeps current: the kernel decides everything. */
 		if (fp_orphaned(&p->st->watch, p->clock, fp_rt.orphan_grace))
 			reason = FP_R_ORPHANED;
+		/* tc ingress runs on every frame after XDP: the kernel's path only. */
+		else if (p->in->flags & FP_IF_TC_INGRESS)
+			reason = FP_R_TC_INGRESS;
 		else
 			reason = fp_fwd(p);
 	}

@@ -59,6 +59,8 @@ enum fp_reason {
 	FP_R_CT_UNSUPPORTED,       /* protocol the conntrack kfuncs cannot look up, short L4 header, helper/expected flow, zone */
 	FP_R_CT_NAT,               /* NAT the fast path does not perform */
 	FP_R_ORPHANED,             /* no daemon heartbeat for fp_runtime.orphan_grace seconds: tables may be stale */
+	FP_R_TC_INGRESS,           /* the ingress port has tc filters or tcx programs the kernel must run */
+	FP_R_TC_EGRESS,            /* the egress port has a qdisc, filters or tcx programs only the kernel's path runs */
 	FP_R__COUNT
 };
 
@@ -105,6 +107,9 @@ enum fp_route_type {
 #define FP_IF_RPF_LOOSE   (1U << 4)  /* effective rp_filter == 2 */
 
 #define FP_IF_PRESENT     (1U << 5)  /* slot in use (fp_ifaces is an array: absent = all zero) */
+/* tc policy the data path would skip (the daemon's tcpolicy.rs): */
+#define FP_IF_TC_INGRESS  (1U << 6)  /* tc ingress filters or tcx ingress programs: arrivals go to the kernel */
+#define FP_IF_TC_EGRESS   (1U << 7)  /* a shaping/classifying qdisc, egress filters or tcx: never sent out by XDP */
 
 /* Family bits for fp_runtime switches. */
 #define FP_FAM_V4 (1U << 0)

@@ -379,7 +379,9 @@ fp_ct_gate(struct xdp_md *ctx, const struct fp_runtime *rt, const struct fp_flow
 	struct fp_ct_hot *h = NULL;
 	__u32 r, limit, t;
 
-	v->idx = idx;
+	/* Without a set the caller's idx is undefined: not passed on (clang
+	 * may hand any register for it, once a pointer the verifier refused). */
+	v->idx = cached ? idx : 0;
 	v->cached = cached;
 	v->gen = rt->ct_generation;
 	v->now = fp_coarse_ns(clock);

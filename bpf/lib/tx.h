@@ -47,6 +47,9 @@ fp_tx_resolve(struct fp_tx *tx, const struct fp_route *rt, __u32 nh_id, __u32 in
 		return FP_R_EGRESS_NOT_MANAGED;
 	if (!(out->flags & FP_IF_UP))
 		return FP_R_EGRESS_DOWN;
+	/* A redirect would pass the egress qdisc and tc egress by. */
+	if (out->flags & FP_IF_TC_EGRESS)
+		return FP_R_TC_EGRESS;
 	if (slot == in_slot)
 		return FP_R_SAME_IFACE;
 

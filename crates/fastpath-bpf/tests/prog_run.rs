@@ -391,7 +391,7 @@ fn punt_cases(world: &World) -> Vec<Case> {
             FP_R_ROUTE_UNSUPPORTED,
         ),
         // L2
-        Case::punt("ARP", same, pad_to(arp, 60, 0), FP_R_NOT_IP),
+        Case::punt("ARP", same, pad_to(arp.clone(), 60, 0), FP_R_NOT_IP),
         Case::punt("LLDP", same, pad_to(eth([0x01, 0x80, 0xc2, 0, 0, 0x0e], MAC_CLIENT, 0x88CC), 60, 0), FP_R_NOT_IP),
         Case::punt("802.1Q", same, tagged(ETH_P_8021Q), FP_R_VLAN),
         Case::punt("802.1ad", same, tagged(ETH_P_8021AD), FP_R_VLAN),
@@ -684,6 +684,10 @@ fn punt_cases(world: &World) -> Vec<Case> {
         ),
         Case::punt("egress down", move |w| *flags_mut(w, b) &= !(FP_IF_UP as u16), f4(&p4), FP_R_EGRESS_DOWN),
         Case::punt("v6 egress down", move |w| *flags_mut(w, b) &= !(FP_IF_UP as u16), f6(&p6), FP_R_EGRESS_DOWN),
+        Case::punt("tc policy on the egress", move |w| *flags_mut(w, b) |= FP_IF_TC_EGRESS as u16, f4(&p4), FP_R_TC_EGRESS),
+        Case::punt("v6 tc policy on the egress", move |w| *flags_mut(w, b) |= FP_IF_TC_EGRESS as u16, f6(&p6), FP_R_TC_EGRESS),
+        Case::punt("tc policy on the ingress", move |w| *flags_mut(w, a) |= FP_IF_TC_INGRESS as u16, f4(&p4), FP_R_TC_INGRESS),
+        Case::punt("tc ingress before L2", move |w| *flags_mut(w, a) |= FP_IF_TC_INGRESS as u16, pad_to(arp, 60, 0), FP_R_TC_INGRESS),
         Case::punt(
             "egress is the ingress",
             move |w| *w.nexthop_mut(NH_GW4) = gw_nh(a, AF_INET, &v4("192.0.2.99")),

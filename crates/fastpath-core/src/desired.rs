@@ -60,6 +60,10 @@ pub mod if_flags {
     pub const FWD6: u16 = 1 << 2;
     pub const RPF_STRICT: u16 = 1 << 3;
     pub const RPF_LOOSE: u16 = 1 << 4;
+    /// tc policy on the port (set by the daemon's tc watch, not from kernel state).
+    pub const TC_INGRESS: u16 = 1 << 6;
+    pub const TC_EGRESS: u16 = 1 << 7;
+    pub const TC: u16 = TC_INGRESS | TC_EGRESS;
 
     pub const ALL: &[(&str, u16)] = &[
         ("FP_IF_UP", UP),
@@ -67,6 +71,8 @@ pub mod if_flags {
         ("FP_IF_FWD6", FWD6),
         ("FP_IF_RPF_STRICT", RPF_STRICT),
         ("FP_IF_RPF_LOOSE", RPF_LOOSE),
+        ("FP_IF_TC_INGRESS", TC_INGRESS),
+        ("FP_IF_TC_EGRESS", TC_EGRESS),
     ];
 }
 

@@ -58,7 +58,11 @@ pub fn carrier_back(applied: &BTreeMap<u32, IfaceEntry>, state: &KernelState, li
         .iter()
         .filter_map(|i| {
             let old = applied.get(i)?;
-            desired::iface_entry(state, *i, old.slot).map(|e| (*i, e))
+            // The tc marks are the daemon's, not the kernel state's: kept.
+            desired::iface_entry(state, *i, old.slot).map(|mut e| {
+                e.flags |= old.flags & if_flags::TC;
+                (*i, e)
+            })
         })
         .collect()
 }
@@ -114,6 +118,17 @@ mod tests {
 
     fn applied(st: &KernelState) -> BTreeMap<u32, IfaceEntry> {
         st.links.keys().map(|&i| (i, desired::iface_entry(st, i, i * 10).unwrap())).collect()
+    }
+
+    #[test]
+    fn carrier_back_keeps_the_daemons_tc_marks() {
+        let down = state(&[(2, true, false, 1500)]);
+        let mut a = applied(&down);
+        a.get_mut(&2).unwrap().flags |= if_flags::TC_EGRESS;
+        let up = state(&[(2, true, true, 1500)]);
+        let e = carrier_back(&a, &up, &[2]);
+        assert_eq!(e[0].1.flags & if_flags::TC, if_flags::TC_EGRESS);
+        assert_ne!(e[0].1.flags & if_flags::UP, 0);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use fastpath_bpf::intf;
 use fastpath_core::delta_base::DeltaBase;
-use fastpath_core::desired::{self, Ids};
+use fastpath_core::desired::{self, if_flags, Ids};
 use fastpath_core::mirror::{Ahead, Mirror, PollOutcome, RouteScope, Touched};
 use fastpath_core::model::{Family, KernelState, RouteKey};
 use fastpath_core::gone_ahead;
@@ -535,8 +535,8 @@ struct Loop {
     /// Families IPsec policies take out of the fast path (see xfrm.rs).
     xfrm_block: xfrm::Findings,
     /// tc policy on the managed ports (not allowed by --allow-tc-bypass):
-    /// everything is punted while any exists.
-    tc_block: Vec<String>,
+    /// their fp_ifaces entries keep the fast path off that way (tcpolicy.rs).
+    tc_block: Vec<tcpolicy::Bypass>,
     ids: Ids,
     reconciler: Reconciler,
     writer: MapWriter,
@@ -820,7 +820,22 @@ impl Loop {
     /// which follows in any case.
     fn restrict_ifaces(&mut self, state: &KernelState) {
         let applied = self.reconciler.applied();
-        let r = iface_restrict::restrictions(&applied.ifaces, state);
+        let mut r = iface_restrict::restrictions(&applied.ifaces, state);
+        // As `punt_for_bypass` will in the recompute: tc marks on the ports.
+        for (ifindex, bits) in self.tc_bits() {
+            let pos = r.iter().position(|(i, _)| *i == ifindex);
+            let Some(mut e) = pos.map(|p| r[p].1.clone()).or_else(|| applied.ifaces.get(&ifindex).cloned()) else {
+                continue;
+            };
+            if e.flags & bits == bits {
+                continue;
+            }
+            e.flags |= bits;
+            match pos {
+                Some(p) => r[p].1 = e,
+                None => r.push((ifindex, e)),
+            }
+        }
         let mut sw = iface_restrict::policy_punts(&applied.switches, state, &self.managed);
         // As `punt_for_bypass` will in the recompute.
         let bits = self.bypass_punt();
@@ -895,16 +910,24 @@ impl Loop {
     }
 
     /// The families that policy the data path cannot apply takes out of
-    /// the fast path: all while a netfilter chain or tc policy it would
-    /// bypass exists, those with IPsec policies on the forwarding path.
+    /// the fast path: all while a netfilter chain it would bypass exists,
+    /// those with IPsec policies on the forwarding path.
     fn bypass_punt(&self) -> u32 {
-        let none = self.netfilter_block.is_empty() && self.tc_block.is_empty();
-        let nf_tc = if none { 0 } else { Family::V4.bit() | Family::V6.bit() };
-        nf_tc | self.xfrm_block.families
+        let nf = if self.netfilter_block.is_empty() { 0 } else { Family::V4.bit() | Family::V6.bit() };
+        nf | self.xfrm_block.families
+    }
+
+    /// fp_ifaces flag bits per managed ifindex for the tc policy on it.
+    fn tc_bits(&self) -> BTreeMap<u32, u16> {
+        let mut m = BTreeMap::new();
+        for b in &self.tc_block {
+            *m.entry(b.ifindex).or_insert(0) |= if b.egress { if_flags::TC_EGRESS } else { if_flags::TC_INGRESS };
+        }
+        m
     }
 
     /// Forwarding past a firewall rule, tc or IPsec policy would be a policy
-    /// violation, so the families concerned go to the kernel. Counted under
+    /// violation, so what it concerns goes to the kernel. Counted under
     /// `policy_routing`: it is the kernel's policy that must decide.
     fn punt_for_bypass(&self, d: &mut Desired) {
         d.switches.policy_punt |= self.bypass_punt();
@@ -914,10 +937,16 @@ impl Loop {
                 self.netfilter_block.join(", ")
             ));
         }
-        if !self.tc_block.is_empty() {
+        for (ifindex, bits) in self.tc_bits() {
+            if let Some(e) = d.ifaces.get_mut(&ifindex) {
+                e.flags |= bits;
+            }
+        }
+        for b in &self.tc_block {
+            let way = if b.egress { "leaving by" } else { "arriving on" };
             d.problems.push(format!(
-                "tc policy on managed ports ({}): IPv4 and IPv6 punted (restart with --allow-tc-bypass if the bypass is intended)",
-                self.tc_block.join(", ")
+                "tc policy on {} ({}): traffic {way} {} goes to the kernel (--allow-tc-bypass forwards past it)",
+                b.dev, b.what, b.dev
             ));
         }
         d.problems.extend(self.xfrm_block.why.iter().cloned());

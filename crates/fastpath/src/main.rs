@@ -127,11 +127,11 @@ pub struct RunArgs {
     /// nft binary), and punts all traffic while such chains exist.
     #[arg(long)]
     pub allow_netfilter_bypass: bool,
-    /// Run even though tc policy sits on a managed port (a qdisc that shapes
-    /// or classifies, tc filters or tcx programs): fast-pathed packets skip
-    /// it. Without it, fastpath refuses to start (also when it cannot check,
-    /// e.g. without the tc binary), and punts all traffic while such policy
-    /// exists.
+    /// Forward past tc policy on the managed ports (a qdisc that shapes or
+    /// classifies, tc filters or tcx programs): fast-pathed packets skip it.
+    /// Without it, traffic arriving on or leaving by such a port goes to the
+    /// kernel, and fastpath refuses to start when it cannot check (e.g.
+    /// without the tc binary).
     #[arg(long)]
     pub allow_tc_bypass: bool,
     /// Flow-cache capacity per CPU (rounded up to 4 x a power of two).

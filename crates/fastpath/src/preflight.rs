@@ -91,18 +91,16 @@ pub fn tc_ports(ifaces: &[Iface]) -> Vec<(String, u32)> {
     ifaces.iter().map(|i| (i.name.clone(), i.ifindex)).collect()
 }
 
-/// As for netfilter: tc policy on a managed port, or no way to look, stops
-/// the start unless --allow-tc-bypass.
+/// tc policy on a managed port only takes that port's direction out of the
+/// fast path (the daemon marks it); no way to look stops the start unless
+/// --allow-tc-bypass, as for netfilter.
 fn check_tc(args: &RunArgs, ifaces: &[Iface]) -> Result<tcpolicy::Findings> {
     let tc = tcpolicy::probe(&tc_ports(ifaces));
     if !tc.bypassed.is_empty() {
         if args.allow_tc_bypass {
-            log::warn!("tc policy bypassed by fast-pathed traffic (--allow-tc-bypass): {}", tc.bypassed.join(", "));
+            log::warn!("tc policy bypassed by fast-pathed traffic (--allow-tc-bypass): {}", tcpolicy::describe(&tc.bypassed));
         } else {
-            bail!(
-                "tc policy on the managed ports would be bypassed by the fast path: {}; XDP runs before tc ingress and a redirect skips the egress qdisc, so remove it or pass --allow-tc-bypass if that is intended",
-                tc.bypassed.join(", ")
-            );
+            log::warn!("tc policy on managed ports, its traffic left to the kernel: {}", tcpolicy::describe(&tc.bypassed));
         }
     }
     if let Some(why) = &tc.unchecked {

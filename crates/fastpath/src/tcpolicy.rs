@@ -1,12 +1,13 @@
 //! tc policy the fast path would bypass on the managed ports.
 //!
 //! XDP runs before tc ingress, and a redirect hands the frame to the egress
-//! driver past its qdisc: a fast-pathed packet skips the tc filters and tcx
-//! programs of the port it arrived on, and the qdisc (shaping, classes,
-//! priorities) and egress filters of the port it leaves by. Like netfilter
-//! chains (netfilter.rs), such policy makes `fastpath run` refuse to start
-//! unless the user says the bypass is intended (`--allow-tc-bypass`), and
-//! while the daemon runs it punts all traffic whenever some appears.
+//! driver past its qdisc: a fast-pathed packet would skip the tc filters and
+//! tcx programs of the port it arrived on, and the qdisc (shaping, classes,
+//! priorities), egress filters and tcx programs of the port it leaves by.
+//! So the daemon marks such ports in their fp_ifaces entries: what arrives
+//! on a port with ingress policy, and what would leave by a port with
+//! egress policy, goes to the kernel (`tc_ingress`, `tc_egress`); the other
+//! ports stay fast. `--allow-tc-bypass` forwards past it all.
 //!
 //! Queueing-only disciplines (the kernel's defaults and AQMs without rates
 //! or classes) are no policy: every XDP forwarder skips them.
@@ -28,11 +29,21 @@ const QUEUE_ONLY: &[&str] = &[
     "pie", "fq_pie",
 ];
 
+/// One piece of tc policy on a managed port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bypass {
+    pub ifindex: u32,
+    pub dev: String,
+    /// On the way out (qdisc, egress filters or tcx), else on the way in.
+    pub egress: bool,
+    /// "qdisc htb (root)", "tc ingress filters", "1 tcx egress program(s)".
+    pub what: String,
+}
+
 /// What the probe found on the managed ports.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Findings {
-    /// "DEV: qdisc KIND (root)", "DEV: tc ingress filters", "DEV: tcx egress programs", ...
-    pub bypassed: Vec<String>,
+    pub bypassed: Vec<Bypass>,
     /// Why the probe could not look (e.g. no `tc` binary).
     pub unchecked: Option<String>,
 }
@@ -46,9 +57,11 @@ struct Qdisc {
     parent: Option<String>,
 }
 
-/// Policy qdiscs on `devs` in `tc -j qdisc show` output, and the devices
-/// whose ingress (and, with clsact, egress) filters must be listed.
-fn parse_qdiscs(json: &str, devs: &[&str]) -> Result<(Vec<String>, Vec<(String, &'static str)>), serde_json::Error> {
+/// Policy qdiscs on `devs` in `tc -j qdisc show` output as (dev, what),
+/// and the (dev, hook) whose filters must be listed (ingress, and egress
+/// with clsact).
+#[allow(clippy::type_complexity)]
+fn parse_qdiscs(json: &str, devs: &[&str]) -> Result<(Vec<(String, String)>, Vec<(String, &'static str)>), serde_json::Error> {
     let qdiscs: Vec<Qdisc> = serde_json::from_str(json)?;
     let (mut policy, mut hooks) = (Vec::new(), Vec::new());
     for q in qdiscs.into_iter().filter(|q| devs.contains(&q.dev.as_str())) {
@@ -61,7 +74,7 @@ fn parse_qdiscs(json: &str, devs: &[&str]) -> Result<(Vec<String>, Vec<(String, 
             k if QUEUE_ONLY.contains(&k) => {}
             k => {
                 let at = if q.root { "root".to_string() } else { format!("parent {}", q.parent.as_deref().unwrap_or("?")) };
-                policy.push(format!("{}: qdisc {k} ({at})", q.dev));
+                policy.push((q.dev, format!("qdisc {k} ({at})")));
             }
         }
     }
@@ -98,35 +111,46 @@ fn tcx_count(ifindex: u32, attach: libbpf_sys::bpf_attach_type) -> u32 {
 pub fn probe(ports: &[(String, u32)]) -> Findings {
     let mut f = Findings::default();
     let devs: Vec<&str> = ports.iter().map(|(n, _)| n.as_str()).collect();
+    let ifindex = |dev: &str| ports.iter().find(|(n, _)| n == dev).map_or(0, |(_, i)| *i);
     let (policy, hooks) = match tc_json(&["qdisc", "show"]).and_then(|j| {
         parse_qdiscs(&j, &devs).map_err(|e| format!("cannot parse `tc -j qdisc show`: {e}"))
     }) {
         Ok(v) => v,
         Err(why) => return Findings { bypassed: vec![], unchecked: Some(why) },
     };
-    f.bypassed = policy;
+    for (dev, what) in policy {
+        f.bypassed.push(Bypass { ifindex: ifindex(&dev), dev, egress: true, what });
+    }
     for (dev, hook) in hooks {
         match tc_json(&["filter", "show", "dev", &dev, hook]) {
             Ok(j) => match serde_json::from_str::<Vec<serde_json::Value>>(&j) {
                 Ok(v) if v.is_empty() => {}
-                Ok(_) => f.bypassed.push(format!("{dev}: tc {hook} filters")),
+                Ok(_) => f.bypassed.push(Bypass {
+                    ifindex: ifindex(&dev),
+                    egress: hook == "egress",
+                    what: format!("tc {hook} filters"),
+                    dev,
+                }),
                 Err(e) => f.unchecked = Some(format!("cannot parse `tc -j filter show dev {dev} {hook}`: {e}")),
             },
             Err(why) => f.unchecked = Some(why),
         }
     }
     for (dev, ifindex) in ports {
-        for (attach, hook) in [
-            (libbpf_sys::BPF_TCX_INGRESS, "ingress"),
-            (libbpf_sys::BPF_TCX_EGRESS, "egress"),
-        ] {
+        for (attach, egress) in [(libbpf_sys::BPF_TCX_INGRESS, false), (libbpf_sys::BPF_TCX_EGRESS, true)] {
             let n = tcx_count(*ifindex, attach);
             if n > 0 {
-                f.bypassed.push(format!("{dev}: {n} tcx {hook} program(s)"));
+                let hook = if egress { "egress" } else { "ingress" };
+                f.bypassed.push(Bypass { ifindex: *ifindex, dev: dev.clone(), egress, what: format!("{n} tcx {hook} program(s)") });
             }
         }
     }
     f
+}
+
+/// "r1: qdisc htb (root)" for logs and the start-up line.
+pub fn describe(b: &[Bypass]) -> String {
+    b.iter().map(|b| format!("{}: {}", b.dev, b.what)).collect::<Vec<_>>().join(", ")
 }
 
 /// Re-probes while the daemon runs, as netfilter::Watcher does, and at once
@@ -134,7 +158,7 @@ pub fn probe(ports: &[(String, u32)]) -> Findings {
 /// send no such event and wait for the period).
 pub struct Watcher {
     allowed: bool,
-    current: Vec<String>,
+    current: Vec<Bypass>,
     events: Option<Events>,
 }
 
@@ -174,8 +198,8 @@ impl Watcher {
         changed
     }
 
-    /// Policy that must stop the fast path now (empty when allowed or none).
-    pub fn blocking(&self) -> &[String] {
+    /// Policy the fast path must keep clear of now (empty when allowed or none).
+    pub fn blocking(&self) -> &[Bypass] {
         if self.allowed {
             &[]
         } else {
@@ -198,6 +222,7 @@ mod tests {
             {"kind":"ingress","handle":"ffff:","dev":"eth1","parent":"ffff:fff1"},
             {"kind":"cake","handle":"8001:","dev":"wan9","root":true}]"#;
         let (policy, hooks) = parse_qdiscs(json, &["eth0", "eth1"]).unwrap();
+        let policy: Vec<String> = policy.into_iter().map(|(d, w)| format!("{d}: {w}")).collect();
         assert_eq!(policy, ["eth1: qdisc htb (root)", "eth1: qdisc tbf (parent 1:1)"]);
         assert_eq!(
             hooks,
@@ -208,7 +233,9 @@ mod tests {
     #[test]
     fn garbage_is_an_error_and_the_watcher_fails_closed() {
         assert!(parse_qdiscs("not json", &["eth0"]).is_err());
-        let found = Findings { bypassed: vec!["eth1: qdisc htb (root)".into()], unchecked: None };
+        let htb = Bypass { ifindex: 3, dev: "eth1".into(), egress: true, what: "qdisc htb (root)".into() };
+        let found = Findings { bypassed: vec![htb], unchecked: None };
+        assert_eq!(describe(&found.bypassed), "eth1: qdisc htb (root)");
         let mut w = Watcher::new(&found, false);
         assert!(!w.update(Findings { bypassed: vec![], unchecked: Some("tc failed".into()) }));
         assert_eq!(w.blocking(), found.bypassed.as_slice());
