@@ -39,7 +39,7 @@ def warm(lab: Lab, daemon: Daemon) -> None:
 def test_shaping_qdisc_keeps_only_its_egress_with_the_kernel(lab, daemon):
     warm(lab, daemon)  # and the flows are in the cache now
     tc(lab, "qdisc", "add", "dev", "r1", "root", "handle", "1:", "htb")
-    wait_for("the tc mark", lambda: "tc policy on r1 (qdisc htb (root))" in problems(daemon), 2)
+    wait_for("the tc mark", lambda: "tc policy on r1 (qdisc htb (root))" in problems(daemon), 5)
     out, back = pings(lab, daemon)
     # Requests would leave by r1: the kernel sends them through htb.
     assert out.get("forwarded", 0) == 0 and out.get("tc_egress", 0) >= 5, out
@@ -59,7 +59,7 @@ def test_ingress_filter_keeps_that_ports_arrivals_with_the_kernel(lab, daemon):
     tc(lab, "qdisc", "add", "dev", "r0", "clsact")
     # A classifier that only classifies: the kernel still forwards.
     tc(lab, "filter", "add", "dev", "r0", "ingress", "u32", "match", "u32", "0", "0", "classid", "1:1")
-    wait_for("the tc mark", lambda: "tc policy on r0 (tc ingress filters)" in problems(daemon), 2)
+    wait_for("the tc mark", lambda: "tc policy on r0 (tc ingress filters)" in problems(daemon), 5)
     out, back = pings(lab, daemon)
     assert out.get("forwarded", 0) == 0 and out.get("tc_ingress", 0) >= 5, out
     assert back.get("forwarded", 0) >= 5, back
