@@ -77,7 +77,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
     let checked = preflight::check(&args)?;
     let mut nf_watch = netfilter::Watcher::new(&checked.netfilter, args.allow_netfilter_bypass).stateful(stateful);
     let mut xfrm_watch = xfrm::Watcher::open().context("checking IPsec (xfrm) policies")?;
-    let mut tc_watch = tcpolicy::Watcher::new(&checked.tc, args.allow_tc_bypass);
+    let mut tc_watch = tcpolicy::Watcher::new(&checked.tc, preflight::tc_ports(&checked.ifaces), args.allow_tc_bypass);
     let mut ifaces = checked.ifaces;
 
     let term = Arc::new(AtomicBool::new(false));

@@ -107,8 +107,15 @@ fn tcx_count(ifindex: u32, attach: libbpf_sys::bpf_attach_type) -> u32 {
     }
 }
 
-/// Probes the managed ports: (name, ifindex) each.
+/// Probes the managed ports, (name, ifindex) each: qdiscs, filters, tcx.
 pub fn probe(ports: &[(String, u32)]) -> Findings {
+    let mut f = probe_tc(ports);
+    f.bypassed.extend(probe_tcx(ports));
+    f
+}
+
+/// Their qdiscs and filters, through `tc -j` (a fork or two per probe).
+fn probe_tc(ports: &[(String, u32)]) -> Findings {
     let mut f = Findings::default();
     let devs: Vec<&str> = ports.iter().map(|(n, _)| n.as_str()).collect();
     let ifindex = |dev: &str| ports.iter().find(|(n, _)| n == dev).map_or(0, |(_, i)| *i);
@@ -136,16 +143,22 @@ pub fn probe(ports: &[(String, u32)]) -> Findings {
             Err(why) => f.unchecked = Some(why),
         }
     }
+    f
+}
+
+/// Their tcx programs (bpf links: no qdisc, no tc event), one syscall each way.
+fn probe_tcx(ports: &[(String, u32)]) -> Vec<Bypass> {
+    let mut v = Vec::new();
     for (dev, ifindex) in ports {
         for (attach, egress) in [(libbpf_sys::BPF_TCX_INGRESS, false), (libbpf_sys::BPF_TCX_EGRESS, true)] {
             let n = tcx_count(*ifindex, attach);
             if n > 0 {
                 let hook = if egress { "egress" } else { "ingress" };
-                f.bypassed.push(Bypass { ifindex: *ifindex, dev: dev.clone(), egress, what: format!("{n} tcx {hook} program(s)") });
+                v.push(Bypass { ifindex: *ifindex, dev: dev.clone(), egress, what: format!("{n} tcx {hook} program(s)") });
             }
         }
     }
-    f
+    v
 }
 
 /// "r1: qdisc htb (root)" for logs and the start-up line.
@@ -153,30 +166,38 @@ pub fn describe(b: &[Bypass]) -> String {
     b.iter().map(|b| format!("{}: {}", b.dev, b.what)).collect::<Vec<_>>().join(", ")
 }
 
-/// Re-probes while the daemon runs, as netfilter::Watcher does, and at once
-/// when the kernel reports a qdisc or filter change (RTNLGRP_TC; tcx links
-/// send no such event and wait for the period).
+/// Re-probes while the daemon runs. Qdiscs and filters are listed again
+/// when the kernel reports a change to them (RTNLGRP_TC) or the managed
+/// ports change, not every period: that costs a fork of `tc`, and the loop
+/// that mirrors the kernel must not stall on it. tcx links send no such
+/// event and are queried every period (a syscall). Without the event
+/// socket everything is probed every period.
 pub struct Watcher {
     allowed: bool,
+    /// From qdiscs and filters, and from tcx; `current` is both.
+    tc: Vec<Bypass>,
+    tcx: Vec<Bypass>,
     current: Vec<Bypass>,
     events: Option<Events>,
+    ports: Vec<(String, u32)>,
 }
 
 impl Watcher {
-    /// `initial`: the findings of preflight; `allowed`: --allow-tc-bypass.
-    pub fn new(initial: &Findings, allowed: bool) -> Self {
+    /// `initial`: preflight's findings on `ports`; `allowed`: --allow-tc-bypass.
+    pub fn new(initial: &Findings, ports: Vec<(String, u32)>, allowed: bool) -> Self {
         let events = if allowed {
             None
         } else {
             Events::open(NETLINK_ROUTE, RTNLGRP_TC, "tc")
-                .map_err(|e| warn!("subscribing to tc events: {e}; tc policy is checked every period only"))
+                .map_err(|e| warn!("subscribing to tc events: {e}; qdiscs and filters are listed every period"))
                 .ok()
         };
-        Watcher { allowed, current: initial.bypassed.clone(), events }
+        let (tcx, tc) = initial.bypassed.iter().cloned().partition(|b| b.what.contains(" tcx "));
+        Watcher { allowed, tc, tcx, current: initial.bypassed.clone(), events, ports }
     }
 
-    /// Probes the ports again when tc changed or `period` says it is time;
-    /// true if what the daemon must punt changed.
+    /// Probes what is due (see the type); true if what the daemon must
+    /// keep clear of changed.
     pub fn refresh(&mut self, period: bool, ports: impl FnOnce() -> Vec<(String, u32)>) -> bool {
         if self.allowed {
             return false;
@@ -185,16 +206,21 @@ impl Watcher {
         if !event && !period {
             return false;
         }
-        self.update(probe(&ports()))
-    }
-
-    /// A probe that could not check proves nothing: keep what we knew.
-    fn update(&mut self, f: Findings) -> bool {
-        if f.unchecked.is_some() {
-            return false;
+        let ports = ports();
+        if event || ports != self.ports || self.events.is_none() {
+            let f = probe_tc(&ports);
+            // A probe that could not look proves nothing: keep what we knew.
+            if f.unchecked.is_none() {
+                self.tc = f.bypassed;
+                self.ports = ports.clone();
+            }
         }
-        let changed = f.bypassed != self.current;
-        self.current = f.bypassed;
+        if period {
+            self.tcx = probe_tcx(&ports);
+        }
+        let now: Vec<Bypass> = self.tc.iter().chain(&self.tcx).cloned().collect();
+        let changed = now != self.current;
+        self.current = now;
         changed
     }
 
@@ -231,16 +257,12 @@ mod tests {
     }
 
     #[test]
-    fn garbage_is_an_error_and_the_watcher_fails_closed() {
+    fn garbage_is_an_error_and_the_override_blocks_nothing() {
         assert!(parse_qdiscs("not json", &["eth0"]).is_err());
         let htb = Bypass { ifindex: 3, dev: "eth1".into(), egress: true, what: "qdisc htb (root)".into() };
         let found = Findings { bypassed: vec![htb], unchecked: None };
         assert_eq!(describe(&found.bypassed), "eth1: qdisc htb (root)");
-        let mut w = Watcher::new(&found, false);
-        assert!(!w.update(Findings { bypassed: vec![], unchecked: Some("tc failed".into()) }));
-        assert_eq!(w.blocking(), found.bypassed.as_slice());
-        assert!(w.update(Findings::default()));
-        assert!(w.blocking().is_empty());
-        assert!(Watcher::new(&found, true).blocking().is_empty());
+        assert_eq!(Watcher::new(&found, vec![], false).blocking(), found.bypassed.as_slice());
+        assert!(Watcher::new(&found, vec![], true).blocking().is_empty());
     }
 }
