@@ -111,19 +111,14 @@ def test_policy_present_at_start_and_the_override(lab, fastpath_bin):
         assert warm_out.get("tc_egress", 0) >= 5 and warm_out.get("forwarded", 0) == 0, warm_out
         assert "left to the kernel" in d.log_text()
     with Daemon(lab, extra=["--allow-tc-bypass"]) as d:
-        d.wait_neighbours_mirrored()
-        out, _ = pings(lab, d)
-        assert out.get("forwarded", 0) >= 5, out
+        warm(lab, d)
         assert "tc policy bypassed" in d.log_text()
 
 
 def test_queueing_only_qdisc_is_no_policy(lab, fastpath_bin):
     tc(lab, "qdisc", "replace", "dev", "r1", "root", "pfifo", "limit", "100")
     with Daemon(lab) as d:
-        lab.resolve_neighbours()
-        d.wait_neighbours_mirrored()
-        out, _ = pings(lab, d)
-        assert out.get("forwarded", 0) >= 5, out
+        warm(lab, d)
         assert "tc policy" not in problems(d)
 
 

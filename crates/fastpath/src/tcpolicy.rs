@@ -192,8 +192,10 @@ impl Watcher {
                 .map_err(|e| warn!("subscribing to tc events: {e}; qdiscs and filters are listed every period"))
                 .ok()
         };
-        let (tcx, tc) = initial.bypassed.iter().cloned().partition(|b| b.what.contains(" tcx "));
-        Watcher { allowed, tc, tcx, current: initial.bypassed.clone(), events, ports }
+        // Allowed: nothing is ever kept clear of, so nothing is held.
+        let held = if allowed { Vec::new() } else { initial.bypassed.clone() };
+        let (tcx, tc) = held.iter().cloned().partition(|b| b.what.contains(" tcx "));
+        Watcher { allowed, tc, tcx, current: held, events, ports }
     }
 
     /// Probes what is due (see the type); true if what the daemon must
@@ -226,11 +228,7 @@ impl Watcher {
 
     /// Policy the fast path must keep clear of now (empty when allowed or none).
     pub fn blocking(&self) -> &[Bypass] {
-        if self.allowed {
-            &[]
-        } else {
-            &self.current
-        }
+        &self.current
     }
 }
 
