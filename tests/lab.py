@@ -630,12 +630,30 @@ class Daemon:
         """{(dev, address): mac} of the daemon's neighbour table."""
         return {(n["dev"], str(ipaddress.ip_address(n["address"]))): n["mac"] for n in self.neighbours()}
 
+    # A neighbour no test uses, put in and taken out as an event barrier.
+    MARKER4, MARKER_MAC = "198.51.100.251", "02:00:5e:00:53:fb"
+
     def wait_neighbours_mirrored(self, timeout: float = 10.0) -> None:
         """Until the daemon holds exactly the router's usable neighbours.
 
         A barrier for runs that start from freshly resolved neighbours: a
         fixed sleep let a loaded CI machine send a case's first packets
-        before the daemon had mirrored the new entries (counted no_neigh)."""
+        before the daemon had mirrored the new entries (counted no_neigh).
+        Agreement alone can be vacuous: a daemon still behind on the events
+        of a flush and re-resolve holds the old entries, with the same MACs,
+        and drops them only after the check. So a marker entry goes in and
+        out first: netlink delivers events in order, and once the daemon has
+        dropped the marker it has applied every event before it."""
+        dev, marker = self.ifaces[0], (self.ifaces[0], self.MARKER4)
+        self.lab.ip(self.lab.router, "neigh", "replace", self.MARKER4, "lladdr", self.MARKER_MAC,
+                    "dev", dev, "nud", "permanent")
+        try:
+            wait_for("the daemon to mirror the marker neighbour",
+                     lambda: marker in self.neighbour_view(), timeout, step=0.02)
+        finally:
+            self.lab.ip(self.lab.router, "neigh", "del", self.MARKER4, "dev", dev)
+        wait_for("the daemon to drop the marker neighbour",
+                 lambda: marker not in self.neighbour_view(), timeout, step=0.02)
         diff: list[str] = []
 
         def agree() -> bool:
