@@ -219,6 +219,59 @@ def test_refuses_netdev_hooks(lab: Lab, fastpath_bin):
     assert not lab.xdp_attached()
 
 
+ZONE_CHAIN = "inet zones pre (sets conntrack zones)"
+
+
+def add_zone_table(lab: Lab) -> None:
+    """Puts the client side's packets in conntrack zone 1."""
+    f = lab.tmp / "zones.nft"
+    f.write_text('table inet zones {\n chain pre {\n  type filter hook prerouting priority raw;\n'
+                 '  iifname "r0" ct zone set 1\n }\n}\n')
+    lab.run(lab.router, "nft", "-f", str(f))
+
+
+def test_refuses_conntrack_zones(lab: Lab, fastpath_bin):
+    """The data path looks conntrack up in the default zone only: a zoned
+    packet could find a default-zone entry of the same tuple, so rules that
+    assign zones are refused like the hooks the mark cannot vouch for."""
+    load_ruleset(lab)
+    add_zone_table(lab)
+    p = lab.run(lab.router, str(FASTPATH), "run", "--mode", "stateful", "-i", "r0", "-i", "r1",
+                "--socket", str(lab.tmp / "x.sock"), check=False)
+    assert p.returncode != 0
+    assert ZONE_CHAIN in p.stderr and "--allow-netfilter-bypass" in p.stderr, p.stderr
+    assert not lab.xdp_attached()
+
+
+def test_zone_rule_added_while_running_punts_everything(lab: Lab, fastpath_bin):
+    """A zone rule appearing stops the fast path (both families, counted as
+    policy_routing and named in status) until it is gone."""
+    load_ruleset(lab)
+    lab.resolve_neighbours()
+    with stateful_daemon(lab, "--ct-revalidate-ms", "60000") as d:
+        d.wait_neighbours_mirrored()
+        flow = UdpFlow(lab, 40031, 5131)
+        flow.establish()
+        make_fast(d, flow)
+
+        add_zone_table(lab)
+        wait_for(lambda: not d.status()["families"]["ipv4"]["fast_path"], 5, "the fast path to stop")
+        st = d.status()["families"]
+        assert not st["ipv6"]["fast_path"], st
+        assert ZONE_CHAIN in " ".join(st["ipv4"]["problems"]), st
+        before = d.counters("r0")
+        flow.send(5)
+        delta = counter_delta(before, d.counters("r0"))
+        assert delta.get("forwarded", 0) == 0 and delta.get("policy_routing", 0) == 5, delta
+
+        lab.run(lab.router, "nft", "delete", "table", "inet", "zones")
+        wait_for(lambda: d.status()["families"]["ipv4"]["fast_path"], 5, "the fast path to come back")
+        # (The zoned packets made entries of their own; a new flow shows it.)
+        again = UdpFlow(lab, 40032, 5132)
+        again.establish()
+        make_fast(d, again)
+
+
 def test_example_ruleset_reports_only_what_revokes(lab: Lab):
     """The example ruleset's conntrack event mask, kernel alone: a short
     connection sends no message fastpath listens to (its mark travels with

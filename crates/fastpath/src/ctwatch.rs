@@ -792,7 +792,8 @@ impl Stateful {
     }
 
     /// One round: read the events, clear marks on a ruleset change, bump.
-    pub fn step(&mut self, writer: &mut MapWriter) {
+    /// True when the nftables ruleset changed.
+    pub fn step(&mut self, writer: &mut MapWriter) -> bool {
         let r = self.watch.drain();
         if r.ruleset {
             self.watch.counters.ruleset_changes += 1;
@@ -804,6 +805,7 @@ impl Stateful {
         if let Err(e) = self.watch.flush_liberal() {
             warn!("making conntrack's TCP window tracking liberal for fast-pathed connections: {e}");
         }
+        r.ruleset
     }
 
     fn clear_marks(&mut self) {

@@ -327,8 +327,9 @@ pub fn run(loaded: Loaded) -> Result<()> {
             }
         }
 
+        let mut ruleset_changed = false;
         if let Some(c) = &mut lp.ct {
-            c.step(&mut lp.writer);
+            ruleset_changed = c.step(&mut lp.writer);
             // The counters move with every event, and a snapshot per event
             // costs the CPU the connections need: a new generation is
             // published at once, the rest with the periodic publish.
@@ -362,15 +363,17 @@ pub fn run(loaded: Loaded) -> Result<()> {
         }
 
         let periodic = last_periodic.elapsed() >= PERIODIC;
+        // Stateful mode hears of ruleset changes: a rule the mark cannot
+        // vouch for stops the fast path in this round, not the next period.
+        if (periodic || ruleset_changed) && nf_watch.refresh() {
+            lp.netfilter_block = nf_watch.blocking().to_vec();
+            lp.restrict_ifaces(&state);
+            pending.everything();
+        }
         if periodic {
             last_periodic = Instant::now();
             if let Some(c) = &mut lp.ct {
                 c.refresh_sysctls(&mut lp.writer);
-            }
-            if nf_watch.refresh() {
-                lp.netfilter_block = nf_watch.blocking().to_vec();
-                lp.restrict_ifaces(&state);
-                pending.everything();
             }
             if mirror.refresh_sysctls(&mut state) {
                 debug!("sysctls changed: full recompute");
@@ -933,7 +936,7 @@ impl Loop {
         d.switches.policy_punt |= self.bypass_punt();
         if !self.netfilter_block.is_empty() {
             d.problems.push(format!(
-                "netfilter base chains on the forwarding path ({}): IPv4 and IPv6 punted (restart with --allow-netfilter-bypass if the bypass is intended)",
+                "netfilter rules the fast path would bypass ({}): IPv4 and IPv6 punted (restart with --allow-netfilter-bypass if the bypass is intended)",
                 self.netfilter_block.join(", ")
             ));
         }

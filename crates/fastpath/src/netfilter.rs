@@ -14,8 +14,11 @@
 //! clears the marks whenever the nftables ruleset changes (see ctwatch).
 //! What stays refused there is what the mark cannot speak for: netdev
 //! (and inet) ingress/egress chains, which run before conntrack or after
-//! the redirect, and iptables-legacy tables, whose changes send no event,
-//! so marks they approved would outlive them.
+//! the redirect, iptables-legacy tables, whose changes send no event,
+//! so marks they approved would outlive them, and rules that put packets in
+//! conntrack zones: the data path looks entries up in the default zone
+//! only, and a tuple a zoned packet shares with a default-zone entry (the
+//! overlapping addresses zones exist for) would find that entry's verdict.
 
 use std::fs;
 use std::process::Command;
@@ -47,6 +50,16 @@ struct NftOutput {
 #[derive(Deserialize)]
 struct NftItem {
     chain: Option<NftChain>,
+    rule: Option<NftRule>,
+}
+
+#[derive(Deserialize)]
+struct NftRule {
+    family: String,
+    table: String,
+    chain: String,
+    #[serde(default)]
+    expr: serde_json::Value,
 }
 
 #[derive(Deserialize)]
@@ -71,19 +84,46 @@ fn hooks(stateful: bool) -> &'static [&'static str] {
     }
 }
 
-/// Base chains of routed families on one of `hooks`.
+/// Base chains of routed families on one of `hooks`, then (from a listed
+/// ruleset) the chains whose rules put packets in conntrack zones.
 fn parse_nft_chains_on(json: &str, hooks: &[&str]) -> Result<Vec<String>, serde_json::Error> {
     let out: NftOutput = serde_json::from_str(json)?;
-    Ok(out
-        .nftables
-        .into_iter()
-        .filter_map(|i| i.chain)
-        .filter_map(|c| {
-            let hook = c.hook?;
-            (hooks.contains(&hook.as_str()) && ROUTED_FAMILIES.contains(&c.family.as_str()))
-                .then(|| format!("{} {} {} ({hook})", c.family, c.table, c.name))
-        })
-        .collect())
+    let mut found = Vec::new();
+    let mut zoned = Vec::new();
+    for item in out.nftables {
+        if let Some(c) = item.chain {
+            if let Some(hook) = c.hook.filter(|h| hooks.contains(&h.as_str()) && ROUTED_FAMILIES.contains(&c.family.as_str())) {
+                found.push(format!("{} {} {} ({hook})", c.family, c.table, c.name));
+            }
+        }
+        if let Some(r) = item.rule {
+            let chain = format!("{} {} {} (sets conntrack zones)", r.family, r.table, r.chain);
+            if ROUTED_FAMILIES.contains(&r.family.as_str()) && sets_ct_zone(&r.expr) && !zoned.contains(&chain) {
+                zoned.push(chain);
+            }
+        }
+    }
+    found.extend(zoned);
+    Ok(found)
+}
+
+/// Whether a rule's statements assign a conntrack zone: nft's `ct [original|
+/// reply] zone set ...` (a mangle of the ct zone key) anywhere in it, or
+/// iptables-nft's CT target, whose options (`--zone`) nft cannot show.
+/// Matching on a zone (`ct zone 2`) assigns nothing.
+fn sets_ct_zone(v: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match v {
+        Value::Array(a) => a.iter().any(sets_ct_zone),
+        Value::Object(o) => {
+            let zone_key = |m: &Value| m.pointer("/key/ct/key").and_then(Value::as_str) == Some("zone");
+            let ct_target = |x: &Value| {
+                x.get("type").and_then(Value::as_str) == Some("target") && x.get("name").and_then(Value::as_str) == Some("CT")
+            };
+            o.get("mangle").is_some_and(zone_key) || o.get("xt").is_some_and(ct_target) || o.values().any(sets_ct_zone)
+        }
+        _ => false,
+    }
 }
 
 /// Probes the current network namespace (stateless mode).
@@ -95,17 +135,16 @@ pub fn probe() -> Findings {
 /// Probes for what the fast path of this mode would bypass.
 pub fn probe_mode(stateful: bool) -> Findings {
     let mut f = Findings::default();
-    match Command::new("nft").args(["-j", "list", "chains"]).output() {
+    // Stateful mode reads the rules too (zones), without set elements (-t):
+    // a blocklist of a million addresses is no business of this check.
+    let args: &[&str] = if stateful { &["-j", "-t", "list", "ruleset"] } else { &["-j", "list", "chains"] };
+    let cmd = format!("nft {}", args.join(" "));
+    match Command::new("nft").args(args).output() {
         Ok(o) if o.status.success() => match parse_nft_chains_on(&String::from_utf8_lossy(&o.stdout), hooks(stateful)) {
             Ok(chains) => f.bypassed.extend(chains),
-            Err(e) => f.unchecked = Some(format!("cannot parse `nft -j list chains`: {e}")),
+            Err(e) => f.unchecked = Some(format!("cannot parse `{cmd}`: {e}")),
         },
-        Ok(o) => {
-            f.unchecked = Some(format!(
-                "`nft -j list chains` failed: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            ))
-        }
+        Ok(o) => f.unchecked = Some(format!("`{cmd}` failed: {}", String::from_utf8_lossy(&o.stderr).trim())),
         Err(e) => f.unchecked = Some(format!("cannot run nft to check nftables rules: {e}")),
     }
     // Legacy x_tables register their hooks when a table is loaded.
@@ -199,6 +238,23 @@ mod tests {
             vec!["inet fw early (ingress)", "netdev nd eg (egress)"]
         );
         assert_eq!(parse_nft_chains_on(json, hooks(false)).unwrap().len(), 4);
+    }
+
+    #[test]
+    fn stateful_mode_refuses_conntrack_zones() {
+        // As nft 1.0.6 lists them: a plain zone, a per-direction map, a
+        // zone match, and iptables-nft's CT target.
+        let json = r#"{"nftables": [{"metainfo": {"version": "1.0.6"}},
+            {"chain": {"family": "inet", "table": "raw", "name": "pre", "handle": 1, "type": "filter", "hook": "prerouting", "prio": -300, "policy": "accept"}},
+            {"rule": {"family": "inet", "table": "raw", "chain": "pre", "handle": 2, "expr": [{"match": {"op": "==", "left": {"meta": {"key": "iifname"}}, "right": "lo"}}, {"mangle": {"key": {"ct": {"key": "zone"}}, "value": 3}}]}},
+            {"rule": {"family": "inet", "table": "raw", "chain": "pre", "handle": 4, "expr": [{"mangle": {"key": {"ct": {"key": "zone", "dir": "original"}}, "value": {"map": {"key": {"meta": {"key": "iifname"}}, "data": {"set": [["lo", 4]]}}}}}]}},
+            {"rule": {"family": "ip", "table": "fw", "chain": "fwd", "handle": 5, "expr": [{"match": {"op": "==", "left": {"ct": {"key": "zone"}}, "right": 2}}, {"mangle": {"key": {"ct": {"key": "mark"}}, "value": 1}}]}},
+            {"rule": {"family": "ip", "table": "raw", "chain": "PREROUTING", "handle": 6, "expr": [{"counter": {"packets": 0, "bytes": 0}}, {"xt": {"type": "target", "name": "CT"}}]}},
+            {"rule": {"family": "bridge", "table": "br", "chain": "pre", "handle": 7, "expr": [{"mangle": {"key": {"ct": {"key": "zone"}}, "value": 3}}]}}]}"#;
+        assert_eq!(
+            parse_nft_chains_on(json, hooks(true)).unwrap(),
+            vec!["inet raw pre (sets conntrack zones)", "ip raw PREROUTING (sets conntrack zones)"]
+        );
     }
 
     #[test]

@@ -59,7 +59,7 @@ pub fn check(args: &RunArgs) -> Result<Checked> {
             );
         } else {
             let why = if stateful {
-                "the stateful fast path still skips netdev ingress/egress chains, and cannot follow iptables-legacy changes"
+                "the stateful fast path still skips netdev ingress/egress chains, cannot follow iptables-legacy changes, and looks conntrack up in the default zone only"
             } else {
                 "fastpath forwards statelessly (--mode stateful follows a conntrack ruleset)"
             };
