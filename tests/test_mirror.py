@@ -158,6 +158,41 @@ def test_link_changes_restrict_the_interface_ahead_of_the_recompute(lab, daemon)
         assert reconciles()["ahead"] == mid["ahead"], what
 
 
+def test_a_bridge_port_forwards_nothing_in_or_out(lab, daemon):
+    """A managed port enslaved to a bridge is no L3 interface any more: the
+    kernel hands what arrives on it to the bridge and routes out by the
+    bridge. So nothing arriving on it is forwarded (forwarding_disabled),
+    nothing is sent out through it (egress_down), status says why; and all
+    is fast again once it leaves the bridge."""
+
+    def pings(ns: str, dst: str) -> dict:
+        before = {i: daemon.counters(i) for i in ("r0", "r1")}
+        lab.run(ns, "ping", "-4", "-c3", "-i0.05", "-W1", "-q", dst, check=False)
+        return {i: counter_delta(before[i], daemon.counters(i)) for i in ("r0", "r1")}
+
+    def problems() -> str:
+        return " ".join(daemon.status()["families"]["ipv4"]["problems"])
+
+    lab.resolve_neighbours()
+    daemon.wait_neighbours_mirrored()
+    assert pings(lab.client, Lab.S4)["r0"].get("forwarded", 0) == 3
+    lab.ip(lab.router, "link", "add", "fpbr", "type", "bridge")
+    lab.ip(lab.router, "link", "set", "r0", "master", "fpbr")
+    try:
+        wait_for("the bridge port in status", lambda: "r0 is a port of fpbr (bridge)" in problems(), 5)
+        d = pings(lab.client, Lab.S4)
+        assert d["r0"].get("forwarded", 0) == 0 and d["r0"].get("forwarding_disabled", 0) == 3, d
+        d = pings(lab.server, Lab.C4)
+        assert d["r1"].get("forwarded", 0) == 0 and d["r1"].get("egress_down", 0) == 3, d
+    finally:
+        lab.ip(lab.router, "link", "set", "r0", "nomaster")
+        lab.ip(lab.router, "link", "del", "fpbr")
+    wait_for("the port back", lambda: "fpbr" not in problems(), 5)
+    lab.resolve_neighbours()
+    daemon.wait_neighbours_mirrored()
+    assert pings(lab.client, Lab.S4)["r0"].get("forwarded", 0) == 3
+
+
 def test_carrier_back_leaves_the_full_recompute_tables(lab, daemon):
     """While r1 has no carrier its multipath members are marked down, which
     the data plane punts; carrier back clears the marks (the mirror does it

@@ -802,10 +802,17 @@ pub(crate) fn policy_punts(state: &KernelState, managed: &BTreeMap<u32, u32>) ->
         let Some(m) = state.links.get(&master) else {
             continue;
         };
+        let name = state.links.get(ifindex).map(|l| l.name.as_str()).unwrap_or("?");
         if m.kind.as_deref() == Some("vrf") {
-            let name = state.links.get(ifindex).map(|l| l.name.as_str()).unwrap_or("?");
             bits |= BOTH;
             problems.push(format!("{name} is enslaved to VRF {}: IPv4 and IPv6 punted", m.name));
+        } else {
+            problems.push(format!(
+                "{name} is a port of {} ({}): what arrives on it is {}'s, to the kernel, and nothing is forwarded out of it",
+                m.name,
+                m.kind.as_deref().unwrap_or("master"),
+                m.name
+            ));
         }
     }
     (bits, problems)
@@ -882,6 +889,19 @@ pub(crate) fn iface_entry(state: &KernelState, ifindex: u32, slot: u32) -> Optio
 
 fn iface_flags(state: &KernelState, ifindex: u32, admin_up: bool, running: bool) -> u16 {
     let sys = state.if_sysctl.get(&ifindex).cloned().unwrap_or_default();
+    // A bridge or bond port is no L3 interface: the kernel hands what
+    // arrives on it to its master (whose ports, filters and sysctls are not
+    // ours) and routes out through the master, not the port. No permission
+    // to forward in or out, so both ways punt (forwarding_disabled,
+    // egress_down). A VRF member stays an L3 interface; its family punts.
+    let port = state
+        .links
+        .get(&ifindex)
+        .and_then(|l| l.master)
+        .is_some_and(|m| state.links.get(&m).is_none_or(|m| m.kind.as_deref() != Some("vrf")));
+    if port {
+        return rpf_flags(sys.rp_filter);
+    }
     let mut flags = 0;
     if admin_up && running {
         flags |= if_flags::UP;
@@ -892,13 +912,16 @@ fn iface_flags(state: &KernelState, ifindex: u32, admin_up: bool, running: bool)
     if sys.forwarding6 && state.sysctl.forwarding6_all && !sys.disable_ipv6 {
         flags |= if_flags::FWD6;
     }
+    flags | rpf_flags(sys.rp_filter)
+}
+
+fn rpf_flags(rp_filter: u8) -> u16 {
     // The kernel treats any non-zero value other than 1 as loose.
-    match sys.rp_filter {
-        0 => {}
-        1 => flags |= if_flags::RPF_STRICT,
-        _ => flags |= if_flags::RPF_LOOSE,
+    match rp_filter {
+        0 => 0,
+        1 => if_flags::RPF_STRICT,
+        _ => if_flags::RPF_LOOSE,
     }
-    flags
 }
 
 const BOTH: u32 = 1 | 2;
@@ -2365,10 +2388,45 @@ mod tests {
         st.links.get_mut(&2).unwrap().master = Some(10);
         let d = run(&st);
         assert_eq!(d.switches.policy_punt, 3);
-        assert_eq!(
-            d.problems,
-            vec!["eth0 is enslaved to VRF blue: IPv4 and IPv6 punted".to_string()]
-        );
+        assert_eq!(d.problems[0], "eth0 is enslaved to VRF blue: IPv4 and IPv6 punted");
+        // A VRF member keeps its interface's permissions.
+        assert_eq!(d.ifaces[&2].flags & if_flags::UP, if_flags::UP);
+    }
+
+    #[test]
+    fn bridge_or_bond_port_forwards_nothing_in_or_out() {
+        let mut st = base();
+        st.if_sysctl.get_mut(&3).unwrap().rp_filter = 2;
+        let before = run(&st).ifaces[&3].flags;
+        assert_eq!(before & (if_flags::UP | if_flags::FWD4 | if_flags::FWD6), if_flags::UP | if_flags::FWD4 | if_flags::FWD6);
+        for kind in [Some("bridge"), Some("bond"), None] {
+            let mut st = st.clone();
+            let mut m = link(11, "m0");
+            m.kind = kind.map(Into::into);
+            st.links.insert(11, m);
+            st.links.get_mut(&3).unwrap().master = Some(11);
+            let d = run(&st);
+            // Only its rp_filter is left: every permission is gone.
+            assert_eq!(d.ifaces[&3].flags, if_flags::RPF_LOOSE, "{kind:?}");
+            assert_eq!(d.switches.policy_punt, 0, "{kind:?}");
+            assert_eq!(d.problems.len(), 1, "{kind:?}: {:?}", d.problems);
+            assert!(d.problems[0].starts_with("eth1 is a port of m0"), "{:?}", d.problems);
+            // Ahead of the recompute too: the lost permissions are restrictions.
+            let applied: BTreeMap<u32, IfaceEntry> = run(&st_without_master(&st)).ifaces;
+            let r = crate::iface_restrict::restrictions(&applied, &st);
+            assert_eq!(r, vec![(3, d.ifaces[&3].clone())], "{kind:?}");
+        }
+        // A master we have not seen yet (its link message still to come) counts too.
+        st.links.get_mut(&3).unwrap().master = Some(99);
+        assert_eq!(run(&st).ifaces[&3].flags, if_flags::RPF_LOOSE);
+    }
+
+    fn st_without_master(st: &KernelState) -> KernelState {
+        let mut st = st.clone();
+        for l in st.links.values_mut() {
+            l.master = None;
+        }
+        st
     }
 
     // ---- capacity ----
