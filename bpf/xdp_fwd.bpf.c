@@ -323,6 +323,25 @@ fp_route_nexthop(struct fp_pkt *p, const struct fp_route *rt, const struct fp_fl
 	return FP_R_FORWARDED;
 }
 
+/*
+ * The frame ends before its headers or datagram do. With xdp.frags a
+ * driver hands a frame larger than one buffer (jumbo MTU) over in pieces,
+ * and the program sees only the first: that is no malformed frame but one
+ * the kernel forwards (counted with its whole length). The pieces are
+ * looked at only here, off the common path; a frame whose datagram fits
+ * the first buffer while only its trailer spills over would be forwarded
+ * with that trailer, which no driver produces for a well-formed frame.
+ */
+static __always_inline __u32 fp_truncated(struct fp_pkt *p)
+{
+	__u32 whole = bpf_xdp_get_buff_len(p->ctx);
+
+	if (whole <= p->len)
+		return FP_R_MALFORMED;
+	p->len = whole;
+	return FP_R_MULTI_BUFFER;
+}
+
 static __always_inline __u32 fp_fwd_ip4(struct fp_pkt *p)
 {
 	struct xdp_md *ctx = p->ctx;
@@ -349,8 +368,10 @@ static __always_inline __u32 fp_fwd_ip4(struct fp_pkt *p)
 	if ((vihl & 0xF) > 5)
 		return FP_R_IP_OPTIONS;
 	tot_len = bpf_ntohs(ip->tot_len);
-	if (tot_len < FP_IP4_HLEN || tot_len > p->len - FP_ETH_HLEN)
+	if (tot_len < FP_IP4_HLEN)
 		return FP_R_MALFORMED;
+	if (tot_len > p->len - FP_ETH_HLEN)
+		return fp_truncated(p);
 	if (!fp_ip4_csum_ok(ip))
 		return FP_R_MALFORMED;
 	if (ip->frag_off & bpf_htons(FP_IP4_FRAG_MASK))
@@ -486,7 +507,7 @@ static __always_inline __u32 fp_fwd_ip6(struct fp_pkt *p)
 		return FP_R_MALFORMED;
 	ip_len = FP_IP6_HLEN + bpf_ntohs(ip6->payload_len);
 	if (ip_len > p->len - FP_ETH_HLEN)
-		return FP_R_MALFORMED;
+		return fp_truncated(p);
 	if (fp_ip6_is_ext_hdr(ip6->nexthdr))
 		goto slow_checks;
 
@@ -676,7 +697,7 @@ static __always_inline int fp_run(struct fp_pkt *p)
 	return reason == FP_R_FORWARDED ? XDP_REDIRECT : XDP_PASS;
 }
 
-SEC("xdp")
+SEC("xdp.frags")
 int fp_xdp_fwd(struct xdp_md *ctx)
 {
 	struct fp_pkt p = { .ctx = ctx, .hash_src = FP_HS_SOFTWARE };
@@ -690,7 +711,7 @@ extern int bpf_xdp_metadata_rx_hash(const struct xdp_md *ctx, __u32 *hash,
 extern int bpf_xdp_metadata_rx_vlan_tag(const struct xdp_md *ctx, __be16 *vlan_proto,
 					__u16 *vlan_tci) __ksym __weak;
 
-SEC("xdp")
+SEC("xdp.frags")
 int fp_xdp_fwd_hw(struct xdp_md *ctx)
 {
 	struct fp_pkt p = { .ctx = ctx, .hash_src = FP_HS_SOFTWARE };

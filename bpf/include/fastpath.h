@@ -61,6 +61,7 @@ enum fp_reason {
 	FP_R_ORPHANED,             /* no daemon heartbeat for fp_runtime.orphan_grace seconds: tables may be stale */
 	FP_R_TC_INGRESS,           /* the ingress port has tc filters or tcx programs the kernel must run */
 	FP_R_TC_EGRESS,            /* the egress port has a qdisc, filters or tcx programs only the kernel's path runs */
+	FP_R_MULTI_BUFFER,         /* the frame spans several XDP buffers (a jumbo frame): the kernel forwards it */
 	FP_R__COUNT
 };
 

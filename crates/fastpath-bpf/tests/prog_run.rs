@@ -701,6 +701,20 @@ fn punt_cases(world: &World) -> Vec<Case> {
             FP_R_SAME_IFACE,
         ),
         Case::punt("v4 above egress mtu", move |w| w.iface_mut(b).mtu = 1499, long4.clone(), FP_R_MTU),
+        // Jumbo frames past one page: BPF_PROG_RUN hands them over in pieces,
+        // as a multi-buffer driver does, and the kernel gets them whole.
+        Case::punt(
+            "v4 jumbo frame in pieces",
+            move |w| w.iface_mut(b).mtu = 9000,
+            f4(&with4(|p| p.payload = udp(9000 - 28))),
+            FP_R_MULTI_BUFFER,
+        ),
+        Case::punt(
+            "v6 jumbo frame in pieces",
+            move |w| w.iface_mut(b).mtu6 = 9000,
+            f6(&with6(|p| p.payload = vec![0x5A; 9000 - 40])),
+            FP_R_MULTI_BUFFER,
+        ),
         Case::punt(
             "v4 above route mtu",
             rt4(fp_route { mtu: 45, ..route(fp_route_type::FP_RT_FORWARD, NH_GW4) }),

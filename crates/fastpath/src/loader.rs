@@ -379,6 +379,11 @@ pub fn attach_all(
                     "the driver has no native XDP (use --xdp-mode auto or generic)".to_string()
                 }
                 (Some(libc::EBUSY) | Some(libc::EEXIST), _) => "another XDP program got attached meanwhile".to_string(),
+                // The program takes frames in pieces (xdp.frags); a driver
+                // without multi-buffer XDP still needs each frame in one buffer.
+                (Some(libc::ERANGE), _) => {
+                    format!("{e}: its MTU is too large for this driver's XDP (no multi-buffer support); lower it")
+                }
                 _ => e.to_string(),
             };
             anyhow::anyhow!("attaching XDP to {}: {why}", i.name)

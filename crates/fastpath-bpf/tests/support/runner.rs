@@ -151,7 +151,9 @@ impl Loaded {
         ctx[..4].copy_from_slice(&(meta.len() as u32).to_ne_bytes());
         ctx[4..8].copy_from_slice(&(input_bytes.len() as u32).to_ne_bytes());
         ctx[12..16].copy_from_slice(&ingress.to_ne_bytes());
-        let mut out = vec![0u8; 4096];
+        // A frame larger than one page goes in as a multi-buffer one (the
+        // program is xdp.frags) and comes out whole.
+        let mut out = vec![0u8; input_bytes.len().max(4096)];
         let input = ProgramInput {
             data_in: Some(&input_bytes),
             context_in: Some(&mut ctx),
