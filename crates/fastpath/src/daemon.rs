@@ -365,7 +365,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
         let periodic = last_periodic.elapsed() >= PERIODIC;
         // Stateful mode hears of ruleset changes: a rule the mark cannot
         // vouch for stops the fast path in this round, not the next period.
-        if (periodic || ruleset_changed) && nf_watch.refresh() {
+        if (periodic || ruleset_changed) && nf_watch.refresh(ruleset_changed) {
             lp.netfilter_block = nf_watch.blocking().to_vec();
             lp.restrict_ifaces(&state);
             pending.everything();

@@ -22,6 +22,7 @@
 
 use std::fs;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
@@ -134,6 +135,13 @@ pub fn probe() -> Findings {
 
 /// Probes for what the fast path of this mode would bypass.
 pub fn probe_mode(stateful: bool) -> Findings {
+    let mut f = probe_nft(stateful);
+    f.bypassed.extend(legacy_tables());
+    f
+}
+
+/// The nftables part: base chains on the mode's hooks and (stateful) zone rules.
+fn probe_nft(stateful: bool) -> Findings {
     let mut f = Findings::default();
     // Stateful mode reads the rules too (zones), without set elements (-t):
     // a blocklist of a million addresses is no business of this check.
@@ -141,35 +149,50 @@ pub fn probe_mode(stateful: bool) -> Findings {
     let cmd = format!("nft {}", args.join(" "));
     match Command::new("nft").args(args).output() {
         Ok(o) if o.status.success() => match parse_nft_chains_on(&String::from_utf8_lossy(&o.stdout), hooks(stateful)) {
-            Ok(chains) => f.bypassed.extend(chains),
+            Ok(chains) => f.bypassed = chains,
             Err(e) => f.unchecked = Some(format!("cannot parse `{cmd}`: {e}")),
         },
         Ok(o) => f.unchecked = Some(format!("`{cmd}` failed: {}", String::from_utf8_lossy(&o.stderr).trim())),
         Err(e) => f.unchecked = Some(format!("cannot run nft to check nftables rules: {e}")),
     }
-    // Legacy x_tables register their hooks when a table is loaded.
-    for (file, fam) in [("/proc/net/ip_tables_names", "ip"), ("/proc/net/ip6_tables_names", "ip6")] {
-        if let Ok(names) = fs::read_to_string(file) {
-            for t in names.split_whitespace() {
-                f.bypassed.push(format!("iptables-legacy {fam} table {t}"));
-            }
-        }
-    }
     f
 }
 
+/// Legacy x_tables register their hooks when a table is loaded; they send
+/// no event when they do.
+fn legacy_tables() -> Vec<String> {
+    let mut v = Vec::new();
+    for (file, fam) in [("/proc/net/ip_tables_names", "ip"), ("/proc/net/ip6_tables_names", "ip6")] {
+        if let Ok(names) = fs::read_to_string(file) {
+            v.extend(names.split_whitespace().map(|t| format!("iptables-legacy {fam} table {t}")));
+        }
+    }
+    v
+}
+
+/// In stateful mode the daemon hears of every nftables change (ctwatch's
+/// NFNLGRP_NFTABLES socket, an overrun counting as one), so the ruleset,
+/// whose listing grows with it, is read on those and otherwise only this
+/// often, as a safety net.
+const NFT_RECHECK: Duration = Duration::from_secs(30);
+
 /// Re-probes while the daemon runs: rules added after start must stop the
-/// fast path too. A fork+exec of nft per period is cheap next to a period.
+/// fast path too. Stateless: a fork+exec of `nft list chains` per period,
+/// cheap next to a period.
 pub struct Watcher {
     allowed: bool,
     stateful: bool,
     current: Vec<String>,
+    /// The nftables part of `current`, kept between ruleset reads.
+    nft: Vec<String>,
+    nft_read: Instant,
 }
 
 impl Watcher {
     /// `initial`: the findings of preflight; `allowed`: --allow-netfilter-bypass.
     pub fn new(initial: &Findings, allowed: bool) -> Self {
-        Watcher { allowed, stateful: false, current: initial.bypassed.clone() }
+        let nft = initial.bypassed.iter().filter(|b| !b.starts_with("iptables-legacy ")).cloned().collect();
+        Watcher { allowed, stateful: false, current: initial.bypassed.clone(), nft, nft_read: Instant::now() }
     }
 
     /// Stateful mode: only what the ct mark cannot speak for blocks.
@@ -178,22 +201,33 @@ impl Watcher {
         self
     }
 
-    /// Probes again; true if what the daemon must punt changed.
-    pub fn refresh(&mut self) -> bool {
+    /// Probes again (`ruleset_changed`: the nftables ruleset changed since
+    /// the last call, as far as the caller knows); true if what the daemon
+    /// must punt changed.
+    pub fn refresh(&mut self, ruleset_changed: bool) -> bool {
         if self.allowed {
             return false;
         }
-        self.update(probe_mode(self.stateful))
+        let nft = (!self.stateful || ruleset_changed || self.nft_read.elapsed() >= NFT_RECHECK).then(|| {
+            self.nft_read = Instant::now();
+            probe_nft(self.stateful)
+        });
+        self.update(nft, legacy_tables())
     }
 
     /// A probe that could not check proves nothing: keep what we knew, so
     /// a failing `nft` never lifts the punt while chains exist (fail closed).
-    fn update(&mut self, f: Findings) -> bool {
-        if f.unchecked.is_some() {
-            return false;
+    /// `nft`: None when the ruleset was not read this time.
+    fn update(&mut self, nft: Option<Findings>, legacy: Vec<String>) -> bool {
+        if let Some(f) = nft {
+            if f.unchecked.is_some() {
+                return false;
+            }
+            self.nft = f.bypassed;
         }
-        let changed = f.bypassed != self.current;
-        self.current = f.bypassed;
+        let now: Vec<String> = self.nft.iter().cloned().chain(legacy).collect();
+        let changed = now != self.current;
+        self.current = now;
         changed
     }
 
@@ -270,12 +304,20 @@ mod tests {
         let mut w = Watcher::new(&found, false);
         assert_eq!(w.blocking(), chains.as_slice());
         // nft failing says nothing about the rules: still blocked.
-        assert!(!w.update(Findings { bypassed: vec![], unchecked: Some("nft failed".into()) }));
+        assert!(!w.update(Some(Findings { bypassed: vec![], unchecked: Some("nft failed".into()) }), vec![]));
         assert_eq!(w.blocking(), chains.as_slice());
+        // Not read this time: what was read last still holds.
+        assert!(!w.update(None, vec![]));
+        assert_eq!(w.blocking(), chains.as_slice());
+        // A legacy table comes and goes without an nftables read.
+        let legacy = vec!["iptables-legacy ip table filter".to_string()];
+        assert!(w.update(None, legacy.clone()));
+        assert_eq!(w.blocking(), [chains.clone(), legacy].concat().as_slice());
+        assert!(w.update(None, vec![]));
         // A real empty answer lifts it.
-        assert!(w.update(Findings::default()));
+        assert!(w.update(Some(Findings::default()), vec![]));
         assert!(w.blocking().is_empty());
-        assert!(w.update(found.clone()));
+        assert!(w.update(Some(found.clone()), vec![]));
         // --allow-netfilter-bypass: never blocks.
         assert!(Watcher::new(&found, true).blocking().is_empty());
     }
