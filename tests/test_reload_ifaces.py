@@ -144,7 +144,7 @@ def test_sighup_adds_and_drops_interfaces_without_loss(lab2, fastpath_bin):
         send_and_expect(lab.c0, [udp4(lab, seq=i) for i in range(10)], lab.s0)
         assert delta(d, "r0", before) == {"egress_not_managed": 10}
         log = d.log_text()
-        assert "r2: added by reload" in log and "r1: removed by reload" in log, log
+        assert "r2: attached (ifindex" in log and "r1: left the interface set" in log, log
 
 
 def r2_up(d: Daemon) -> bool:
@@ -209,3 +209,44 @@ def test_pinned_reload_pins_added_and_unpins_dropped(lab2, fastpath_bin):
     send_and_expect(lab.c0, [udp4(lab, dst=lab.S1_4, seq=i) for i in range(10)], lab.s1)
     assert delta(d2, "r0", before) == {"forwarded": 10}
     assert d2.stop() == 0
+
+
+def recreate_r1(lab: Lab, same_ifindex: bool) -> None:
+    """Deletes the r1 - s0 link and creates it again as the lab had it (a
+    veth pair goes as one): with its old ifindex, or a new one."""
+    lab.ip(lab.router, "link", "del", "r1")
+    if same_ifindex:
+        lab._veth(lab.r1, lab.s0)
+    else:
+        sh("ip", "link", "add", "r1", "netns", lab.router, "address", lab.r1.mac, "type", "veth",
+           "peer", "name", "s0", "netns", lab.server, "address", lab.s0.mac)
+    lab.addr(lab.r1, f"{lab.R1_4}/24", f"{lab.R1_6}/64")
+    lab.addr(lab.s0, f"{lab.S4}/24", f"{lab.S6}/64")
+    lab.run(lab.server, "ethtool", "-K", "s0", "tx", "off", "gro", "on")
+    for i in (lab.r1, lab.s0):
+        lab.ip(i.ns, "link", "set", i.name, "up")
+    lab.server_routes()
+    lab.gateway_routes()
+    lab.wait_ready()
+
+
+def test_a_port_created_again_is_managed_again(lab, fastpath_bin):
+    """A managed port deleted and created again under its name (a hot-plugged
+    NIC, a recreated veth) is attached again by the daemon itself, with the
+    interfaces on the command line, whether the new device got its old
+    ifindex or a new one; its traffic is fast again both ways."""
+    lab.resolve_neighbours()
+    with Daemon(lab) as d:
+        for same in (True, False):
+            recreate_r1(lab, same)
+            ifindex = json.loads(lab.ip(lab.router, "-j", "link", "show", "r1").stdout)[0]["ifindex"]
+            wait_for(lambda: "r1" in prog_ids(lab) and
+                     any(i["name"] == "r1" and i["ifindex"] == ifindex and i["up"] for i in d.status()["interfaces"]),
+                     f"r1 (ifindex {ifindex}, same as before: {same}) managed again:\n{d.log_text()}", timeout=10)
+            lab.resolve_neighbours()
+            d.wait_neighbours_mirrored()
+            before = {i: d.counters(i) for i in ("r0", "r1")}
+            lab.run(lab.client, "ping", "-4", "-c3", "-i", PING_GAP, "-W2", "-q", lab.S4)
+            assert delta(d, "r0", before["r0"]) == {"forwarded": 3}, same
+            assert delta(d, "r1", before["r1"]) == {"forwarded": 3}, same
+        assert "r1: attached (ifindex" in d.log_text()

@@ -160,6 +160,8 @@ pub fn run(loaded: Loaded) -> Result<()> {
         published: Published::new(Desired::default()),
         keepalives: 0,
         gone: BTreeSet::new(),
+        configured: ifaces.iter().map(|i| i.name.clone()).collect(),
+        readopt_refused: None,
         reslot: BTreeSet::new(),
         flow_timeout: if opts.flow_sets == 0 { 0 } else { args.flow_timeout },
         flow_entries: opts.flow_sets * intf::FP_FLOW_WAYS,
@@ -238,9 +240,10 @@ pub fn run(loaded: Loaded) -> Result<()> {
     let mut last_poll_err: Option<String> = None;
     // When the oldest netlink change not yet in the maps arrived.
     let mut pending_since: Option<Instant> = None;
-    while !term.load(Ordering::Relaxed) {
-        if hup.swap(false, Ordering::Relaxed) {
-            let set = ifset::Attached {
+    // The attached interfaces, as a reload or a re-adoption changes them.
+    macro_rules! attached {
+        () => {
+            ifset::Attached {
                 ifaces: &mut ifaces,
                 instances: &mut instances,
                 attachments: &mut attachments,
@@ -250,8 +253,12 @@ pub fn run(loaded: Loaded) -> Result<()> {
                 caps: &caps,
                 opts: &opts,
                 mode: args.xdp_mode,
-            };
-            match reloader.reload(&mut Hup { lp: &mut lp, set }) {
+            }
+        };
+    }
+    while !term.load(Ordering::Relaxed) {
+        if hup.swap(false, Ordering::Relaxed) {
+            match reloader.reload(&mut Hup { lp: &mut lp, set: attached!() }) {
                 reload::Outcome::Rejected => lp.ops.reloads_failed += 1,
                 reload::Outcome::Done { .. } => lp.ops.reloads_ok += 1,
                 reload::Outcome::NoFile => {}
@@ -431,6 +438,33 @@ pub fn run(loaded: Loaded) -> Result<()> {
         }
 
         if periodic {
+            // Ports whose device went away leave the set; a device created
+            // again under a configured name joins it, as a reload would do.
+            let defunct: Vec<String> = attachments.iter().filter(|a| a.defunct()).map(|a| a.name.clone()).collect();
+            let steps = [
+                (!defunct.is_empty()).then(|| lp.existing(&state).into_iter().filter(|n| !defunct.contains(n)).collect()),
+                lp.recreated(&state, &ifaces),
+            ];
+            for names in steps.into_iter().flatten() {
+                let mut set = attached!();
+                match set.change(&names, &lp.writer.taken_slots()) {
+                    Ok(plan) => {
+                        lp.readopt_refused = None;
+                        if plan.is_some() {
+                            lp.manage(set.ifaces);
+                            pending.everything();
+                        }
+                    }
+                    Err(reload::Refusal::Invalid(why) | reload::Refusal::Restart(why)) => {
+                        if lp.readopt_refused.as_deref() != Some(why.as_str()) {
+                            warn!("a managed interface went away or came back, and the interface set cannot follow: {why}; retrying every second");
+                            lp.readopt_refused = Some(why);
+                        }
+                        break;
+                    }
+                }
+                lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
+            }
             if let Some(f) = &fpm {
                 lp.route_source = Some(Arc::new(f.published()));
             }
@@ -555,6 +589,11 @@ struct Loop {
     keepalives: u64,
     /// Managed interfaces already reported deleted.
     gone: BTreeSet<u32>,
+    /// The interface names the user asked for (command line or the last
+    /// accepted reload): a device created again under one is taken back.
+    configured: Vec<String>,
+    /// Why the last re-adoption was refused (logged once per reason).
+    readopt_refused: Option<String>,
     /// Interfaces whose slot a reload changed (added: a new one, dropped:
     /// 0): their next hops are rewritten before the next reconcile.
     reslot: BTreeSet<u32>,
@@ -602,6 +641,7 @@ impl reload::Live for Hup<'_, '_> {
         if self.set.change(names, &self.lp.writer.taken_slots())?.is_some() {
             self.lp.manage(self.set.ifaces);
         }
+        self.lp.configured = names.to_vec();
         Ok(())
     }
 }
@@ -976,6 +1016,21 @@ impl Loop {
             info!("resolved: {p}");
         }
         self.problems = now;
+    }
+
+    /// The configured interface names that name a device now.
+    fn existing(&self, state: &KernelState) -> Vec<String> {
+        self.configured.iter().filter(|n| state.links.values().any(|l| &l.name == *n)).cloned().collect()
+    }
+
+    /// When a configured name names a device we do not manage (one deleted
+    /// and created again: a hot-plugged NIC, a recreated veth), the set to
+    /// manage: the configured names that exist now. Those still missing
+    /// stay out until they exist.
+    fn recreated(&self, state: &KernelState, ifaces: &[Iface]) -> Option<Vec<String>> {
+        let managed = |name: &str, ifindex: u32| ifaces.iter().any(|i| i.name == name && i.ifindex == ifindex);
+        let back = state.links.values().any(|l| self.configured.contains(&l.name) && !managed(&l.name, l.ifindex));
+        back.then(|| self.existing(state))
     }
 
     fn note_deleted(&mut self, state: &KernelState, ifaces: &[Iface]) {

@@ -100,7 +100,7 @@ impl Attached<'_> {
             self.drop_iface(r);
         }
         for ((inst, a), i) in fresh.into_iter().zip(att).zip(&plan.added) {
-            info!("{}: added by reload", a.name);
+            info!("{}: attached (ifindex {}, slot {})", a.name, i.ifindex, i.slot);
             if self.pins.is_none() {
                 self.tx_slots.push(i.slot);
             }
@@ -182,7 +182,7 @@ impl Attached<'_> {
             }
         }
         self.instances.retain(|i| i.ifindex != r.ifindex);
-        info!("{}: removed by reload, XDP detached; the kernel forwards its traffic", r.name);
+        info!("{}: left the interface set, XDP detached; the kernel forwards its traffic", r.name);
     }
 }
 

@@ -317,6 +317,19 @@ impl Attachment {
         self.link.as_fd()
     }
 
+    /// The device went away under the link: the kernel detached it (a
+    /// device created again under the name, even with the same ifindex,
+    /// starts without a program).
+    pub fn defunct(&self) -> bool {
+        // SAFETY: a plain C struct, zero is a valid value of every field.
+        let mut info: libbpf_sys::bpf_link_info = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of_val(&info) as u32;
+        // SAFETY: `info` has `len` writable bytes; the fd is our own link's.
+        let rc = unsafe { libbpf_sys::bpf_link_get_info_by_fd(self.link.as_raw_fd(), &mut info, &mut len) };
+        // SAFETY: an XDP link's info is the union's xdp member.
+        rc == 0 && info.type_ == libbpf_sys::BPF_LINK_TYPE_XDP && unsafe { info.__bindgen_anon_1.xdp.ifindex } == 0
+    }
+
     /// Detaches now, whoever else holds the link (a pin): a reload that
     /// drops the interface.
     pub fn detach(self) -> std::io::Result<()> {
