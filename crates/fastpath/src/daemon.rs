@@ -438,31 +438,8 @@ pub fn run(loaded: Loaded) -> Result<()> {
         }
 
         if periodic {
-            // Ports whose device went away leave the set; a device created
-            // again under a configured name joins it, as a reload would do.
-            let defunct: Vec<String> = attachments.iter().filter(|a| a.defunct()).map(|a| a.name.clone()).collect();
-            let steps = [
-                (!defunct.is_empty()).then(|| lp.existing(&state).into_iter().filter(|n| !defunct.contains(n)).collect()),
-                lp.recreated(&state, &ifaces),
-            ];
-            for names in steps.into_iter().flatten() {
-                let mut set = attached!();
-                match set.change(&names, &lp.writer.taken_slots()) {
-                    Ok(plan) => {
-                        lp.readopt_refused = None;
-                        if plan.is_some() {
-                            lp.manage(set.ifaces);
-                            pending.everything();
-                        }
-                    }
-                    Err(reload::Refusal::Invalid(why) | reload::Refusal::Restart(why)) => {
-                        if lp.readopt_refused.as_deref() != Some(why.as_str()) {
-                            warn!("a managed interface went away or came back, and the interface set cannot follow: {why}; retrying every second");
-                            lp.readopt_refused = Some(why);
-                        }
-                        break;
-                    }
-                }
+            if lp.follow_devices(attached!(), &state) {
+                pending.everything();
                 lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
             }
             if let Some(f) = &fpm {
@@ -1016,6 +993,47 @@ impl Loop {
             info!("resolved: {p}");
         }
         self.problems = now;
+    }
+
+    /// Ports whose device went away leave the set; a device created again
+    /// under a configured name joins it, as a reload would change the set.
+    /// True when the set changed.
+    fn follow_devices(&mut self, mut set: ifset::Attached<'_>, state: &KernelState) -> bool {
+        let defunct: Vec<String> = set.attachments.iter().filter(|a| a.defunct()).map(|a| a.name.clone()).collect();
+        let mut changed = false;
+        if !defunct.is_empty() {
+            let names: Vec<String> = self.existing(state).into_iter().filter(|n| !defunct.contains(n)).collect();
+            if !self.change_set(&mut set, &names, &mut changed) {
+                return changed;
+            }
+        }
+        // After the removal: a device created again with its old ifindex
+        // is one we no longer manage now.
+        if let Some(names) = self.recreated(state, set.ifaces) {
+            self.change_set(&mut set, &names, &mut changed);
+        }
+        changed
+    }
+
+    /// `set.change(names)`; false (logged once per reason) if refused.
+    fn change_set(&mut self, set: &mut ifset::Attached<'_>, names: &[String], changed: &mut bool) -> bool {
+        match set.change(names, &self.writer.taken_slots()) {
+            Ok(plan) => {
+                self.readopt_refused = None;
+                if plan.is_some() {
+                    self.manage(set.ifaces);
+                    *changed = true;
+                }
+                true
+            }
+            Err(reload::Refusal::Invalid(why) | reload::Refusal::Restart(why)) => {
+                if self.readopt_refused.as_deref() != Some(why.as_str()) {
+                    warn!("a managed interface went away or came back, and the interface set cannot follow: {why}; retrying every second");
+                    self.readopt_refused = Some(why);
+                }
+                false
+            }
+        }
     }
 
     /// The configured interface names that name a device now.
