@@ -792,8 +792,7 @@ impl Stateful {
     }
 
     /// One round: read the events, clear marks on a ruleset change, bump.
-    /// True when the nftables ruleset changed.
-    pub fn step(&mut self, writer: &mut MapWriter) -> bool {
+    pub fn step(&mut self, writer: &mut MapWriter) {
         let r = self.watch.drain();
         if r.ruleset {
             self.watch.counters.ruleset_changes += 1;
@@ -805,7 +804,6 @@ impl Stateful {
         if let Err(e) = self.watch.flush_liberal() {
             warn!("making conntrack's TCP window tracking liberal for fast-pathed connections: {e}");
         }
-        r.ruleset
     }
 
     fn clear_marks(&mut self) {

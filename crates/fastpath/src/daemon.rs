@@ -334,9 +334,8 @@ pub fn run(loaded: Loaded) -> Result<()> {
             }
         }
 
-        let mut ruleset_changed = false;
         if let Some(c) = &mut lp.ct {
-            ruleset_changed = c.step(&mut lp.writer);
+            c.step(&mut lp.writer);
             // The counters move with every event, and a snapshot per event
             // costs the CPU the connections need: a new generation is
             // published at once, the rest with the periodic publish.
@@ -370,9 +369,9 @@ pub fn run(loaded: Loaded) -> Result<()> {
         }
 
         let periodic = last_periodic.elapsed() >= PERIODIC;
-        // Stateful mode hears of ruleset changes: a rule the mark cannot
-        // vouch for stops the fast path in this round, not the next period.
-        if (periodic || ruleset_changed) && nf_watch.refresh(ruleset_changed) {
+        // A rule the fast path would bypass stops it in the round after
+        // its commit, not at the next period.
+        if nf_watch.refresh(periodic) {
             lp.netfilter_block = nf_watch.blocking().to_vec();
             lp.restrict_ifaces(&state);
             pending.everything();

@@ -24,7 +24,11 @@ use std::fs;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use log::warn;
+use netlink_sys::protocols::NETLINK_NETFILTER;
 use serde::Deserialize;
+
+use crate::nlraw::Events;
 
 /// Hooks forwarded traffic would have passed through.
 const FORWARD_PATH_HOOKS: &[&str] = &["prerouting", "forward", "postrouting", "ingress", "egress"];
@@ -170,15 +174,17 @@ fn legacy_tables() -> Vec<String> {
     v
 }
 
-/// In stateful mode the daemon hears of every nftables change (ctwatch's
-/// NFNLGRP_NFTABLES socket, an overrun counting as one), so the ruleset,
-/// whose listing grows with it, is read on those and otherwise only this
-/// often, as a safety net.
+/// nftables sends an event for every committed change (NFNLGRP_NFTABLES,
+/// an overrun counting as one), so the ruleset, whose listing grows with
+/// it, is read on those and otherwise only this often, as a safety net.
 const NFT_RECHECK: Duration = Duration::from_secs(30);
 
+/// include/uapi/linux/netfilter/nfnetlink.h
+const NFNLGRP_NFTABLES: u32 = 7;
+
 /// Re-probes while the daemon runs: rules added after start must stop the
-/// fast path too. Stateless: a fork+exec of `nft list chains` per period,
-/// cheap next to a period.
+/// fast path too, within a round of the daemon's loop (~0.1 s) of the
+/// commit that added them.
 pub struct Watcher {
     allowed: bool,
     stateful: bool,
@@ -186,13 +192,22 @@ pub struct Watcher {
     /// The nftables part of `current`, kept between ruleset reads.
     nft: Vec<String>,
     nft_read: Instant,
+    /// None if the subscription failed: then the ruleset is read every period.
+    events: Option<Events>,
 }
 
 impl Watcher {
     /// `initial`: the findings of preflight; `allowed`: --allow-netfilter-bypass.
     pub fn new(initial: &Findings, allowed: bool) -> Self {
         let nft = initial.bypassed.iter().filter(|b| !b.starts_with("iptables-legacy ")).cloned().collect();
-        Watcher { allowed, stateful: false, current: initial.bypassed.clone(), nft, nft_read: Instant::now() }
+        let events = match Events::open(NETLINK_NETFILTER, NFNLGRP_NFTABLES, "nftables") {
+            Ok(e) => Some(e),
+            Err(e) => {
+                warn!("subscribing to nftables events: {e}; the ruleset is read every second instead");
+                None
+            }
+        };
+        Watcher { allowed, stateful: false, current: initial.bypassed.clone(), nft, nft_read: Instant::now(), events }
     }
 
     /// Stateful mode: only what the ct mark cannot speak for blocks.
@@ -201,14 +216,20 @@ impl Watcher {
         self
     }
 
-    /// Probes again (`ruleset_changed`: the nftables ruleset changed since
-    /// the last call, as far as the caller knows); true if what the daemon
+    /// Called every round of the daemon's loop (`periodic`: once a second):
+    /// the ruleset is read when it changed (or, unsubscribed, every
+    /// period), the legacy tables every period. True if what the daemon
     /// must punt changed.
-    pub fn refresh(&mut self, ruleset_changed: bool) -> bool {
+    pub fn refresh(&mut self, periodic: bool) -> bool {
+        let changed = self.events.as_mut().is_some_and(Events::drain);
         if self.allowed {
             return false;
         }
-        let nft = (!self.stateful || ruleset_changed || self.nft_read.elapsed() >= NFT_RECHECK).then(|| {
+        let read_nft = changed || (periodic && (self.events.is_none() || self.nft_read.elapsed() >= NFT_RECHECK));
+        if !read_nft && !periodic {
+            return false;
+        }
+        let nft = read_nft.then(|| {
             self.nft_read = Instant::now();
             probe_nft(self.stateful)
         });
