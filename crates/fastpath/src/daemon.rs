@@ -240,6 +240,10 @@ pub fn run(loaded: Loaded) -> Result<()> {
     let mut last_poll_err: Option<String> = None;
     // When the oldest netlink change not yet in the maps arrived.
     let mut pending_since: Option<Instant> = None;
+    // Links (among other things) changed since the last look at whether a
+    // managed device went away or came back: that look asks the kernel
+    // about our XDP links, which takes the rtnl lock, so only then.
+    let mut links_changed = false;
     // The attached interfaces, as a reload or a re-adoption changes them.
     macro_rules! attached {
         () => {
@@ -302,6 +306,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
                 let t = mirror.take_touched();
                 if t.other {
                     debug!("more than routes, next-hop objects and neighbours changed: full recompute");
+                    links_changed = true;
                     pending.everything();
                 } else {
                     pending.partial(t);
@@ -437,7 +442,9 @@ pub fn run(loaded: Loaded) -> Result<()> {
         }
 
         if periodic {
-            if lp.follow_devices(attached!(), &state) {
+            // A refused change is tried again every period.
+            let look = std::mem::take(&mut links_changed) || lp.readopt_refused.is_some();
+            if look && lp.follow_devices(attached!(), &state) {
                 pending.everything();
                 lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
             }
