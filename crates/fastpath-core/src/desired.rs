@@ -799,19 +799,19 @@ pub(crate) fn policy_punts(state: &KernelState, managed: &BTreeMap<u32, u32>) ->
         let Some(master) = state.links.get(ifindex).and_then(|l| l.master) else {
             continue;
         };
-        let Some(m) = state.links.get(&master) else {
-            continue;
-        };
         let name = state.links.get(ifindex).map(|l| l.name.as_str()).unwrap_or("?");
-        if m.kind.as_deref() == Some("vrf") {
+        let m = state.links.get(&master);
+        if let Some(vrf) = m.filter(|m| m.kind.as_deref() == Some("vrf")) {
             bits |= BOTH;
-            problems.push(format!("{name} is enslaved to VRF {}: IPv4 and IPv6 punted", m.name));
+            problems.push(format!("{name} is enslaved to VRF {}: IPv4 and IPv6 punted", vrf.name));
         } else {
+            // (A master not seen yet is named by its ifindex: iface_flags
+            // treats the port as one already.)
+            let (mname, kind) = m.map_or((format!("ifindex {master}"), "master"), |m| {
+                (m.name.clone(), m.kind.as_deref().unwrap_or("master"))
+            });
             problems.push(format!(
-                "{name} is a port of {} ({}): what arrives on it is {}'s, to the kernel, and nothing is forwarded out of it",
-                m.name,
-                m.kind.as_deref().unwrap_or("master"),
-                m.name
+                "{name} is a port of {mname} ({kind}): what arrives on it is {mname}'s, to the kernel, and nothing is forwarded out of it"
             ));
         }
     }
@@ -2418,7 +2418,9 @@ mod tests {
         }
         // A master we have not seen yet (its link message still to come) counts too.
         st.links.get_mut(&3).unwrap().master = Some(99);
-        assert_eq!(run(&st).ifaces[&3].flags, if_flags::RPF_LOOSE);
+        let d = run(&st);
+        assert_eq!(d.ifaces[&3].flags, if_flags::RPF_LOOSE);
+        assert!(d.problems[0].starts_with("eth1 is a port of ifindex 99 (master)"), "{:?}", d.problems);
     }
 
     fn st_without_master(st: &KernelState) -> KernelState {
