@@ -1009,35 +1009,34 @@ impl Loop {
         let mut changed = false;
         if !defunct.is_empty() {
             let names: Vec<String> = self.existing(state).into_iter().filter(|n| !defunct.contains(n)).collect();
-            if !self.change_set(&mut set, &names, &mut changed) {
-                return changed;
-            }
+            let Some(c) = self.change_set(&mut set, &names) else { return false };
+            changed = c;
         }
         // After the removal: a device created again with its old ifindex
         // is one we no longer manage now.
         if let Some(names) = self.recreated(state, set.ifaces) {
-            self.change_set(&mut set, &names, &mut changed);
+            changed |= self.change_set(&mut set, &names).unwrap_or(false);
         }
         changed
     }
 
-    /// `set.change(names)`; false (logged once per reason) if refused.
-    fn change_set(&mut self, set: &mut ifset::Attached<'_>, names: &[String], changed: &mut bool) -> bool {
+    /// `set.change(names)`: whether the set changed, None (logged once per
+    /// reason) if refused.
+    fn change_set(&mut self, set: &mut ifset::Attached<'_>, names: &[String]) -> Option<bool> {
         match set.change(names, &self.writer.taken_slots()) {
             Ok(plan) => {
                 self.readopt_refused = None;
                 if plan.is_some() {
                     self.manage(set.ifaces);
-                    *changed = true;
                 }
-                true
+                Some(plan.is_some())
             }
             Err(reload::Refusal::Invalid(why) | reload::Refusal::Restart(why)) => {
                 if self.readopt_refused.as_deref() != Some(why.as_str()) {
                     warn!("a managed interface went away or came back, and the interface set cannot follow: {why}; retrying every second");
                     self.readopt_refused = Some(why);
                 }
-                false
+                None
             }
         }
     }

@@ -162,13 +162,16 @@ fn probe_nft(stateful: bool) -> Findings {
     f
 }
 
+/// How a legacy table is named in the findings.
+const LEGACY: &str = "iptables-legacy ";
+
 /// Legacy x_tables register their hooks when a table is loaded; they send
 /// no event when they do.
 fn legacy_tables() -> Vec<String> {
     let mut v = Vec::new();
     for (file, fam) in [("/proc/net/ip_tables_names", "ip"), ("/proc/net/ip6_tables_names", "ip6")] {
         if let Ok(names) = fs::read_to_string(file) {
-            v.extend(names.split_whitespace().map(|t| format!("iptables-legacy {fam} table {t}")));
+            v.extend(names.split_whitespace().map(|t| format!("{LEGACY}{fam} table {t}")));
         }
     }
     v
@@ -199,13 +202,15 @@ pub struct Watcher {
 impl Watcher {
     /// `initial`: the findings of preflight; `allowed`: --allow-netfilter-bypass.
     pub fn new(initial: &Findings, allowed: bool) -> Self {
-        let nft = initial.bypassed.iter().filter(|b| !b.starts_with("iptables-legacy ")).cloned().collect();
-        let events = match Events::open(NETLINK_NETFILTER, NFNLGRP_NFTABLES, "nftables") {
-            Ok(e) => Some(e),
-            Err(e) => {
+        let nft = initial.bypassed.iter().filter(|b| !b.starts_with(LEGACY)).cloned().collect();
+        // --allow-netfilter-bypass: nothing to follow.
+        let events = match (!allowed).then(|| Events::open(NETLINK_NETFILTER, NFNLGRP_NFTABLES, "nftables")) {
+            Some(Ok(e)) => Some(e),
+            Some(Err(e)) => {
                 warn!("subscribing to nftables events: {e}; the ruleset is read every second instead");
                 None
             }
+            None => None,
         };
         Watcher { allowed, stateful: false, current: initial.bypassed.clone(), nft, nft_read: Instant::now(), events }
     }
@@ -221,10 +226,10 @@ impl Watcher {
     /// period), the legacy tables every period. True if what the daemon
     /// must punt changed.
     pub fn refresh(&mut self, periodic: bool) -> bool {
-        let changed = self.events.as_mut().is_some_and(Events::drain);
         if self.allowed {
             return false;
         }
+        let changed = self.events.as_mut().is_some_and(Events::drain);
         let read_nft = changed || (periodic && (self.events.is_none() || self.nft_read.elapsed() >= NFT_RECHECK));
         if !read_nft && !periodic {
             return false;
