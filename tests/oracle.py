@@ -26,6 +26,9 @@ class Run:
     frames: dict[str, list[bytes]]
     counters: dict[str, dict[str, int]] = field(default_factory=dict)  # iface -> reason -> packets
     status: dict | None = None
+    # The router's neighbours (kernel, every state) and the daemon's view
+    # right after the traffic: for a failure that counted no_neigh.
+    neighbours: str = ""
 
 
 def as_scenario(packets_or_fn) -> Scenario:
@@ -66,6 +69,8 @@ def _run(lab: Lab, scenario: Scenario, rx: Sequence[Iface], daemon: Daemon | Non
     run = Run(frames={k: list(v) for k, v in frames.items()})
     if daemon:
         run.status = daemon.status()
+        run.neighbours = (f"kernel: {lab.ip(lab.router, 'neigh', 'show').stdout.strip()!r}; "
+                          f"fastpath: {sorted(daemon.neighbour_view().items())}")
         for i in lab.router_ifaces():
             run.counters[i] = counter_delta(before[i], daemon.counters(i))
     if restore:
@@ -195,4 +200,5 @@ def assert_counts(run: Run, iface: str, expect: dict[str, int], at_least: Sequen
         have = got.get(reason, 0)
         if (reason in at_least and have < n) or (reason not in at_least and have != n):
             wrong[reason] = (n, have)
-    assert not wrong, f"{iface} counters (want, got): {wrong}; all: {got}"
+    neigh = f"; neighbours after it: {run.neighbours}" if got.get("no_neigh") else ""
+    assert not wrong, f"{iface} counters (want, got): {wrong}; all: {got}{neigh}"
