@@ -127,6 +127,40 @@ fp_flow_key_l4(struct fp_flow_key *k, void *l4, void *data_end, __u32 l4_len, __
 }
 
 /*
+ * The thrash guard (struct fp_flow_guard): true when this packet goes past
+ * the cache. Stateful mode never does: a TCP packet's flags act on its
+ * flow's cached verdict (fp_ct_closing), which only a lookup finds.
+ */
+static __always_inline bool fp_flow_bypass(struct fp_pkt *p)
+{
+	struct fp_flow_guard *g = &p->st->guard;
+
+	if (fp_cfg.stateful || !g->skip)
+		return false;
+	g->skip--;
+	p->st->flow[FP_FC_BYPASS]++;
+	return true;
+}
+
+/* A lookup is made: judge the window once it is full. */
+static __always_inline void fp_flow_probed(struct fp_pkt *p)
+{
+	struct fp_flow_guard *g = &p->st->guard;
+
+	if (fp_cfg.stateful)
+		return;
+	if (g->left > 1) {
+		g->left--;
+	} else {
+		g->bypass = g->left && g->crowded * 2 > FP_FLOW_GUARD_WINDOW;
+		g->crowded = 0;
+		g->left = FP_FLOW_GUARD_WINDOW;
+	}
+	if (g->bypass)
+		g->skip = FP_FLOW_GUARD_SAMPLE - 1;
+}
+
+/*
  * Looks the flow up: true on a hit (pos->way), else records where to fill.
  * @v4: an IPv4 key (a constant at each call): its home way is tried first,
  * without the set's first line (flow.h).
@@ -141,7 +175,7 @@ fp_flow_lookup(struct fp_pkt *p, const struct fp_flow_key *k, struct fp_flow_pos
 	pos->set = NULL;
 	pos->way = -1;
 	pos->prev_nh = 0;
-	if (!p->timeout || !fp_cfg.flow_sets)
+	if (!p->timeout || !fp_cfg.flow_sets || fp_flow_bypass(p))
 		return false;
 	pos->hash = p->hash_src != FP_HS_SOFTWARE ? p->hash : v4 ? fp_flow_hash_sw4(k) : fp_flow_hash_sw(k);
 	if (p->hash_src < FP_HS__COUNT)
@@ -151,6 +185,7 @@ fp_flow_lookup(struct fp_pkt *p, const struct fp_flow_key *k, struct fp_flow_pos
 	pos->set = s;
 	if (!s)
 		return false;
+	fp_flow_probed(p);
 	w = fp_flow_home(pos->hash);
 	if (v4) {
 		fp_flow_key4(&k4, k);
@@ -194,6 +229,7 @@ fp_flow_store(struct fp_pkt *p, struct fp_flow_pos *pos, const struct fp_flow_ke
 	} else {
 		w = fp_flow_victim(pos->set, pos->hash, p->gen, p->clock, p->timeout, &evict);
 		if (evict) {
+			p->st->guard.crowded++;
 			/*
 			 * Admission under pressure: only one miss in
 			 * FP_FLOW_ADMIT may push out a live flow, so a scan of

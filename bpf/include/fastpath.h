@@ -71,6 +71,8 @@ enum fp_reason {
  * STALE = the key was cached but from an older table generation,
  * EXPIRED = the key was cached but idle longer than the timeout,
  * EVICT = filling the cache pushed out another live flow.
+ * BYPASS (neither hit nor miss) = the packet went past the cache to the full
+ * lookup without a look, as the cache was thrashing (struct fp_flow_guard).
  */
 enum fp_flow_event {
 	FP_FC_HIT = 0,
@@ -78,6 +80,7 @@ enum fp_flow_event {
 	FP_FC_STALE,
 	FP_FC_EXPIRED,
 	FP_FC_EVICT,
+	FP_FC_BYPASS,
 	FP_FC__COUNT
 };
 
@@ -403,6 +406,27 @@ struct fp_watch {
 	__u64 now_ns;            /* bpf_ktime_get_coarse_ns() in that jiffy */
 };
 
+/*
+ * When far more flows are live than the cache holds (a flood of new flows,
+ * a scan), nearly every lookup misses and finds its set full of other live
+ * flows: the lookup and the fill are two memory misses that buy nothing,
+ * and the cache makes forwarding slower than no cache. Judged per window of
+ * FP_FLOW_GUARD_WINDOW lookups: when more than half of them missed into a
+ * full set, only one packet in FP_FLOW_GUARD_SAMPLE looks the cache up (and
+ * may fill it) until a window of those sampled lookups says otherwise.
+ * Misses into free or idle ways (a cache warming up) never count. Not a
+ * counter; per CPU and ingress slot like the rest of fp_stats.
+ */
+struct fp_flow_guard {
+	__u32 left;              /* lookups left in this window; 0 = none yet */
+	__u32 crowded;           /* misses this window that found no free way */
+	__u32 skip;              /* packets still to send past the cache */
+	__u32 bypass;            /* the last window was crowded: sample */
+};
+
+#define FP_FLOW_GUARD_WINDOW 256
+#define FP_FLOW_GUARD_SAMPLE 16
+
 /* fp_stats: per-CPU array indexed by fp_iface.slot (ingress interface). */
 struct fp_stats {
 	__u64 packets[FP_R__COUNT];
@@ -410,6 +434,7 @@ struct fp_stats {
 	__u64 flow[FP_FC__COUNT];        /* enum fp_flow_event */
 	__u64 hash_src[FP_HS__COUNT];    /* enum fp_hash_src, per hashed packet */
 	struct fp_watch watch;           /* not a counter: watchdog.h's clock memo */
+	struct fp_flow_guard guard;      /* not a counter: flow cache bypass state */
 };
 
 /*

@@ -281,6 +281,74 @@ fn metadata_hints_and_eviction() {
     assert!(misses >= 1, "a full set admitted a new flow on its first miss");
 }
 
+/// The thrash guard: new flows that keep missing into one set full of live
+/// flows make the program send 15 packets in 16 past the cache (still
+/// forwarded, byte for byte, by the full lookup); once the flood's entries
+/// have idled out, the sampled lookups fill free ways and hit, and the next
+/// window turns the bypass off again. A cache warming up (misses into free
+/// ways) never turns it on.
+#[test]
+fn thrashing_cache_is_bypassed_until_it_holds_again() {
+    let Some((mut lab, mut w)) = lab("thrashing_cache_is_bypassed_until_it_holds_again") else { return };
+    let l = lab.program(&w).expect("load");
+    let window = FP_FLOW_GUARD_WINDOW as u64;
+    let send = |l: &Loaded, q: &Ip4, hash: u32| {
+        let (v, out) = l.run_meta(w.a, &hint(hash), &q.frame(MAC_A, MAC_CLIENT)).expect("run");
+        assert_eq!((v, out), (XDP_REDIRECT, out4(q, MAC_GW4)), "port {}", u16::from_be_bytes([q.payload[0], q.payload[1]]));
+    };
+
+    // Warming up: 2 windows of new flows, each into free ways of its own set.
+    for i in 0..2 * window as u32 {
+        send(&l, &p4(10_000 + i as u16), 1000 + i);
+    }
+    assert_eq!(flow(&l)[FP_FC_BYPASS as usize], 0, "a cache warming up was bypassed");
+    assert_eq!(flow(&l)[FP_FC_MISS as usize], 2 * window);
+
+    // A flood into one set: after a window of crowded misses, one packet in
+    // FP_FLOW_GUARD_SAMPLE looks the cache up.
+    let flood = 4 * window as u32;
+    for i in 0..flood {
+        send(&l, &p4(20_000 + i as u16), 7);
+    }
+    let f = flow(&l);
+    let bypassed = f[FP_FC_BYPASS as usize];
+    let sample = FP_FLOW_GUARD_SAMPLE as u64;
+    assert!(
+        bypassed > (flood as u64 - 2 * window) * (sample - 1) / sample,
+        "{bypassed} of {flood} flood packets went past the cache: {f:?}"
+    );
+    assert_eq!(
+        f[FP_FC_HIT as usize] + f[FP_FC_MISS as usize] + bypassed,
+        2 * window + flood as u64,
+        "a packet is a hit, a miss or bypassed"
+    );
+
+    // The flood's entries idle out: one flow's sampled lookups now fill a
+    // free way and hit, and a window of them ends the bypass.
+    w.rt.neigh_clock += TIMEOUT + 1;
+    l.set_rt(&w.rt).expect("bss");
+    let q = p4(30_000);
+    let mut sent = 0;
+    let mut quiet = 0;
+    while quiet < 2 * sample {
+        let before = flow(&l)[FP_FC_BYPASS as usize];
+        send(&l, &q, 7);
+        quiet = if flow(&l)[FP_FC_BYPASS as usize] == before { quiet + 1 } else { 0 };
+        sent += 1;
+        assert!(sent <= 3 * window * sample, "the bypass never ended: {:?}", flow(&l));
+    }
+    let before = flow(&l);
+    for _ in 0..sample {
+        send(&l, &q, 7);
+    }
+    let after = flow(&l);
+    assert_eq!(
+        (after[FP_FC_HIT as usize] - before[FP_FC_HIT as usize], after[FP_FC_BYPASS as usize]),
+        (sample, before[FP_FC_BYPASS as usize]),
+        "once the bypass ended every packet of the flow hits: {after:?}"
+    );
+}
+
 /// Every live way of every set, as `fastpath flows` decodes it.
 fn cached(l: &Loaded) -> Vec<fastpath_bpf::FlowWay> {
     let mut v = Vec::new();

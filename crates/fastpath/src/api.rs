@@ -13,11 +13,12 @@
 //!  "interfaces":[{"name":str, "ifindex":n, "xdp_mode":"native"|"generic", "mac":"aa:bb:..",
 //!                 "mtu":n, "up":bool, "fwd4":bool, "fwd6":bool, "rp_filter":0|1|2,
 //!                 "counters":{"<reason>":{"packets":n,"bytes":n}, ... every reason},
-//!                 "flow_cache":{"hit":n,"miss":n,"stale":n,"expired":n,"evict":n},
+//!                 "flow_cache":{"hit":n,"miss":n,"stale":n,"expired":n,"evict":n,"bypass":n},
 //!                 "hash":{"variant":"nic rx-hash"|"meta hint / software (device-bound)"|"meta hint / software",
 //!                         "packets":{"software":n,"meta":n,"nic":n}}}],
 //!  "flow_cache":{"enabled":bool, "timeout_s":n, "entries_per_cpu":n,
-//!                "hit":n,"miss":n,"stale":n,"expired":n,"evict":n},
+//!                "hit":n,"miss":n,"stale":n,"expired":n,"evict":n,"bypass":n}
+//!                (bypass: packets sent past the cache while it was thrashing),
 //!  "tables":{"fib4":{"used":n,"capacity":n}, "fib6":{..}, "nexthops":{..},
 //!            "groups":{..}, "buckets":{..}, "neighbours":{..}, "interfaces":{..}},
 //!  "families":{"ipv4":{"fast_path":bool,"problems":[str]}, "ipv6":{..}},
@@ -340,7 +341,7 @@ pub fn fmt_mac(m: &[u8; 6]) -> String {
 }
 
 /// Names of enum fp_flow_event and enum fp_hash_src, in order.
-pub const FLOW_EVENTS: [&str; NFLOW] = ["hit", "miss", "stale", "expired", "evict"];
+pub const FLOW_EVENTS: [&str; NFLOW] = ["hit", "miss", "stale", "expired", "evict", "bypass"];
 pub const HASH_SOURCES: [&str; NHASH] = ["software", "meta", "nic"];
 
 fn named(names: &[&str], v: &[u64]) -> BTreeMap<String, u64> {

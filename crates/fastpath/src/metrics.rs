@@ -6,7 +6,7 @@
 //!
 //! Series (counters get `_total` appended by the format):
 //! - `fastpath_packets`, `fastpath_bytes` {interface, verdict=forwarded|punted, reason}
-//! - `fastpath_flow_cache_events` {interface, event=hit|miss|stale|expired|evict}
+//! - `fastpath_flow_cache_events` {interface, event=hit|miss|stale|expired|evict|bypass}
 //! - `fastpath_table_entries`, `fastpath_table_capacity` {table}
 //! - `fastpath_family_fast_path` {family} (0: the whole family is punted)
 //! - `fastpath_routes_offload_failed`: routes that found no slot (their

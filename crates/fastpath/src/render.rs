@@ -141,14 +141,15 @@ pub fn status(s: &Status, all: bool) -> String {
     if fc.enabled {
         let _ = writeln!(
             out,
-            "flow cache: on, {} entries per CPU, idle timeout {} s: hit {}  miss {}  stale {}  expired {}  evict {}\n",
+            "flow cache: on, {} entries per CPU, idle timeout {} s: hit {}  miss {}  stale {}  expired {}  evict {}  bypass {}\n",
             fc.entries_per_cpu,
             fc.timeout_s,
             ev("hit"),
             ev("miss"),
             ev("stale"),
             ev("expired"),
-            ev("evict")
+            ev("evict"),
+            ev("bypass")
         );
     } else {
         out.push_str("flow cache: off\n\n");

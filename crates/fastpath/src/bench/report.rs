@@ -235,13 +235,13 @@ pub fn print_table(cells: &[Cell]) {
             .iter()
             .filter(|k| k.size == c.size && k.flows == c.flows)
             .any(|k| k.median_cpu_share < BUSY_SHARE);
-        let hits = c
+        let (hits, bypass) = c
             .fastpath_verdicts
             .as_ref()
-            .map(|v| v.cache_hits as f64 * 100.0 / (v.cache_hits + v.cache_misses).max(1) as f64)
-            .unwrap_or(0.0);
+            .map(|v| (v.cache_hits as f64 * 100.0 / (v.cache_hits + v.cache_misses).max(1) as f64, v.bypass_note()))
+            .unwrap_or_default();
         println!(
-            "{} {} B {} flow(s), {hits:.0}% cache hits: {} kernel, {} of raw, {} fib-fwd (wall); {} / {} / {} per CPU-s{}",
+            "{} {} B {} flow(s), {hits:.0}% cache hits{bypass}: {} kernel, {} of raw, {} fib-fwd (wall); {} / {} / {} per CPU-s{}",
             c.mode.name(),
             c.size,
             c.flows,

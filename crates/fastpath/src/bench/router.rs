@@ -328,6 +328,8 @@ pub struct Verdicts {
     pub cache_stale: u64,
     pub cache_expired: u64,
     pub cache_evictions: u64,
+    /// Packets sent past the cache, unlooked, while it was thrashing.
+    pub cache_bypassed: u64,
     /// Flow hashes by source (only packets that looked up the cache are hashed).
     pub hash_software: u64,
     pub hash_meta: u64,
@@ -345,6 +347,7 @@ impl Verdicts {
         self.cache_stale += o.cache_stale;
         self.cache_expired += o.cache_expired;
         self.cache_evictions += o.cache_evictions;
+        self.cache_bypassed += o.cache_bypassed;
         self.hash_software += o.hash_software;
         self.hash_meta += o.hash_meta;
         self.hash_nic += o.hash_nic;
@@ -368,6 +371,17 @@ impl Verdicts {
         }
     }
 
+    /// ", N% past the thrashing cache" when any packet went past it.
+    pub fn bypass_note(&self) -> String {
+        match self.cache_bypassed {
+            0 => String::new(),
+            n => format!(
+                ", {:.1}% past the thrashing cache",
+                n as f64 * 100.0 / (n + self.cache_hits + self.cache_misses) as f64
+            ),
+        }
+    }
+
     pub fn summary(&self) -> String {
         let reasons: Vec<String> = self.punted_by_reason.iter().map(|(r, n)| format!("{r} {n}")).collect();
         let reasons = if reasons.is_empty() {
@@ -380,11 +394,12 @@ impl Verdicts {
             "cache not used".to_string()
         } else {
             format!(
-                "cache hits {:.1}% (evictions {}, stale {}, expired {})",
+                "cache hits {:.1}% (evictions {}, stale {}, expired {}){}",
                 self.cache_hits as f64 * 100.0 / lookups as f64,
                 self.cache_evictions,
                 self.cache_stale,
-                self.cache_expired
+                self.cache_expired,
+                self.bypass_note()
             )
         };
         let hash = if self.hashed() == 0 {
@@ -524,6 +539,7 @@ pub fn verdicts(before: &FpSnapshot, after: &FpSnapshot) -> Verdicts {
     v.cache_stale = flow(intf::fp_flow_event::FP_FC_STALE);
     v.cache_expired = flow(intf::fp_flow_event::FP_FC_EXPIRED);
     v.cache_evictions = flow(intf::fp_flow_event::FP_FC_EVICT);
+    v.cache_bypassed = flow(intf::fp_flow_event::FP_FC_BYPASS);
     let hs = |e: u32| d(&after.hash_src, &before.hash_src, e as usize);
     v.hash_software = hs(intf::fp_hash_src::FP_HS_SOFTWARE);
     v.hash_meta = hs(intf::fp_hash_src::FP_HS_META);
