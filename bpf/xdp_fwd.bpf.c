@@ -142,6 +142,12 @@ static __always_inline bool fp_flow_bypass(struct fp_pkt *p)
 	return true;
 }
 
+/* The cache is being bypassed (every packet but the sampled ones). */
+static __always_inline bool fp_flow_bypassing(struct fp_pkt *p)
+{
+	return !fp_cfg.stateful && p->st->guard.bypass;
+}
+
 /* A lookup is made: judge the window once it is full. */
 static __always_inline void fp_flow_probed(struct fp_pkt *p)
 {
@@ -202,7 +208,7 @@ fp_flow_lookup(struct fp_pkt *p, const struct fp_flow_key *k, struct fp_flow_pos
 	if (gen != p->gen) {
 		p->st->flow[FP_FC_STALE]++;
 		p->st->flow[FP_FC_MISS]++;
-		if ((__s32)(gen - (__u32)fp_rt.mp_generation) >= 0)
+		if ((__s32)(gen - (__u32)fp_rt.mp_generation) >= 0 && !fp_flow_bypassing(p))
 			pos->prev_nh = s->way[w].nh_id;
 		return false;
 	}
@@ -212,7 +218,14 @@ fp_flow_lookup(struct fp_pkt *p, const struct fp_flow_key *k, struct fp_flow_pos
 		return false;
 	}
 	p->st->flow[FP_FC_HIT]++;
-	return true;
+	/*
+	 * While the cache is bypassed, the packets sent past it take the path
+	 * the kernel's hash picks; a sampled one must not take another (an
+	 * ECMP flow kept on its old path after a group change), or the flow
+	 * would alternate between paths. It takes the full lookup too, which
+	 * refreshes this way: the flow moves once, as if it had been evicted.
+	 */
+	return !fp_flow_bypassing(p);
 }
 
 /* Returns the way filled, or -1. */

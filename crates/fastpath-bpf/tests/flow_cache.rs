@@ -504,6 +504,56 @@ fn stale_ecmp_flows_keep_their_path() {
     }
 }
 
+/// While the cache is bypassed, a flow kept on its old ECMP path takes the
+/// path the hash picks with every packet, the sampled ones (which find its
+/// entry) included: never alternating between the two. Once the bypass
+/// ends it stays there.
+#[test]
+fn bypassed_ecmp_flows_take_one_path() {
+    let Some((mut lab, mut w)) = lab("bypassed_ecmp_flows_take_one_path") else { return };
+    let bounds = ecmp_world(&mut w);
+    let l = lab.program(&w).expect("load");
+    write_group(&l, bounds);
+    let flows: Vec<Ip4> = (3000..3100u16).map(p4).collect();
+    for p in &flows {
+        forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
+    }
+    let swapped = fastpath_core::mphash::upper_bounds(&[3, 1]);
+    let swapped = [swapped[0], swapped[1]];
+    write_group(&l, swapped);
+    bump(&l, &mut w);
+    for p in &flows {
+        forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
+    }
+    assert!(
+        flows.iter().any(|p| kernel_path(p, bounds) != kernel_path(p, swapped)),
+        "the test needs flows kept off the hash's path"
+    );
+    // A flood into one set turns the bypass on.
+    for i in 0..3 * FP_FLOW_GUARD_WINDOW {
+        let (v, _) = l.run_meta(w.a, &hint(7), &p4(20_000 + i as u16).frame(MAC_A, MAC_CLIENT)).expect("run");
+        assert_eq!(v, XDP_REDIRECT);
+    }
+    let before = flow(&l);
+    assert!(before[FP_FC_BYPASS as usize] > 0, "no bypass: {before:?}");
+    for _ in 0..2 {
+        for p in &flows {
+            forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, swapped)));
+        }
+    }
+    let after = flow(&l);
+    assert!(after[FP_FC_HIT as usize] > before[FP_FC_HIT as usize], "no sampled packet found its flow: {after:?}");
+    // The flood idles out; the flows stay where the bypass put them.
+    w.rt.neigh_clock += TIMEOUT + 1;
+    l.set_rt(&w.rt).expect("bss");
+    for _ in 0..FP_FLOW_GUARD_WINDOW * FP_FLOW_GUARD_SAMPLE / flows.len() as u32 + 2 {
+        for p in &flows {
+            forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, swapped)));
+        }
+    }
+    assert_eq!(l.stats(SLOT_A).expect("stats").guard.bypass, 0, "the bypass did not end");
+}
+
 /// A new hash policy moves cached flows as it moves them in the kernel:
 /// stickiness is for group changes, not for a changed hash.
 #[test]
