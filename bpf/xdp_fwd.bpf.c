@@ -148,17 +148,33 @@ static __always_inline bool fp_flow_bypassing(struct fp_pkt *p)
 	return !fp_cfg.stateful && p->st->guard.bypass;
 }
 
+/*
+ * A cached flow last used before the latest bypass began: the bypass sent
+ * it by the full lookup meanwhile, so its entry (an ECMP path kept across a
+ * group change) must not take it back to where it was before.
+ */
+static __always_inline bool fp_flow_predates_bypass(struct fp_pkt *p, __u32 used)
+{
+	__u32 since = p->st->guard.since;
+
+	return !fp_cfg.stateful && since && (__s32)(used - since) <= 0;
+}
+
 /* A lookup is made: judge the window once it is full. */
 static __always_inline void fp_flow_probed(struct fp_pkt *p)
 {
 	struct fp_flow_guard *g = &p->st->guard;
+	bool crowded;
 
 	if (fp_cfg.stateful)
 		return;
 	if (g->left > 1) {
 		g->left--;
 	} else {
-		g->bypass = g->left && g->crowded * 2 > FP_FLOW_GUARD_WINDOW;
+		crowded = g->left && g->crowded * 2 > FP_FLOW_GUARD_WINDOW;
+		if (crowded && !g->bypass)
+			g->since = p->clock;
+		g->bypass = crowded;
 		g->crowded = 0;
 		g->left = FP_FLOW_GUARD_WINDOW;
 	}
@@ -176,7 +192,7 @@ fp_flow_lookup(struct fp_pkt *p, const struct fp_flow_key *k, struct fp_flow_pos
 {
 	struct fp_flow_key4 k4 __attribute__((aligned(8)));
 	struct fp_flow_set *s;
-	__u32 idx, w, gen;
+	__u32 idx, w, gen, used;
 
 	pos->set = NULL;
 	pos->way = -1;
@@ -208,12 +224,18 @@ fp_flow_lookup(struct fp_pkt *p, const struct fp_flow_key *k, struct fp_flow_pos
 	if (gen != p->gen) {
 		p->st->flow[FP_FC_STALE]++;
 		p->st->flow[FP_FC_MISS]++;
-		if ((__s32)(gen - (__u32)fp_rt.mp_generation) >= 0 && !fp_flow_bypassing(p))
+		if ((__s32)(gen - (__u32)fp_rt.mp_generation) >= 0 && !fp_flow_bypassing(p) &&
+		    !fp_flow_predates_bypass(p, fp_flow_used(s, w, v4)))
 			pos->prev_nh = s->way[w].nh_id;
 		return false;
 	}
-	if (p->clock - fp_flow_used(s, w, v4) > p->timeout) {
+	used = fp_flow_used(s, w, v4);
+	if (p->clock - used > p->timeout) {
 		p->st->flow[FP_FC_EXPIRED]++;
+		p->st->flow[FP_FC_MISS]++;
+		return false;
+	}
+	if (fp_flow_predates_bypass(p, used)) {
 		p->st->flow[FP_FC_MISS]++;
 		return false;
 	}

@@ -414,7 +414,9 @@ struct fp_watch {
  * FP_FLOW_GUARD_WINDOW lookups: when more than half of them missed into a
  * full set, only one packet in FP_FLOW_GUARD_SAMPLE looks the cache up (and
  * may fill it) until a window of those sampled lookups says otherwise.
- * Misses into free or idle ways (a cache warming up) never count. Not a
+ * Misses into free or idle ways (a cache warming up) never count. Entries
+ * last used before the latest bypass began are recomputed (no ECMP path
+ * kept): the bypass sent their flows by the full lookup meanwhile. Not a
  * counter; per CPU and ingress slot like the rest of fp_stats.
  */
 struct fp_flow_guard {
@@ -422,6 +424,8 @@ struct fp_flow_guard {
 	__u32 crowded;           /* misses this window that found no free way */
 	__u32 skip;              /* packets still to send past the cache */
 	__u32 bypass;            /* the last window was crowded: sample */
+	__u32 since;             /* fp_runtime.neigh_clock when the latest bypass began; 0 = none */
+	__u32 _pad;
 };
 
 #define FP_FLOW_GUARD_WINDOW 256

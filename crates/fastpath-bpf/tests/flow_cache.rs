@@ -310,6 +310,7 @@ fn thrashing_cache_is_bypassed_until_it_holds_again() {
     for i in 0..flood {
         send(&l, &p4(20_000 + i as u16), 7);
     }
+    assert_eq!(l.flow_guard(SLOT_A).expect("guard").bypass, 1, "a crowded cache is not bypassed");
     let f = flow(&l);
     let bypassed = f[FP_FC_BYPASS as usize];
     let sample = FP_FLOW_GUARD_SAMPLE as u64;
@@ -337,6 +338,7 @@ fn thrashing_cache_is_bypassed_until_it_holds_again() {
         sent += 1;
         assert!(sent <= 3 * window * sample, "the bypass never ended: {:?}", flow(&l));
     }
+    assert_eq!(l.flow_guard(SLOT_A).expect("guard").bypass, 0);
     let before = flow(&l);
     for _ in 0..sample {
         send(&l, &q, 7);
@@ -507,7 +509,7 @@ fn stale_ecmp_flows_keep_their_path() {
 /// While the cache is bypassed, a flow kept on its old ECMP path takes the
 /// path the hash picks with every packet, the sampled ones (which find its
 /// entry) included: never alternating between the two. Once the bypass
-/// ends it stays there.
+/// ends it stays there, also when its entry is still live.
 #[test]
 fn bypassed_ecmp_flows_take_one_path() {
     let Some((mut lab, mut w)) = lab("bypassed_ecmp_flows_take_one_path") else { return };
@@ -536,22 +538,33 @@ fn bypassed_ecmp_flows_take_one_path() {
     }
     let before = flow(&l);
     assert!(before[FP_FC_BYPASS as usize] > 0, "no bypass: {before:?}");
+    assert_eq!(l.flow_guard(SLOT_A).expect("guard").bypass, 1);
     for _ in 0..2 {
         for p in &flows {
             forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, swapped)));
         }
     }
     let after = flow(&l);
-    assert!(after[FP_FC_HIT as usize] > before[FP_FC_HIT as usize], "no sampled packet found its flow: {after:?}");
-    // The flood idles out; the flows stay where the bypass put them.
-    w.rt.neigh_clock += TIMEOUT + 1;
-    l.set_rt(&w.rt).expect("bss");
-    for _ in 0..FP_FLOW_GUARD_WINDOW * FP_FLOW_GUARD_SAMPLE / flows.len() as u32 + 2 {
+    assert!(
+        after[FP_FC_MISS as usize] > before[FP_FC_MISS as usize],
+        "no packet of the flows was sampled (their entries predate the bypass: misses): {after:?}"
+    );
+    // One flow that hits ends the bypass while the others' entries are
+    // still live: those the bypass never sampled were last used before it
+    // began, and must not take their flows back to the old path.
+    let hitter = p4(40_000);
+    let mut sent = 0;
+    while l.flow_guard(SLOT_A).expect("guard").bypass != 0 {
+        let (v, _) = l.run_meta(w.a, &hint(9), &hitter.frame(MAC_A, MAC_CLIENT)).expect("run");
+        assert_eq!(v, XDP_REDIRECT);
+        sent += 1;
+        assert!(sent <= 3 * FP_FLOW_GUARD_WINDOW * FP_FLOW_GUARD_SAMPLE, "the bypass did not end");
+    }
+    for _ in 0..2 {
         for p in &flows {
             forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, swapped)));
         }
     }
-    assert_eq!(l.stats(SLOT_A).expect("stats").guard.bypass, 0, "the bypass did not end");
 }
 
 /// A new hash policy moves cached flows as it moves them in the kernel:

@@ -197,6 +197,22 @@ impl Loaded {
         Ok(sum)
     }
 
+    /// The flow cache's thrash guard of one slot on the calling thread's CPU
+    /// (not a counter: it is not summed; tests pin their thread).
+    pub fn flow_guard(&self, slot: u32) -> Result<fastpath_bpf::intf::fp_flow_guard> {
+        // SAFETY: no arguments; returns the CPU or -1.
+        let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).context("sched_getcpu")?;
+        let per_cpu = self
+            .skel
+            .maps
+            .fp_stats
+            .lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY)
+            .context("fp_stats lookup")?
+            .context("fp_stats slot missing")?;
+        let raw = per_cpu.get(cpu).context("no fp_stats value for this CPU")?;
+        Ok(from_raw::<fp_stats>(raw).guard)
+    }
+
     /// Every (slot, reason, packets, bytes) with a non-zero count.
     pub fn counted(&self) -> Result<Vec<(u32, usize, u64, u64)>> {
         let mut v = Vec::new();
