@@ -14,7 +14,9 @@ connection-rate part:
 
 Programs with the same prefix are summed (fastpath loads one instance per
 interface; the benches load new ones per round). It restores the sysctl's
-previous value on exit. Needs root and bpftool. A developer tool; nothing
+previous value on exit; two at once would leave it on (the second takes
+the first's 1 for the previous value), and every BPF program then pays
+the two clock reads per run: check /proc/sys/kernel/bpf_stats_enabled. Needs root and bpftool. A developer tool; nothing
 in make test uses it.
 """
 import argparse
