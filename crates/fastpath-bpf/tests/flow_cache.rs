@@ -477,6 +477,25 @@ fn ecmp_paths_do_not_depend_on_the_hint() {
     assert!(hash_src(&l)[FP_HS_META as usize] >= 400);
 }
 
+/// 100 flows cached over a 1:3 group, then the group re-weighted 3:1: the
+/// hash now maps many flows elsewhere, the cached ones stay on their paths.
+/// Returns the flows and the group's bounds before and after.
+fn sticky_ecmp_flows(l: &Loaded, w: &mut World, bounds: [i32; 2]) -> (Vec<Ip4>, [i32; 2]) {
+    write_group(l, bounds);
+    let flows: Vec<Ip4> = (3000..3100u16).map(p4).collect();
+    for p in &flows {
+        forwards(l, w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
+    }
+    let swapped = fastpath_core::mphash::upper_bounds(&[3, 1]);
+    let swapped = [swapped[0], swapped[1]];
+    write_group(l, swapped);
+    bump(l, w);
+    for p in &flows {
+        forwards(l, w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
+    }
+    (flows, swapped)
+}
+
 /// A stale ECMP flow keeps its path while it is still a member; when its
 /// path leaves the group it moves to what the hash says.
 #[test]
@@ -484,18 +503,7 @@ fn stale_ecmp_flows_keep_their_path() {
     let Some((mut lab, mut w)) = lab("stale_ecmp_flows_keep_their_path") else { return };
     let bounds = ecmp_world(&mut w);
     let l = lab.program(&w).expect("load");
-    write_group(&l, bounds);
-    let flows: Vec<Ip4> = (3000..3100u16).map(p4).collect();
-    for p in &flows {
-        forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
-    }
-    // Re-weighted 3:1: the hash now maps many flows elsewhere, cached ones stay.
-    let swapped = fastpath_core::mphash::upper_bounds(&[3, 1]);
-    write_group(&l, [swapped[0], swapped[1]]);
-    bump(&l, &mut w);
-    for p in &flows {
-        forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
-    }
+    let (flows, _) = sticky_ecmp_flows(&l, &mut w, bounds);
     // The second path leaves: its flows follow the hash, i.e. the first path.
     let mut g = fp_group { kind: fp_group_kind::FP_GRP_HASH_THRESHOLD as u8, n_paths: 1, ..Default::default() };
     g.paths[0] = fp_group_path { upper_bound: i32::MAX, nh_id: NH_GW4 };
@@ -515,18 +523,7 @@ fn bypassed_ecmp_flows_take_one_path() {
     let Some((mut lab, mut w)) = lab("bypassed_ecmp_flows_take_one_path") else { return };
     let bounds = ecmp_world(&mut w);
     let l = lab.program(&w).expect("load");
-    write_group(&l, bounds);
-    let flows: Vec<Ip4> = (3000..3100u16).map(p4).collect();
-    for p in &flows {
-        forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
-    }
-    let swapped = fastpath_core::mphash::upper_bounds(&[3, 1]);
-    let swapped = [swapped[0], swapped[1]];
-    write_group(&l, swapped);
-    bump(&l, &mut w);
-    for p in &flows {
-        forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
-    }
+    let (flows, swapped) = sticky_ecmp_flows(&l, &mut w, bounds);
     assert!(
         flows.iter().any(|p| kernel_path(p, bounds) != kernel_path(p, swapped)),
         "the test needs flows kept off the hash's path"

@@ -171,17 +171,20 @@ impl Loaded {
         self.skel.maps.bss.update(&0u32.to_ne_bytes(), super::world::raw(rt), MapFlags::ANY).context(".bss")
     }
 
-    /// Counters of one slot, summed over CPUs.
-    pub fn stats(&self, slot: u32) -> Result<fp_stats> {
-        let per_cpu = self
-            .skel
+    /// One slot's fp_stats value of every CPU, by CPU number.
+    fn stats_per_cpu(&self, slot: u32) -> Result<Vec<Vec<u8>>> {
+        self.skel
             .maps
             .fp_stats
             .lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY)
             .context("fp_stats lookup")?
-            .context("fp_stats slot missing")?;
+            .context("fp_stats slot missing")
+    }
+
+    /// Counters of one slot, summed over CPUs.
+    pub fn stats(&self, slot: u32) -> Result<fp_stats> {
         let mut sum = fp_stats::default();
-        for raw in per_cpu {
+        for raw in self.stats_per_cpu(slot)? {
             let s: fp_stats = from_raw(&raw);
             for i in 0..s.packets.len() {
                 sum.packets[i] += s.packets[i];
@@ -202,13 +205,7 @@ impl Loaded {
     pub fn flow_guard(&self, slot: u32) -> Result<fastpath_bpf::intf::fp_flow_guard> {
         // SAFETY: no arguments; returns the CPU or -1.
         let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).context("sched_getcpu")?;
-        let per_cpu = self
-            .skel
-            .maps
-            .fp_stats
-            .lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY)
-            .context("fp_stats lookup")?
-            .context("fp_stats slot missing")?;
+        let per_cpu = self.stats_per_cpu(slot)?;
         let raw = per_cpu.get(cpu).context("no fp_stats value for this CPU")?;
         Ok(from_raw::<fp_stats>(raw).guard)
     }
