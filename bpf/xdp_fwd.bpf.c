@@ -32,6 +32,11 @@
  * MTU) and only the per-packet checks remain (TTL, length). The cached
  * result is only ever a forward; every punt is decided afresh.
  *
+ * The commonest packet of all, an IPv4 TCP/UDP cache hit in a stateless
+ * instance, goes a shorter way first (express.h): the same checks and the
+ * same decision, in a BPF function of its own; whatever it declines takes
+ * the general path below, also a function of its own, from scratch.
+ *
  * Two entry points share all of this: fp_xdp_fwd takes the flow hash from
  * an fp_rx_hint in the metadata area or computes it, fp_xdp_fwd_hw first
  * asks a real NIC (bpf_xdp_metadata_rx_hash, so it must be loaded bound to
@@ -66,6 +71,7 @@
 #include "watchdog.h"
 #include "ct.h"
 #include "xsk.h"
+#include "express.h"
 
 /* Per instance, set before load. */
 const volatile struct fp_config fp_cfg = {};
@@ -160,26 +166,11 @@ static __always_inline bool fp_flow_predates_bypass(struct fp_pkt *p, __u32 used
 	return !fp_cfg.stateful && since && (__s32)(used - since) <= 0;
 }
 
-/* A lookup is made: judge the window once it is full. */
+/* A lookup is made: the guard's window (flow.h). */
 static __always_inline void fp_flow_probed(struct fp_pkt *p)
 {
-	struct fp_flow_guard *g = &p->st->guard;
-	bool crowded;
-
-	if (fp_cfg.stateful)
-		return;
-	if (g->left > 1) {
-		g->left--;
-	} else {
-		crowded = g->left && g->crowded * 2 > FP_FLOW_GUARD_WINDOW;
-		if (crowded && !g->bypass)
-			g->since = p->clock;
-		g->bypass = crowded;
-		g->crowded = 0;
-		g->left = FP_FLOW_GUARD_WINDOW;
-	}
-	if (g->bypass)
-		g->skip = FP_FLOW_GUARD_SAMPLE - 1;
+	if (!fp_cfg.stateful)
+		fp_flow_guard_probed(&p->st->guard, p->clock);
 }
 
 /*
@@ -768,19 +759,71 @@ static __always_inline int fp_run(struct fp_pkt *p)
 	return reason == FP_R_FORWARDED ? XDP_REDIRECT : XDP_PASS;
 }
 
+#define FP_GP_HASH_L4       1
+#define FP_GP_VLAN_STRIPPED 2
+/* fp_run_general's @hash_src: no hint passed, take the metadata's (if any). */
+#define FP_GP_READ_META     FP_HS__COUNT
+
+/*
+ * The general path as a BPF function of its own, for every packet the
+ * express path declines (express.h says why it is apart). It takes only
+ * scalars, so the entry point keeps next to nothing across the express
+ * path: the entry's frame (the express path's, 64 bytes with clang-19)
+ * and this one's (448) must fit the 512-byte BPF stack together. A load
+ * failing with "combined stack size of 2 calls" means one of them grew.
+ */
+static __noinline int fp_run_general(struct xdp_md *ctx, __u32 hash, __u32 hash_src, __u32 flags)
+{
+	struct fp_pkt p = {
+		.ctx = ctx,
+		.hash = hash,
+		.hash_src = hash_src,
+		.hash_l4 = flags & FP_GP_HASH_L4,
+		.vlan_stripped = !!(flags & FP_GP_VLAN_STRIPPED),
+	};
+
+	if (hash_src == FP_GP_READ_META) {
+		p.hash_src = FP_HS_SOFTWARE;
+		fp_take_meta_hint(&p);
+	}
+	return fp_run(&p);
+}
+
+/*
+ * The express path, else the general one. Stateful and AF_XDP instances
+ * never take the express path (the verifier drops the branch: fp_cfg is
+ * read-only).
+ */
 SEC("xdp.frags")
 int fp_xdp_fwd(struct xdp_md *ctx)
 {
 	struct fp_pkt p = { .ctx = ctx, .hash_src = FP_HS_SOFTWARE };
+	__u32 r;
 
-	fp_take_meta_hint(&p);
-	return fp_run(&p);
+	if (!fp_cfg.stateful && !fp_cfg.afxdp) {
+		fp_take_meta_hint(&p);
+		r = fp_express(ctx, &fp_cfg, &fp_rt, p.hash, p.hash_src, 0);
+		if (r != FP_XP_DECLINED)
+			return r == FP_R_FORWARDED ? XDP_REDIRECT : XDP_PASS;
+	}
+	/* The hint is read again there: nothing kept across the express path. */
+	return fp_run_general(ctx, 0, FP_GP_READ_META, 0);
 }
 
 extern int bpf_xdp_metadata_rx_hash(const struct xdp_md *ctx, __u32 *hash,
 				    enum xdp_rss_hash_type *rss_type) __ksym __weak;
 extern int bpf_xdp_metadata_rx_vlan_tag(const struct xdp_md *ctx, __be16 *vlan_proto,
 					__u16 *vlan_tci) __ksym __weak;
+
+/*
+ * For the device-bound entry point the express path is a BPF function of
+ * its own: the NIC's hint has to outlive it for the general path, which
+ * inlined would not leave the two frames within the 512-byte stack.
+ */
+static __noinline int fp_run_express(struct xdp_md *ctx, __u32 hash, __u32 hash_src, __u32 vlan_stripped)
+{
+	return fp_express(ctx, &fp_cfg, &fp_rt, hash, hash_src, vlan_stripped);
+}
 
 SEC("xdp.frags")
 int fp_xdp_fwd_hw(struct xdp_md *ctx)
@@ -789,7 +832,7 @@ int fp_xdp_fwd_hw(struct xdp_md *ctx)
 	enum xdp_rss_hash_type type = 0;
 	__be16 vlan_proto = 0;
 	__u16 vlan_tci = 0;
-	__u32 hash = 0;
+	__u32 hash = 0, r;
 
 	/* A tag the NIC stripped (rx-vlan offload) leaves the frame looking
 	 * untagged; the kernel hands it to the VLAN device: punt it. */
@@ -805,7 +848,13 @@ int fp_xdp_fwd_hw(struct xdp_md *ctx)
 	} else {
 		fp_take_meta_hint(&p);
 	}
-	return fp_run(&p);
+	if (!fp_cfg.stateful && !fp_cfg.afxdp) {
+		r = fp_run_express(ctx, p.hash, p.hash_src, p.vlan_stripped);
+		if (r != FP_XP_DECLINED)
+			return r == FP_R_FORWARDED ? XDP_REDIRECT : XDP_PASS;
+	}
+	return fp_run_general(ctx, p.hash, p.hash_src,
+			      (p.hash_l4 ? FP_GP_HASH_L4 : 0) | (p.vlan_stripped ? FP_GP_VLAN_STRIPPED : 0));
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -16,8 +16,9 @@ static __always_inline bool fp_ip4_csum_ok(const struct iphdr *ip)
 	const __u32 *w = (const __u32 *)ip;
 	__u64 s = (__u64)w[0] + w[1] + w[2] + w[3] + w[4];
 
+	/* Below 2^32 + 4, then 2^17, then at most 0x10000, which a last fold
+	 * would make 1: only 0xffff itself folds to 0xffff, so stop here. */
 	s = (s & 0xFFFFFFFF) + (s >> 32);
-	s = (s & 0xFFFF) + (s >> 16);
 	s = (s & 0xFFFF) + (s >> 16);
 	s = (s & 0xFFFF) + (s >> 16);
 	return s == 0xFFFF;

@@ -194,4 +194,40 @@ fp_flow_fill(struct fp_flow_set *s, __u32 w, __u32 tag, const struct fp_flow_key
 	s->used[w] = clock;
 }
 
+/*
+ * The thrash guard (struct fp_flow_guard) sees a lookup: once a window is
+ * full, judge it; while bypassing, start the next run of packets sent past
+ * the cache. @clock: fp_runtime.neigh_clock.
+ */
+static __always_inline void fp_flow_guard_probed(struct fp_flow_guard *g, __u32 clock)
+{
+	bool crowded;
+
+	if (g->left > 1) {
+		g->left--;
+	} else {
+		crowded = g->left && g->crowded * 2 > FP_FLOW_GUARD_WINDOW;
+		if (crowded && !g->bypass)
+			g->since = clock;
+		g->bypass = crowded;
+		g->crowded = 0;
+		g->left = FP_FLOW_GUARD_WINDOW;
+	}
+	if (g->bypass)
+		g->skip = FP_FLOW_GUARD_SAMPLE - 1;
+}
+
+_Static_assert(__builtin_offsetof(struct fp_flow_way4, dmac) % 8 == 0 &&
+	       __builtin_offsetof(struct fp_flow_way4, smac) == __builtin_offsetof(struct fp_flow_way4, dmac) + 6,
+	       "a way's MACs are 12 aligned bytes, a frame's first 12");
+
+/* The new L2 addresses from an IPv4 way: two loads and two stores. */
+static __always_inline void fp_flow_rewrite_eth(struct ethhdr *eth, const struct fp_flow_way4 *f)
+{
+	const __u64 *m = (const __u64 *)f->dmac;
+
+	*(__u64 *)eth = m[0];
+	*(__u32 *)((__u8 *)eth + 8) = *(const __u32 *)(m + 1);
+}
+
 #endif /* FP_FLOW_H */

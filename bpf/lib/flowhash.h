@@ -32,18 +32,26 @@ static __always_inline __u32 fp_flow_hash_sw(const struct fp_flow_key *k)
  * The same for an IPv4 key, whose other words are 0 (family, proto,
  * ingress and ports; flow label 0 and the source; the destination), in
  * half the multiplies. Only ever compared with hashes of IPv4 keys.
+ * Taken as those three words: @w0 family to dport, @w1 the source in its
+ * high half, @w3 the destination in its high half (a key's bytes 24-31).
  */
+static __always_inline __u32 fp_flow_hash_sw4_words(__u64 w0, __u64 w1, __u64 w3)
+{
+	__u64 h;
+
+	h = w0 * 0x9E3779B97F4A7C15ULL;
+	h ^= h >> 29;
+	h = (h ^ w1) * 0x9E3779B97F4A7C15ULL;
+	h ^= h >> 29;
+	h = (h ^ w3) * 0x9E3779B97F4A7C15ULL;
+	return (__u32)(h >> 32);
+}
+
 static __always_inline __u32 fp_flow_hash_sw4(const struct fp_flow_key *k)
 {
 	const __u64 *w = (const __u64 *)k;
-	__u64 h;
 
-	h = w[0] * 0x9E3779B97F4A7C15ULL;
-	h ^= h >> 29;
-	h = (h ^ w[1]) * 0x9E3779B97F4A7C15ULL;
-	h ^= h >> 29;
-	h = (h ^ w[3]) * 0x9E3779B97F4A7C15ULL;
-	return (__u32)(h >> 32);
+	return fp_flow_hash_sw4_words(w[0], w[1], w[3]);
 }
 
 #endif /* FP_FLOWHASH_H */

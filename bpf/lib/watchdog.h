@@ -42,14 +42,35 @@ static __always_inline __u64 fp_coarse_ns(struct fp_watch *w)
  * "now - clock > grace" in seconds is "ns >= (clock + grace) s": a multiply
  * instead of a 64-bit divide. A clock never started counts as silent; one
  * ahead of now (only the daemon writes it, from the same clock) is not.
+ * A "kept" answer is remembered with its jiffy, clock and grace
+ * (fp_kept_this_jiffy()).
  */
 static __always_inline bool fp_orphaned(struct fp_watch *w, __u32 clock, __u32 grace)
 {
+	bool orphaned;
+
 	if (!grace)
-		return false;
-	if (!clock)
-		return true;
-	return fp_coarse_ns(w) >= ((__u64)clock + grace) * 1000000000ULL;
+		orphaned = false;
+	else if (!clock)
+		orphaned = true;
+	else
+		orphaned = fp_coarse_ns(w) >= ((__u64)clock + grace) * 1000000000ULL;
+	if (!orphaned) {
+		w->kept_jiffies = bpf_jiffies64();
+		w->kept_rt = clock | (__u64)grace << 32;
+	}
+	return orphaned;
+}
+
+/*
+ * fp_orphaned(@w, @clock, @grace) said "kept" in this jiffy, for this clock
+ * and grace: two compares for the express path (express.h), which leaves
+ * every other case to the general path. The answer depends on nothing
+ * else but the coarse clock, which only moves at a tick, when jiffies does.
+ */
+static __always_inline bool fp_kept_this_jiffy(const struct fp_watch *w, __u32 clock, __u32 grace)
+{
+	return w->kept_jiffies == bpf_jiffies64() && w->kept_rt == (clock | (__u64)grace << 32);
 }
 
 #endif /* FP_WATCHDOG_H */

@@ -220,6 +220,73 @@ fn idle_flows_are_recomputed() {
     assert_eq!(flow(&l)[FP_FC_MISS as usize], 2);
 }
 
+/// A cached flow's packets still face every check the full path makes in
+/// front of the cache (express.h repeats them on its own): with the flow
+/// cached and hitting, each variant below is punted for the reason the full
+/// path gives, without a generation bump, and the flow hits again after.
+#[test]
+fn a_cached_flow_still_gets_every_check() {
+    let Some((mut lab, mut w)) = lab("a_cached_flow_still_gets_every_check") else { return };
+    let l = lab.program(&w).expect("load");
+    let p = p4(1000);
+    let f = p.frame(MAC_A, MAC_CLIENT);
+    let hit = |l: &Loaded, w: &World| {
+        let before = flow(l)[FP_FC_HIT as usize];
+        forwards(l, w, &f, &out4(&p, MAC_GW4));
+        assert_eq!(flow(l)[FP_FC_HIT as usize], before + 1, "the flow no longer hits");
+    };
+    forwards(&l, &w, &f, &out4(&p, MAC_GW4));
+    hit(&l, &w);
+
+    let with = |edit: &dyn Fn(&mut Ip4)| {
+        let mut q = p.clone();
+        edit(&mut q);
+        q.frame(MAC_A, MAC_CLIENT)
+    };
+    let mut vlan = eth(MAC_A, MAC_CLIENT, 0x8100);
+    vlan.extend_from_slice(&[0x00, 0x07, 0x08, 0x00]);
+    vlan.extend(p.bytes());
+    let mut short = f.clone();
+    short.truncate(f.len() - 1);
+    let variants: Vec<(&str, Vec<u8>, fp_reason)> = vec![
+        ("bad header checksum", patch(f.clone(), 14 + 10, &[0xde, 0xad]), FP_R_MALFORMED),
+        ("truncated datagram", short, FP_R_MALFORMED),
+        ("fragment", with(&|q| q.frag = 0x2000), FP_R_FRAGMENT),
+        ("IP options", with(&|q| q.options = vec![1, 1, 1, 0]), FP_R_IP_OPTIONS),
+        ("TTL 1", with(&|q| q.ttl = 1), FP_R_TTL_EXCEEDED),
+        ("another host's MAC", p.frame(MAC_B, MAC_CLIENT), FP_R_L2_OTHER_HOST),
+        ("group MAC", p.frame([0x01, 0x00, 0x5e, 0, 0, 1], MAC_CLIENT), FP_R_MULTICAST),
+        ("VLAN tag", vlan, FP_R_VLAN),
+    ];
+    for (name, pkt, reason) in &variants {
+        let counted = |l: &Loaded| l.stats(SLOT_A).expect("stats").packets[*reason as usize];
+        let before = counted(&l);
+        let (verdict, out) = l.run(w.a, pkt).expect("run");
+        assert_eq!((verdict, &out), (XDP_PASS, pkt), "{name}: not punted unmodified");
+        assert_eq!(counted(&l), before + 1, "{name}: not counted as {}", reason_name(*reason as usize));
+    }
+    hit(&l, &w);
+
+    // Ingress state the daemon changes (a generation bump would follow; the
+    // cache must not depend on it).
+    let tc = w.iface_mut(w.a).flags;
+    w.iface_mut(w.a).flags = tc | FP_IF_TC_INGRESS as u16;
+    w.apply(&l.skel).expect("apply");
+    punts(&l, &w, &f, FP_R_TC_INGRESS);
+    w.iface_mut(w.a).flags = tc;
+    w.apply(&l.skel).expect("apply");
+    hit(&l, &w);
+
+    // The daemon silent past the grace: at once, within the jiffy the
+    // watchdog last found it alive in.
+    w.rt.orphan_grace = 5;
+    l.set_rt(&w.rt).expect("bss");
+    punts(&l, &w, &f, FP_R_ORPHANED);
+    w.rt.orphan_grace = 0;
+    l.set_rt(&w.rt).expect("bss");
+    hit(&l, &w);
+}
+
 /// A hit keeps the neighbour alive once per keep-alive tick, as the full
 /// path does for every packet.
 #[test]

@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * express.h — the common case on its own: an IPv4 TCP/UDP packet of a flow
+ * the cache holds, in a stateless instance.
+ *
+ * It takes the decision the general path (xdp_fwd.bpf.c) takes for such a
+ * packet, every check in the same place: ingress known, no tc ingress, the
+ * tables kept current (watchdog), L2 (IPv4, our MAC), IPv4 header sanity,
+ * then the cache hit (flow.h: generation, idle time, the guard), TTL and
+ * MTU. Where the general path spreads the flow key over a struct and
+ * reassembles it in every step, this path builds the two words an IPv4 way
+ * stores straight from the headers and keeps its few values in registers,
+ * and the general path runs as a function of its own, so that neither
+ * one's register pressure spills into the other. A cache hit then costs
+ * about what the checks themselves cost.
+ *
+ * Anything else returns FP_XP_DECLINED before any side effect, and the
+ * general path decides the packet from scratch (counting it once): a miss,
+ * a stale or idle entry, an entry not yet used in this clock tick (the
+ * general path marks it used and keeps its neighbour alive, once a tick
+ * per flow), a packet the guard sends past or samples, TTL <= 1, a datagram
+ * over the cached MTU, a short or truncated datagram, other protocols,
+ * IPv6, stateful and AF_XDP instances.
+ */
+#ifndef FP_EXPRESS_H
+#define FP_EXPRESS_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "maps.h"
+#include "parse.h"
+#include "csum.h"
+#include "flow.h"
+#include "tx.h"
+#include "stats.h"
+#include "watchdog.h"
+
+/* Not a reason: the packet goes to the general path. */
+#define FP_XP_DECLINED FP_R__COUNT
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the key words are built little-endian");
+_Static_assert(__builtin_offsetof(struct iphdr, daddr) == __builtin_offsetof(struct iphdr, saddr) + 4,
+	       "saddr and daddr are one word, as in struct fp_flow_key4");
+
+/* Way @w of @s holds the IPv4 key (@key0, @addrs). */
+static __always_inline bool fp_xp_way_is(const struct fp_flow_set *s, __u32 w, __u64 key0, __u64 addrs)
+{
+	const __u64 *k = (const __u64 *)&s->way[w & (FP_FLOW_WAYS - 1)].key;
+
+	return k[0] == key0 && k[1] == addrs;
+}
+
+/*
+ * @hash, @hash_src: the hint the entry point found (FP_HS_SOFTWARE: none).
+ * @vlan_stripped: the NIC took a tag off. Returns the reason it counted
+ * (FP_R_FORWARDED after the rewrite), or FP_XP_DECLINED.
+ */
+static __always_inline __u32 fp_express(struct xdp_md *ctx, const volatile struct fp_config *cfg,
+					const struct fp_runtime *rt, __u32 hash, __u32 hash_src,
+					__u32 vlan_stripped)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = data + FP_ETH_HLEN;
+	__u32 slot = cfg->ingress_slot, idx, w, len, tot_len, clock, r;
+	const struct fp_iface *in;
+	struct fp_flow_guard *g;
+	struct fp_flow_way4 *f;
+	struct fp_flow_set *s;
+	struct fp_stats *st;
+	__u64 key0, addrs;
+	__u8 proto;
+
+	if (cfg->stateful || cfg->afxdp || !cfg->flow_sets || vlan_stripped || !rt->flow_timeout)
+		return FP_XP_DECLINED;
+	/* First what a flood (the guard bypassing) or a silent daemon turns
+	 * away, so that those packets pay little for trying. */
+	st = bpf_map_lookup_elem(&fp_stats, &slot);
+	if (!st)
+		return FP_XP_DECLINED;
+	g = &st->guard;
+	clock = rt->neigh_clock;
+	/* The guard's window ends (fp_flow_guard_probed() judges it), or it
+	 * sends packets past the cache: the general path's business. */
+	if (g->left <= 1 || g->skip || g->bypass || !fp_kept_this_jiffy(&st->watch, clock, rt->orphan_grace))
+		return FP_XP_DECLINED;
+
+	/* Ethernet, a 20-byte IPv4 header and the ports. */
+	if (data + FP_ETH_HLEN + FP_IP4_HLEN + 4 > data_end)
+		return FP_XP_DECLINED;
+	in = bpf_map_lookup_elem(&fp_ifaces, &slot);
+	if (!in || (in->flags & (FP_IF_PRESENT | FP_IF_TC_INGRESS)) != FP_IF_PRESENT ||
+	    ctx->ingress_ifindex != cfg->ingress_ifindex)
+		return FP_XP_DECLINED;
+	if (eth->h_proto != bpf_htons(FP_ETH_P_IP) || fp_mac_is_group(eth->h_dest) ||
+	    !fp_mac_eq(eth->h_dest, in->mac))
+		return FP_XP_DECLINED;
+	proto = ip->protocol;
+	if (*(__u8 *)ip != 0x45 || ip->ttl <= 1 || (ip->frag_off & bpf_htons(FP_IP4_FRAG_MASK)) ||
+	    (proto != IPPROTO_TCP && proto != IPPROTO_UDP))
+		return FP_XP_DECLINED;
+	len = data_end - data;
+	tot_len = bpf_ntohs(ip->tot_len);
+	if (tot_len < FP_IP4_HLEN + 4 || tot_len > len - FP_ETH_HLEN || !fp_ip4_csum_ok(ip))
+		return FP_XP_DECLINED;
+
+	/* struct fp_flow_key4 as its two words (fp_flow_key_l4: ports as sent). */
+	key0 = FP_AF_INET | (__u64)proto << 8 | (__u64)slot << 16 | (__u64)*(__u32 *)(ip + 1) << 32;
+	addrs = *(__u64 *)&ip->saddr;
+	if (hash_src == FP_HS_SOFTWARE)
+		hash = fp_flow_hash_sw4_words(key0, addrs << 32, addrs & 0xFFFFFFFF00000000ULL);
+	idx = fp_flow_index(hash, cfg->flow_sets);
+	s = bpf_map_lookup_elem(&fp_flows, &idx);
+	if (!s)
+		return FP_XP_DECLINED;
+	/* As fp_flow_find(): the home way, then the others by their tags. */
+	w = fp_flow_home(hash);
+	if (!fp_xp_way_is(s, w, key0, addrs)) {
+		if (s->tag[0] == hash && fp_xp_way_is(s, 0, key0, addrs))
+			w = 0;
+		else if (s->tag[1] == hash && fp_xp_way_is(s, 1, key0, addrs))
+			w = 1;
+		else if (s->tag[2] == hash && fp_xp_way_is(s, 2, key0, addrs))
+			w = 2;
+		else if (s->tag[3] == hash && fp_xp_way_is(s, 3, key0, addrs))
+			w = 3;
+		else
+			return FP_XP_DECLINED;
+	}
+	f = fp_flow_way4(s, w);
+	if (f->generation != (__u32)rt->generation || f->used != clock || tot_len > f->mtu ||
+	    (g->since && (__s32)(f->used - g->since) <= 0))
+		return FP_XP_DECLINED;
+
+	/* A hit, counted as fp_flow_lookup() counts one. */
+	if (hash_src < FP_HS__COUNT)
+		st->hash_src[hash_src]++;
+	g->left--;
+	st->flow[FP_FC_HIT]++;
+	r = fp_tx_commit(ctx, f->slot, &len, FP_ETH_HLEN + tot_len);
+	if (r == FP_R_FORWARDED) {
+		f->packets++;
+		/* The trim invalidated every packet pointer. */
+		eth = (void *)(long)ctx->data;
+		ip = (void *)(eth + 1);
+		if ((void *)(ip + 1) > (void *)(long)ctx->data_end) {
+			r = FP_R_REDIRECT_FAILED;
+		} else {
+			fp_flow_rewrite_eth(eth, f);
+			fp_ip4_dec_ttl(ip);
+		}
+	}
+	fp_count(st, r, len);
+	return r;
+}
+
+#endif /* FP_EXPRESS_H */
