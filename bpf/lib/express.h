@@ -52,13 +52,12 @@ static __always_inline bool fp_xp_way_is(const struct fp_flow_set *s, __u32 w, _
 }
 
 /*
- * @hash, @hash_src: the hint the entry point found (FP_HS_SOFTWARE: none).
- * @vlan_stripped: the NIC took a tag off. Returns the reason it counted
- * (FP_R_FORWARDED after the rewrite), or FP_XP_DECLINED.
+ * @hash, @hash_src: the hint the entry point found (FP_HS_SOFTWARE: none);
+ * a frame whose VLAN tag the NIC stripped never comes here. Returns the
+ * reason it counted (FP_R_FORWARDED after the rewrite), or FP_XP_DECLINED.
  */
 static __always_inline __u32 fp_express(struct xdp_md *ctx, const volatile struct fp_config *cfg,
-					const struct fp_runtime *rt, __u32 hash, __u32 hash_src,
-					__u32 vlan_stripped)
+					const struct fp_runtime *rt, __u32 hash, __u32 hash_src)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -73,7 +72,7 @@ static __always_inline __u32 fp_express(struct xdp_md *ctx, const volatile struc
 	__u64 key0, addrs;
 	__u8 proto;
 
-	if (cfg->stateful || cfg->afxdp || !cfg->flow_sets || vlan_stripped || !rt->flow_timeout)
+	if (cfg->stateful || cfg->afxdp || !cfg->flow_sets || !rt->flow_timeout)
 		return FP_XP_DECLINED;
 	/* First what a flood (the guard bypassing) or a silent daemon turns
 	 * away, so that those packets pay little for trying. */
