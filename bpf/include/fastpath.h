@@ -404,8 +404,10 @@ struct fp_rx_hint {
 struct fp_watch {
 	__u64 jiffies;           /* bpf_jiffies64() when now_ns was read */
 	__u64 now_ns;            /* bpf_ktime_get_coarse_ns() in that jiffy */
-	__u64 kept_jiffies;      /* the jiffy in which fp_orphaned() last found the tables kept, */
-	__u64 kept_rt;           /* for this neigh_clock | orphan_grace << 32 */
+	/* fp_orphaned() last found the tables kept in jiffy kept_jiffies, with
+	 * neigh_clock | orphan_grace << 32 = kept_rt (fp_kept_this_jiffy()). */
+	__u64 kept_jiffies;
+	__u64 kept_rt;
 };
 
 /*

@@ -4,10 +4,11 @@
  * the cache holds, in a stateless instance.
  *
  * It takes the decision the general path (xdp_fwd.bpf.c) takes for such a
- * packet, every check in the same place: ingress known, no tc ingress, the
- * tables kept current (watchdog), L2 (IPv4, our MAC), IPv4 header sanity,
- * then the cache hit (flow.h: generation, idle time, the guard), TTL and
- * MTU. Where the general path spreads the flow key over a struct and
+ * packet, with every check the general path makes on the way: ingress
+ * known, no tc ingress, the tables kept current (watchdog), L2 (IPv4, our
+ * MAC), IPv4 header sanity, the cache hit (flow.h: generation, idle time,
+ * the guard), TTL and MTU. Their order is free here: nothing is written
+ * before the last of them has passed. Where the general path spreads the flow key over a struct and
  * reassembles it in every step, this path builds the two words an IPv4 way
  * stores straight from the headers and keeps its few values in registers,
  * and the general path runs as a function of its own, so that neither
