@@ -75,8 +75,11 @@ static __always_inline __u32 fp_express(struct xdp_md *ctx, const volatile struc
 
 	if (cfg->stateful || cfg->afxdp || !cfg->flow_sets || !rt->flow_timeout)
 		return FP_XP_DECLINED;
-	/* First what a flood (the guard bypassing) or a silent daemon turns
-	 * away, so that those packets pay little for trying. */
+	/* Ethernet, a 20-byte IPv4 header and the ports. */
+	if (data + FP_ETH_HLEN + FP_IP4_HLEN + 4 > data_end || eth->h_proto != bpf_htons(FP_ETH_P_IP))
+		return FP_XP_DECLINED;
+	/* First what IPv6, a flood (the guard bypassing) or a silent daemon
+	 * turns away, so that those packets pay little for trying. */
 	st = bpf_map_lookup_elem(&fp_stats, &slot);
 	if (!st)
 		return FP_XP_DECLINED;
@@ -87,15 +90,11 @@ static __always_inline __u32 fp_express(struct xdp_md *ctx, const volatile struc
 	if (g->left <= 1 || g->skip || g->bypass || !fp_kept_this_jiffy(&st->watch, clock, rt->orphan_grace))
 		return FP_XP_DECLINED;
 
-	/* Ethernet, a 20-byte IPv4 header and the ports. */
-	if (data + FP_ETH_HLEN + FP_IP4_HLEN + 4 > data_end)
-		return FP_XP_DECLINED;
 	in = bpf_map_lookup_elem(&fp_ifaces, &slot);
 	if (!in || (in->flags & (FP_IF_PRESENT | FP_IF_TC_INGRESS)) != FP_IF_PRESENT ||
 	    ctx->ingress_ifindex != cfg->ingress_ifindex)
 		return FP_XP_DECLINED;
-	if (eth->h_proto != bpf_htons(FP_ETH_P_IP) || fp_mac_is_group(eth->h_dest) ||
-	    !fp_mac_eq(eth->h_dest, in->mac))
+	if (fp_mac_is_group(eth->h_dest) || !fp_mac_eq(eth->h_dest, in->mac))
 		return FP_XP_DECLINED;
 	proto = ip->protocol;
 	if (*(__u8 *)ip != 0x45 || ip->ttl <= 1 || (ip->frag_off & bpf_htons(FP_IP4_FRAG_MASK)) ||
