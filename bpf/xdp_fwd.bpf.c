@@ -181,7 +181,6 @@ static __always_inline void fp_flow_probed(struct fp_pkt *p)
 static __always_inline bool
 fp_flow_lookup(struct fp_pkt *p, const struct fp_flow_key *k, struct fp_flow_pos *pos, bool v4)
 {
-	struct fp_flow_key4 k4 __attribute__((aligned(8)));
 	struct fp_flow_set *s;
 	__u32 idx, w, gen, used;
 
@@ -199,13 +198,10 @@ fp_flow_lookup(struct fp_pkt *p, const struct fp_flow_key *k, struct fp_flow_pos
 	if (!s)
 		return false;
 	fp_flow_probed(p);
-	w = fp_flow_home(pos->hash);
-	if (v4) {
-		fp_flow_key4(&k4, k);
-		pos->way = fp_flow_key4_eq(&s->way[w], &k4) ? (int)w : fp_flow_find(s, &k4, pos->hash, true);
-	} else {
-		pos->way = fp_flow_find(s, k, pos->hash, false);
-	}
+	if (v4)
+		pos->way = fp_flow_find4(s, *(const __u64 *)k, fp_flow_key4_addrs(k), pos->hash);
+	else
+		pos->way = fp_flow_find(s, k, pos->hash);
 	if (pos->way < 0) {
 		p->st->flow[FP_FC_MISS]++;
 		return false;

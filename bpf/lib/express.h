@@ -44,14 +44,6 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the key words are bui
 _Static_assert(__builtin_offsetof(struct iphdr, daddr) == __builtin_offsetof(struct iphdr, saddr) + 4,
 	       "saddr and daddr are one word, as in struct fp_flow_key4");
 
-/* Way @w of @s holds the IPv4 key (@key0, @addrs). */
-static __always_inline bool fp_xp_way_is(const struct fp_flow_set *s, __u32 w, __u64 key0, __u64 addrs)
-{
-	const __u64 *k = (const __u64 *)&s->way[w & (FP_FLOW_WAYS - 1)].key;
-
-	return k[0] == key0 && k[1] == addrs;
-}
-
 /*
  * @hash, @hash_src: the hint the entry point found (FP_HS_SOFTWARE: none);
  * a frame whose VLAN tag the NIC stripped never comes here. Returns the
@@ -64,13 +56,14 @@ static __always_inline __u32 fp_express(struct xdp_md *ctx, const volatile struc
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	struct iphdr *ip = data + FP_ETH_HLEN;
-	__u32 slot = cfg->ingress_slot, idx, w, len, tot_len, clock, r;
+	__u32 slot = cfg->ingress_slot, idx, len, tot_len, clock, r;
 	const struct fp_iface *in;
 	struct fp_flow_guard *g;
 	struct fp_flow_way4 *f;
 	struct fp_flow_set *s;
 	struct fp_stats *st;
 	__u64 key0, addrs;
+	int way;
 	__u8 proto;
 
 	if (cfg->stateful || cfg->afxdp || !cfg->flow_sets || !rt->flow_timeout)
@@ -114,21 +107,10 @@ static __always_inline __u32 fp_express(struct xdp_md *ctx, const volatile struc
 	s = bpf_map_lookup_elem(&fp_flows, &idx);
 	if (!s)
 		return FP_XP_DECLINED;
-	/* As fp_flow_find(): the home way, then the others by their tags. */
-	w = fp_flow_home(hash);
-	if (!fp_xp_way_is(s, w, key0, addrs)) {
-		if (s->tag[0] == hash && fp_xp_way_is(s, 0, key0, addrs))
-			w = 0;
-		else if (s->tag[1] == hash && fp_xp_way_is(s, 1, key0, addrs))
-			w = 1;
-		else if (s->tag[2] == hash && fp_xp_way_is(s, 2, key0, addrs))
-			w = 2;
-		else if (s->tag[3] == hash && fp_xp_way_is(s, 3, key0, addrs))
-			w = 3;
-		else
-			return FP_XP_DECLINED;
-	}
-	f = fp_flow_way4(s, w);
+	way = fp_flow_find4(s, key0, addrs, hash);
+	if (way < 0)
+		return FP_XP_DECLINED;
+	f = fp_flow_way4(s, way);
 	if (f->generation != (__u32)rt->generation || f->used != clock || tot_len > f->mtu ||
 	    (g->since && (__s32)(f->used - g->since) <= 0))
 		return FP_XP_DECLINED;

@@ -63,36 +63,60 @@ static __always_inline void fp_flow_key4(struct fp_flow_key4 *k4, const struct f
 	k4->daddr = *(const __u32 *)k->daddr;
 }
 
-/* A packed IPv4 key against a way: its first 16 bytes only. */
-static __always_inline bool fp_flow_key4_eq(const struct fp_flow_way *a, const struct fp_flow_key4 *b)
+/*
+ * An IPv4 key as the two words a way stores it in (struct fp_flow_key4):
+ * family to dport, then saddr | daddr << 32.
+ */
+static __always_inline __u64 fp_flow_key4_addrs(const struct fp_flow_key *k)
 {
-	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
-
-	return ((x[0] ^ y[0]) | (x[1] ^ y[1])) == 0;
+	return *(const __u32 *)k->saddr | (__u64)*(const __u32 *)k->daddr << 32;
 }
 
-/* @k is a struct fp_flow_key4 when @v4, else a struct fp_flow_key. */
-static __always_inline bool fp_flow_way_eq(const struct fp_flow_way *a, const void *k, bool v4)
+/* Way @w of @s holds the IPv4 key (@key0, @addrs): its first 16 bytes only. */
+static __always_inline bool fp_flow_way4_is(const struct fp_flow_set *s, __u32 w, __u64 key0, __u64 addrs)
 {
-	return v4 ? fp_flow_key4_eq(a, k) : fp_flow_key_eq(&a->key, k);
+	const __u64 *x = (const __u64 *)&s->way[w & (FP_FLOW_WAYS - 1)];
+
+	return ((x[0] ^ key0) | (x[1] ^ addrs)) == 0;
 }
 
 /*
  * The way of @s holding @k (of any generation), or -1, by the tags in the
  * set's first line; a way's key line is read only when its tag matches.
- * @v4: @k is a packed IPv4 key (a constant at every call). Hand-unrolled: the
- * verifier then sees constant offsets.
+ * Hand-unrolled: the verifier then sees constant offsets.
  */
-static __always_inline int fp_flow_find(const struct fp_flow_set *s, const void *k, __u32 tag, bool v4)
+static __always_inline int fp_flow_find(const struct fp_flow_set *s, const struct fp_flow_key *k, __u32 tag)
 {
 	_Static_assert(FP_FLOW_WAYS == 4, "fp_flow_find is unrolled for 4 ways");
-	if (s->tag[0] == tag && fp_flow_way_eq(&s->way[0], k, v4))
+	if (s->tag[0] == tag && fp_flow_key_eq(&s->way[0].key, k))
 		return 0;
-	if (s->tag[1] == tag && fp_flow_way_eq(&s->way[1], k, v4))
+	if (s->tag[1] == tag && fp_flow_key_eq(&s->way[1].key, k))
 		return 1;
-	if (s->tag[2] == tag && fp_flow_way_eq(&s->way[2], k, v4))
+	if (s->tag[2] == tag && fp_flow_key_eq(&s->way[2].key, k))
 		return 2;
-	if (s->tag[3] == tag && fp_flow_way_eq(&s->way[3], k, v4))
+	if (s->tag[3] == tag && fp_flow_key_eq(&s->way[3].key, k))
+		return 3;
+	return -1;
+}
+
+/*
+ * The same for an IPv4 key (@key0, @addrs) of hash @tag: its home way
+ * first, without the set's first line (most IPv4 hits read one line), then
+ * the others by their tags.
+ */
+static __always_inline int fp_flow_find4(const struct fp_flow_set *s, __u64 key0, __u64 addrs, __u32 tag)
+{
+	__u32 w = fp_flow_home(tag);
+
+	if (fp_flow_way4_is(s, w, key0, addrs))
+		return w;
+	if (s->tag[0] == tag && fp_flow_way4_is(s, 0, key0, addrs))
+		return 0;
+	if (s->tag[1] == tag && fp_flow_way4_is(s, 1, key0, addrs))
+		return 1;
+	if (s->tag[2] == tag && fp_flow_way4_is(s, 2, key0, addrs))
+		return 2;
+	if (s->tag[3] == tag && fp_flow_way4_is(s, 3, key0, addrs))
 		return 3;
 	return -1;
 }
