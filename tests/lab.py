@@ -363,7 +363,28 @@ class Lab:
         raise RuntimeError(f"links not ready: {busy}")
 
     def resolve_neighbours(self) -> None:
-        """Populate every ARP/ND cache on the paths so runs start alike."""
+        """Populate every ARP/ND cache on the paths so runs start alike.
+
+        The router's own table is checked afterwards, and the pings repeated
+        until it holds every neighbour on their paths: right after a flush a
+        running daemon still holds the flushed entries for a few ms, and a
+        ping it fast-paths with one of them never makes the kernel resolve
+        that neighbour again. Daemon and kernel then agree on an entry
+        neither has (wait_neighbours_mirrored), and the run's first packets
+        punt as no_neigh."""
+        want = {("r0", self.C4), ("r0", self.C6), ("r1", self.S4), ("r1", self.S6)}
+        if self.second_path:
+            want |= {("r2", self.S1_4), ("r2", self.S1_6)}
+        missing: set = set()
+        for _ in range(20):
+            self._ping_paths()
+            missing = want - set(kernel_neighbours(self))
+            if not missing:
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"the router resolved no neighbour for {sorted(missing)}")
+
+    def _ping_paths(self) -> None:
         pings = [(self.client, "-4", self.FAR4), (self.client, "-6", self.FAR6),
                  (self.client, "-4", self.S4), (self.client, "-6", self.S6)]
         if self.second_path:
