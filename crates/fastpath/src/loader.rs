@@ -91,6 +91,9 @@ pub struct Instance {
     pub ifindex: u32,
     pub name: String,
     pub hash: HashVariant,
+    /// Stateful or AF_XDP: the entry points without the express path
+    /// (fp_xdp_fwd_full*), which such an instance never takes.
+    full: bool,
     // Field order is drop order: the skeleton before the object it borrows.
     pub skel: XdpFwdSkel<'static>,
     _obj: Box<MaybeUninit<OpenObject>>,
@@ -105,9 +108,12 @@ impl Instance {
     /// The entry point of a variant. A device-bound instance has only the
     /// device-bound one loaded (see `open_one`).
     fn prog(&self, v: HashVariant) -> &libbpf_rs::Program<'_> {
-        match v {
-            HashVariant::NicRxHash | HashVariant::DeviceBound => &self.skel.progs.fp_xdp_fwd_hw,
-            HashVariant::MetaOrSoftware => &self.skel.progs.fp_xdp_fwd,
+        let p = &self.skel.progs;
+        match (v, self.full) {
+            (HashVariant::NicRxHash | HashVariant::DeviceBound, false) => &p.fp_xdp_fwd_hw,
+            (HashVariant::NicRxHash | HashVariant::DeviceBound, true) => &p.fp_xdp_fwd_full_hw,
+            (HashVariant::MetaOrSoftware, false) => &p.fp_xdp_fwd,
+            (HashVariant::MetaOrSoftware, true) => &p.fp_xdp_fwd_full,
         }
     }
 }
@@ -210,16 +216,24 @@ fn open_one(iface: &Iface, caps: &Capacities, opts: &LoadOpts, variant: HashVari
     cfg.afxdp = u32::from(opts.afxdp);
     cfg.nic_hash_is_skb_hash = u32::from(hash_is_skb_hash(&iface.name));
     cfg.nic_rx_hash = u32::from(variant == HashVariant::NicRxHash);
-    match variant {
-        // Only the device-bound entry point: each load is a full verifier
-        // run (seconds on a busy box), and the plain one is needed only when
-        // the kernel refuses to attach this one; attach_all loads it then.
-        HashVariant::NicRxHash | HashVariant::DeviceBound => {
-            open.progs.fp_xdp_fwd_hw.set_ifindex(iface.ifindex);
-            open.progs.fp_xdp_fwd_hw.set_flags(libbpf_sys::BPF_F_XDP_DEV_BOUND_ONLY);
-            open.progs.fp_xdp_fwd.set_autoload(false);
+    // Only the one entry point this instance attaches: each load is a full
+    // verifier run (seconds on a busy box), and a device-bound instance's
+    // plain replacement is needed only when the kernel refuses to attach
+    // it; attach_all loads that then.
+    let full = opts.stateful || opts.afxdp;
+    let bound = variant != HashVariant::MetaOrSoftware;
+    let p = &mut open.progs;
+    for (prog, used) in [
+        (&mut p.fp_xdp_fwd, !bound && !full),
+        (&mut p.fp_xdp_fwd_hw, bound && !full),
+        (&mut p.fp_xdp_fwd_full, !bound && full),
+        (&mut p.fp_xdp_fwd_full_hw, bound && full),
+    ] {
+        prog.set_autoload(used);
+        if used && bound {
+            prog.set_ifindex(iface.ifindex);
+            prog.set_flags(libbpf_sys::BPF_F_XDP_DEV_BOUND_ONLY);
         }
-        HashVariant::MetaOrSoftware => open.progs.fp_xdp_fwd_hw.set_autoload(false),
     }
     for mut m in open.open_object_mut().maps_mut() {
         let name = m.name().to_string_lossy().into_owned();
@@ -243,7 +257,7 @@ fn open_one(iface: &Iface, caps: &Capacities, opts: &LoadOpts, variant: HashVari
         }
     }
     let skel = open.load().with_context(|| format!("loading the XDP program for {}", iface.name))?;
-    Ok(Instance { ifindex: iface.ifindex, name: iface.name.clone(), hash: variant, skel, _obj: obj })
+    Ok(Instance { ifindex: iface.ifindex, name: iface.name.clone(), hash: variant, full, skel, _obj: obj })
 }
 
 /// The plain (meta hint / software hash) instance for `iface`, sharing the

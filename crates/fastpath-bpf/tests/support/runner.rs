@@ -52,6 +52,8 @@ pub fn same(_: &mut World) {}
 pub struct Loaded {
     // Field order is drop order: the skeleton must go before its object.
     pub skel: XdpFwdSkel<'static>,
+    /// fp_xdp_fwd_full is the entry point (stateful), not fp_xdp_fwd.
+    full: bool,
     _obj: Box<MaybeUninit<OpenObject>>,
 }
 
@@ -65,9 +67,13 @@ impl Loaded {
         // and is dropped after the skeleton (see the field order).
         let obj_ref: &'static mut MaybeUninit<OpenObject> = unsafe { &mut *(obj.as_mut() as *mut _) };
         let mut open = XdpFwdSkelBuilder::default().open(obj_ref).context("open xdp_fwd")?;
-        // The NIC-hash variant loads only bound to a device, which
-        // BPF_PROG_RUN cannot run.
+        // The NIC-hash variants load only bound to a device, which
+        // BPF_PROG_RUN cannot run. A stateful world runs the entry point
+        // the daemon attaches for it, without the express path.
         open.progs.fp_xdp_fwd_hw.set_autoload(false);
+        open.progs.fp_xdp_fwd_full_hw.set_autoload(false);
+        open.progs.fp_xdp_fwd.set_autoload(!world.stateful);
+        open.progs.fp_xdp_fwd_full.set_autoload(world.stateful);
         let rodata = open.maps.rodata_data.as_deref_mut().context("no .rodata")?;
         rodata.fp_cfg.ingress_ifindex = world.a;
         rodata.fp_cfg.ingress_slot = ingress_slot(world);
@@ -78,7 +84,7 @@ impl Loaded {
         open.maps.fp_ct_flows.set_max_entries(flows).context("sizing fp_ct_flows")?;
         let skel = open.load().context("load xdp_fwd (verifier)")?;
         world.apply(&skel)?;
-        Ok(Loaded { skel, _obj: obj })
+        Ok(Loaded { skel, full: world.stateful, _obj: obj })
     }
 
     /// Empties every writable map (tables, flow caches, counters, .bss): the
@@ -160,7 +166,8 @@ impl Loaded {
             data_out: Some(&mut out),
             ..Default::default()
         };
-        let res = self.skel.progs.fp_xdp_fwd.test_run(input).context("BPF_PROG_RUN")?;
+        let prog = if self.full { &self.skel.progs.fp_xdp_fwd_full } else { &self.skel.progs.fp_xdp_fwd };
+        let res = prog.test_run(input).context("BPF_PROG_RUN")?;
         let data = res.data.context("no data out")?;
         let data = data.get(meta.len()..).context("output shorter than the metadata")?.to_vec();
         Ok((res.return_value, data))
