@@ -142,8 +142,8 @@ def test_route_change_mid_stream(family, mode, request):
 # tick or more after the last check: a time exceeded, the host unreachables
 # of an INCOMPLETE entry that oracle's flush deletes, or rarely the
 # unreachable itself when ip_error() and icmp_send() fall into different
-# ticks, which took the second answer of a batch (kernel-only run of
-# link_down_and_up). The lab now exempts every ICMP type from that limit
+# ticks (likely what once took the second answer of a batch in the
+# kernel-only run of link_down_and_up). The lab now exempts every ICMP type from that limit
 # (icmp_ratemask 0, lab.py); the wait after the last flush stays as a margin.
 _last_unroutable = [0.0]
 
