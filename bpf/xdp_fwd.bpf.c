@@ -763,12 +763,17 @@ static __always_inline int fp_run(struct fp_pkt *p)
  * and this one's (448) must fit the 512-byte BPF stack together. A load
  * failing with "combined stack size of 2 calls" means one of them grew.
  */
-static __noinline int fp_run_general(struct xdp_md *ctx)
+static __always_inline int fp_run_plain(struct xdp_md *ctx)
 {
 	struct fp_pkt p = { .ctx = ctx, .hash_src = FP_HS_SOFTWARE };
 
 	fp_take_meta_hint(&p);
 	return fp_run(&p);
+}
+
+static __noinline int fp_run_general(struct xdp_md *ctx)
+{
+	return fp_run_plain(ctx);
 }
 
 /*
@@ -885,10 +890,7 @@ int fp_xdp_fwd_hw(struct xdp_md *ctx)
 SEC("xdp.frags")
 int fp_xdp_fwd_full(struct xdp_md *ctx)
 {
-	struct fp_pkt p = { .ctx = ctx, .hash_src = FP_HS_SOFTWARE };
-
-	fp_take_meta_hint(&p);
-	return fp_run(&p);
+	return fp_run_plain(ctx);
 }
 
 SEC("xdp.frags")
