@@ -10,8 +10,9 @@ send at most 2 such IPv4 packets per run.
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from lab import Capture, Daemon, Iface, Lab, Sender, counter_delta, describe, mask_ip_id, to_bytes
@@ -29,6 +30,8 @@ class Run:
     # The router's neighbours (kernel, every state) and the daemon's view
     # right after the traffic: for a failure that counted no_neigh.
     neighbours: str = ""
+    # fastpath's per-flow entries right after the traffic (Case.flows).
+    flows: list[dict] = field(default_factory=list)
 
 
 def as_scenario(packets_or_fn) -> Scenario:
@@ -39,7 +42,7 @@ def as_scenario(packets_or_fn) -> Scenario:
 
 def _run(lab: Lab, scenario: Scenario, rx: Sequence[Iface], daemon: Daemon | None,
          prepare: Callable[[], None] | None, restore: Callable[[], None] | None,
-         gap: float) -> Run:
+         gap: float, flows: bool = False) -> Run:
     # Both runs start from the same neighbour state: freshly resolved.
     # (A scenario that took a link down leaves entries INCOMPLETE, whose
     # queued packets would only leave at the next ARP/ND retry, a second on.)
@@ -73,6 +76,8 @@ def _run(lab: Lab, scenario: Scenario, rx: Sequence[Iface], daemon: Daemon | Non
                           f"fastpath: {sorted(daemon.neighbour_view().items())}")
         for i in lab.router_ifaces():
             run.counters[i] = counter_delta(before[i], daemon.counters(i))
+        if flows:
+            run.flows = json.loads(daemon.cli("flows", "--json", "--limit", "0").stdout)["flows"]
     if restore:
         restore()
         if daemon:
@@ -141,6 +146,11 @@ class Case:
     restore: Callable[[], None] | None = None
     rx: Sequence[Iface] | None = None
     gap: float | None = None
+    # Several scenarios in one run (to share a wait): {name: claims(frame)}.
+    # Each part is compared and reported on its own: the frames it claims
+    # plus those no part claims, so a stray frame fails every part.
+    parts: dict[str, Callable[[bytes], bool]] | None = None
+    flows: bool = False
 
 
 def differential_many(lab: Lab, cases: dict[str, Case], rx: Sequence[Iface] | None = None, *,
@@ -162,13 +172,28 @@ def differential_many(lab: Lab, cases: dict[str, Case], rx: Sequence[Iface] | No
     with Daemon(lab, extra=daemon_args) as d:
         time.sleep(0.05)
         for k, c in cases.items():
-            other = _run(lab, as_scenario(c.traffic), rxs[k], d, c.prepare, c.restore, gaps[k])
-            try:
-                compare(lab, rxs[k], kernel[k], other)
-                out[k] = (kernel[k], other)
-            except AssertionError as e:
-                out[k] = e
+            other = _run(lab, as_scenario(c.traffic), rxs[k], d, c.prepare, c.restore, gaps[k], c.flows)
+            for name, (a, b) in split_parts(k, c.parts, kernel[k], other).items():
+                try:
+                    compare(lab, rxs[k], a, b)
+                    out[name] = (a, b)
+                except AssertionError as e:
+                    out[name] = e
     return out
+
+
+def split_parts(name: str, parts: dict[str, Callable[[bytes], bool]] | None,
+                kernel: Run, other: Run) -> dict[str, tuple[Run, Run]]:
+    """{part: (kernel, fastpath)} with each run's frames cut down to the
+    part's own and the unclaimed; the whole runs under `name` without parts."""
+    if not parts:
+        return {name: (kernel, other)}
+
+    def cut(run: Run, mine: Callable[[bytes], bool]) -> Run:
+        keep = {i: [f for f in fs if mine(f) or not any(p(f) for p in parts.values())]
+                for i, fs in run.frames.items()}
+        return replace(run, frames=keep)
+    return {p: (cut(kernel, mine), cut(other, mine)) for p, mine in parts.items()}
 
 
 def default_rx(lab: Lab, rx: Sequence[Iface] | None) -> list[Iface]:

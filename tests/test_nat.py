@@ -6,12 +6,14 @@ both driven with raw frames (their own stacks kept quiet), so the same
 connection can be replayed: once through the kernel alone, once with
 fastpath in stateful mode, conntrack flushed before each run. What arrives
 at the server and back at the client must be byte-identical, and the
-counters must show that NATed packets were forwarded by XDP in both
+flow entries must show that NATed packets were forwarded by XDP in both
 directions (a run that punted everything would prove nothing).
 
 A UDP flow becomes fast only once conntrack has made it ASSURED, which it
 does for a packet more than two seconds after the first (stream_ts), so the
-UDP scenarios pause once.
+UDP flows pause once. All four flows of a NAT kind (v4/v6, UDP/TCP) share
+one run and that pause; each is compared on its own frames, and must have
+been forwarded by XDP in both directions, per fastpath's flow entries.
 """
 
 from __future__ import annotations
@@ -121,77 +123,94 @@ class Ends:
 
 
 N = 4  # fast-path packets per direction
+ASSURED_AFTER = 2.2  # s after a UDP flow's first packet (conntrack's stream_ts is 2 s)
 
 
-def udp_scenario(ends: Ends):
+def udp_open(ends: Ends, send, srv: Sender) -> None:
+    """The first exchange: conntrack has seen a reply, but not yet assured."""
+    send([ends.from_client(UDP(**ends.c_ports()) / Raw(payload(0)))])   # new
+    srv.send(ends.from_server(UDP(**ends.s_ports()) / Raw(payload(100, 40))))
+    time.sleep(0.01)
+
+
+def udp_stream(ends: Ends, send, srv: Sender) -> None:
+    """The flow once it is past stream_ts: assured, so marked fast."""
+    def reply(seq: int) -> None:
+        srv.send(ends.from_server(UDP(**ends.s_ports()) / Raw(payload(100 + seq, 40))))
+        time.sleep(0.01)
+
+    send([ends.from_client(UDP(**ends.c_ports()) / Raw(payload(1)))])   # assured now
+    time.sleep(0.05)
+    for i in range(N):
+        send([ends.from_client(UDP(**ends.c_ports()) / Raw(payload(10 + i, 24 + i)))])
+        reply(10 + i)
+    # zero checksum over IPv4 (none), an odd length
+    if not ends.v6:
+        send([ends.from_client(UDP(**ends.c_ports(), chksum=0) / Raw(payload(20, 17)))])
+
+
+def tcp_session(ends: Ends, send, srv: Sender) -> None:
+    c_seq, s_seq = 1000, 5000
+
+    def server(flags: str, seq: int, ack: int, data: bytes = b"") -> None:
+        srv.send(ends.from_server(TCP(**ends.s_ports(), flags=flags, seq=seq, ack=ack, window=65535)
+                                  / Raw(data)))
+        time.sleep(0.01)
+
+    def client(flags: str, seq: int, ack: int, data: bytes = b"") -> None:
+        send([ends.from_client(TCP(**ends.c_ports(), flags=flags, seq=seq, ack=ack, window=65535)
+                               / Raw(data))])
+
+    client("S", c_seq, 0)
+    server("SA", s_seq, c_seq + 1)
+    c_seq, s_seq = c_seq + 1, s_seq + 1
+    client("A", c_seq, s_seq)          # conntrack: ESTABLISHED, marked
+    # With strict window tracking the data path asks the daemon to
+    # make the entry liberal only once it has met it strict for
+    # 10 ms (ct.h): one exchange 20 ms apart, through the kernel.
+    d = payload(10, 30)
+    client("PA", c_seq, s_seq, d)
+    c_seq += len(d)
+    time.sleep(0.02)
+    r = payload(11, 30)
+    server("PA", s_seq, c_seq, r)
+    s_seq += len(r)
+    time.sleep(0.05)
+    for i in range(N):
+        d = payload(30 + i, 40 + i)
+        client("PA", c_seq, s_seq, d)
+        c_seq += len(d)
+        r = payload(60 + i, 20 + 3 * i)
+        server("PA", s_seq, c_seq, r)
+        s_seq += len(r)
+
+
+def kind_scenario(flows: list[tuple[Ends, str]]):
+    """Every flow of one NAT kind in one run, so that the UDP flows share
+    their wait for ASSURED and the TCP sessions run during it."""
     def run(lab: Lab, send) -> None:
         srv = Sender(lab.s0)
-        quiet = lab.quiet(lab.server)  # the server's stack must not answer
-        quiet.__enter__()
         try:
-            def reply(seq: int) -> None:
-                srv.send(ends.from_server(UDP(**ends.s_ports()) / Raw(payload(100 + seq, 40))))
-                time.sleep(0.01)
-
-            send([ends.from_client(UDP(**ends.c_ports()) / Raw(payload(0)))])   # new
-            reply(0)                                                            # seen reply
-            time.sleep(2.2)                                                     # past stream_ts
-            send([ends.from_client(UDP(**ends.c_ports()) / Raw(payload(1)))])   # assured now
-            time.sleep(0.05)
-            for i in range(N):
-                send([ends.from_client(UDP(**ends.c_ports()) / Raw(payload(10 + i, 24 + i)))])
-                reply(10 + i)
-            # zero checksum over IPv4 (none), an odd length
-            if not ends.v6:
-                send([ends.from_client(UDP(**ends.c_ports(), chksum=0) / Raw(payload(20, 17)))])
+            with lab.quiet(lab.server):  # the server's stack must not answer
+                udp = [e for e, proto in flows if proto == "udp"]
+                for e in udp:
+                    udp_open(e, send, srv)
+                assured_at = time.monotonic() + ASSURED_AFTER
+                for e in (e for e, proto in flows if proto == "tcp"):
+                    tcp_session(e, send, srv)
+                time.sleep(max(0.0, assured_at - time.monotonic()))
+                for e in udp:
+                    udp_stream(e, send, srv)
         finally:
             srv.close()
-            quiet.__exit__(None, None, None)
     return run
 
 
-def tcp_scenario(ends: Ends):
-    def run(lab: Lab, send) -> None:
-        srv = Sender(lab.s0)
-        quiet = lab.quiet(lab.server)  # the server's stack must not answer
-        quiet.__enter__()
-        c_seq, s_seq = 1000, 5000
-        try:
-            def server(flags: str, seq: int, ack: int, data: bytes = b"") -> None:
-                srv.send(ends.from_server(TCP(**ends.s_ports(), flags=flags, seq=seq, ack=ack, window=65535)
-                                          / Raw(data)))
-                time.sleep(0.01)
-
-            def client(flags: str, seq: int, ack: int, data: bytes = b"") -> None:
-                send([ends.from_client(TCP(**ends.c_ports(), flags=flags, seq=seq, ack=ack, window=65535)
-                                       / Raw(data))])
-
-            client("S", c_seq, 0)
-            server("SA", s_seq, c_seq + 1)
-            c_seq, s_seq = c_seq + 1, s_seq + 1
-            client("A", c_seq, s_seq)          # conntrack: ESTABLISHED, marked
-            # With strict window tracking the data path asks the daemon to
-            # make the entry liberal only once it has met it strict for
-            # 10 ms (ct.h): one exchange 20 ms apart, through the kernel.
-            d = payload(10, 30)
-            client("PA", c_seq, s_seq, d)
-            c_seq += len(d)
-            time.sleep(0.02)
-            r = payload(11, 30)
-            server("PA", s_seq, c_seq, r)
-            s_seq += len(r)
-            time.sleep(0.05)
-            for i in range(N):
-                d = payload(30 + i, 40 + i)
-                client("PA", c_seq, s_seq, d)
-                c_seq += len(d)
-                r = payload(60 + i, 20 + 3 * i)
-                server("PA", s_seq, c_seq, r)
-                s_seq += len(r)
-        finally:
-            srv.close()
-            quiet.__exit__(None, None, None)
-    return run
+def claims(v6: bool, proto: str):
+    """Whether a frame belongs to the flow of this family and protocol (one per kind's run)."""
+    et, num = (b"\x86\xdd", 20) if v6 else (b"\x08\x00", 23)  # next header / protocol
+    want = 17 if proto == "udp" else 6
+    return lambda f: len(f) > num and f[12:14] == et and f[num] == want
 
 
 CASES = [(k, v6, p) for k in RULES for v6 in (False, True) for p in ("udp", "tcp")]
@@ -201,7 +220,8 @@ IDS = [f"{k}-{'v6' if v6 else 'v4'}-{p}" for k, v6, p in CASES]
 @pytest.fixture(scope="module")
 def nat_runs(fastpath_bin):
     """Every case through one lab and one stateful daemon: the ruleset is
-    replaced and conntrack flushed before each run, as a user would."""
+    replaced and conntrack flushed before each kind's run, as a user would.
+    Returns {id: ((kernel, fastpath) or the AssertionError, Ends)}."""
     with Lab() as lab:
         def prepare(kind: str):
             def load() -> None:
@@ -209,23 +229,39 @@ def nat_runs(fastpath_bin):
                 lab.run(lab.router, "conntrack", "-F", check=False)
             return load
 
+        ends: dict[str, Ends] = {}
         cases = {}
-        for n, ((kind, v6, proto), name) in enumerate(zip(CASES, IDS)):
-            # A port per case: the same tuple NATed differently by the next
-            # case's ruleset is punted once (ct_nat), not what a case counts.
-            ends = Ends(lab, kind, v6, 40100 + n)
-            scenario = udp_scenario(ends) if proto == "udp" else tcp_scenario(ends)
-            cases[name] = Case(scenario, prepare=prepare(kind))
-        yield differential_many(lab, cases, rx=[lab.s0, lab.c0], gap=0.01, daemon_args=["--mode", "stateful"])
+        for kind in RULES:
+            parts, flows = {}, []
+            for n, ((k, v6, proto), name) in enumerate(zip(CASES, IDS)):
+                if k != kind:
+                    continue
+                # A port per case: the same tuple NATed differently by the next
+                # kind's ruleset is punted once (ct_nat), not what a case counts.
+                ends[name] = Ends(lab, kind, v6, 40100 + n)
+                flows.append((ends[name], proto))
+                parts[name] = claims(v6, proto)
+            cases[kind] = Case(kind_scenario(flows), prepare=prepare(kind), parts=parts, flows=True)
+        runs = differential_many(lab, cases, rx=[lab.s0, lab.c0], gap=0.01, daemon_args=["--mode", "stateful"])
+        yield {name: (runs[name], ends[name]) for name in IDS}
+
+
+def flow_packets(flows: list[dict], ingress: str, proto: str, v6: bool, sport: int, dport: int) -> int:
+    return sum(f["packets"] for f in flows
+               if f["ingress"] == ingress and f["proto"] == (17 if proto == "udp" else 6)
+               and f["family"] == ("ipv6" if v6 else "ipv4") and (f["sport"], f["dport"]) == (sport, dport))
 
 
 @pytest.mark.parametrize("name", IDS)
 def test_nat_same_bytes(nat_runs, name):
-    result = nat_runs[name]
+    result, ends = nat_runs[name]
     if isinstance(result, AssertionError):
         raise result
     _, fp = result
-    # Both directions NATed by XDP: r0 takes the client's packets, r1 the server's.
-    for iface in ("r0", "r1"):
-        got = fp.counters[iface]
-        assert got.get("forwarded", 0) >= N, f"{iface}: {got}"
+    # This flow NATed by XDP in both directions: r0 takes the client's
+    # packets (keyed as sent), r1 the server's (keyed as the server sent them).
+    _, _, proto = name.split("-")
+    c, s = ends.c_ports(), ends.s_ports()
+    for iface, sport, dport in (("r0", c["sport"], c["dport"]), ("r1", s["sport"], s["dport"])):
+        got = flow_packets(fp.flows, iface, proto, ends.v6, sport, dport)
+        assert got >= N, f"{iface}: {got} fast-path packets of {name} ({sport} -> {dport}); flows: {fp.flows}"
