@@ -9,6 +9,10 @@ VENV    := .venv
 PYTHON  := $(VENV)/bin/python
 BIN     := target/release/fastpath
 PYTEST_ARGS ?=
+# End-to-end workers (pytest-xdist). The suite mostly waits (sleeps, netlink,
+# captures), so two workers halve it on a 2-vCPU box; each test file stays on
+# one worker (--dist loadfile) with its module-wide lab and daemon. 0 = serial.
+E2E_WORKERS ?= 2
 
 # bindgen (crates/fastpath-bpf/build.rs) loads libclang at build time.
 ifneq ($(wildcard /usr/lib/llvm-19/lib),)
@@ -49,7 +53,7 @@ test-rust:
 	$(CARGO) test --release --locked --workspace --no-fail-fast
 
 test-e2e:
-	$(PYTHON) -m pytest tests $(PYTEST_ARGS)
+	$(PYTHON) -m pytest tests -n $(E2E_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Long hardening runs (about 10 minutes): 100k fuzzed frames kernel vs fastpath
 # and kernel vs kernel, 100k route/neighbour changes, 2k FPM route/object
