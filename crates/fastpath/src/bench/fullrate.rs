@@ -8,8 +8,11 @@
 //! the sink as its next hop, so the sink counts whatever the lookup found.
 //! The one-route table is a default route via the sink and nothing else; the
 //! frames are byte for byte the same in both. Modes are the main bench's
-//! (kernel, fib-fwd, fastpath with and without its flow cache), measured first
-//! with one route, then with the full table loaded by `ip -batch`.
+//! (kernel, fib-fwd, fastpath with and without its flow cache). Each table
+//! has its own lab (generator, router, sink), the full one loaded by
+//! `ip -batch`, and every mode is set up on both at once: each repetition
+//! measures the one-route lab and the full lab back to back, the order
+//! alternating, and `full/one paired` is the median of those pairs' ratios.
 
 use std::collections::{BTreeMap, HashSet};
 use std::mem::MaybeUninit;
@@ -22,8 +25,8 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use super::fulltable::{self, Gateway, Rng, Spec};
-use super::report::{self, Cell};
-use super::router::{self, Daemon, FibFwd, Mode, RawFwd, Verdicts};
+use super::report::{self, Cell, Rep};
+use super::router::{self, Daemon, FibFwd, FpStats, Mode, RawFwd};
 use super::tablesync::{occupancy, path_str, run_ip, wait_mirrored, wait_stable};
 use super::topo::{self, Topology};
 use super::traffic::{Placement, Sink};
@@ -158,6 +161,8 @@ struct Summary {
     one_route_mpps: f64,
     full_mpps: f64,
     full_to_one: Option<f64>,
+    /// Median over the repetitions of full / one-route, each pair measured back to back.
+    full_to_one_paired: Option<f64>,
     full_to_one_per_cpu_s: Option<f64>,
     one_route_ratio_to_kernel: Option<f64>,
     full_ratio_to_kernel: Option<f64>,
@@ -188,7 +193,8 @@ struct FullrateReport<'a> {
 const METHOD: &str = "the main bench's generator (BPF_PROG_RUN live frames) with a per-flow IPv4 destination \
     (fp_bench_gen_dst); flow i goes to a random address in the table's prefixes with its own longest-matching \
     route; every route's next hop is the sink; one-route = only a default route via the sink; Mpps = frames at \
-    the sink / generator run time, median of the repetitions, all on one CPU";
+    the sink / generator run time, median of the repetitions, all on one CPU; one lab per table, each repetition \
+    measuring both labs back to back (order alternating); paired = median of the per-repetition ratios";
 
 pub fn run(a: &FullrateArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Result<()> {
     if a.flows == 0 || a.flows as usize > a.v4 {
@@ -238,22 +244,44 @@ pub fn run(a: &FullrateArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         t.elapsed().as_secs_f64()
     );
 
-    let topo = Topology::create()?;
-    let r = topo.router.clone();
-    // The IPv6 routes need their next hop's subnet on r1 (tablesync does the same).
-    for (addr, dev) in [("2001:db8:0:1::1/64", topo::R0), ("2001:db8:0:2::1/64", topo::R1)] {
-        run_ip(&["-n", &r, "addr", "add", addr, "dev", dev, "nodad"])?;
+    // Two labs, one per table, so that every repetition measures both back
+    // to back: on a shared VM the machine's speed drifts by a third between
+    // minutes, which a table-after-table order put into the ratio.
+    let topo_one = Topology::create_tagged("a")?;
+    let topo_full = Topology::create_tagged("b")?;
+    for t in [&topo_one, &topo_full] {
+        // The IPv6 routes need their next hop's subnet on r1 (tablesync does the same).
+        for (addr, dev) in [("2001:db8:0:1::1/64", topo::R0), ("2001:db8:0:2::1/64", topo::R1)] {
+            run_ip(&["-n", &t.router, "addr", "add", addr, "dev", dev, "nodad"])?;
+        }
     }
-    let mut sink_obj = MaybeUninit::uninit();
-    let sink = Sink::attach(&mut sink_obj, &topo)?;
-    let bench = Bench {
-        plan: &plan,
-        topo: &topo,
-        sink: &sink,
-        stop,
-        g0: topo.ifindex(&topo.gen, topo::G0)?,
-        dsts: Some(&dsts),
-    };
+    println!("== one route (lab {}): default via 198.51.100.2 dev r1", topo_one.router);
+    run_ip(&["-n", &topo_one.router, "route", "add", "default", "via", "198.51.100.2", "dev", topo::R1])?;
+    println!("== full table (lab {}): {} IPv4 + {} IPv6 routes via the sink, no default route", topo_full.router, spec.v4, spec.v6);
+    let t0 = Instant::now();
+    run_ip(&["-n", &topo_full.router, "-batch", &path_str(&batch)?])?;
+    let load_s = t0.elapsed().as_secs_f64();
+    println!("   ip -batch took {load_s:.1} s");
+
+    let (mut obj_one, mut obj_full) = (MaybeUninit::uninit(), MaybeUninit::uninit());
+    let sink_one = Sink::attach(&mut obj_one, &topo_one)?;
+    let sink_full = Sink::attach(&mut obj_full, &topo_full)?;
+    let g0 = |t: &Topology| t.ifindex(&t.gen, topo::G0);
+    let labs = [
+        Lab {
+            table: Table::OneRoute,
+            bench: Bench { plan: &plan, topo: &topo_one, sink: &sink_one, stop, g0: g0(&topo_one)?, dsts: Some(&dsts) },
+            dir: work.join("one-route"),
+        },
+        Lab {
+            table: Table::Full,
+            bench: Bench { plan: &plan, topo: &topo_full, sink: &sink_full, stop, g0: g0(&topo_full)?, dsts: Some(&dsts) },
+            dir: work.join("full"),
+        },
+    ];
+    for l in &labs {
+        std::fs::create_dir_all(&l.dir).with_context(|| format!("creating {}", l.dir.display()))?;
+    }
     // The same capacities for both tables: only their contents differ.
     let fib_args: Vec<String> = vec![
         "--fib4-entries".into(),
@@ -264,23 +292,12 @@ pub fn run(a: &FullrateArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
     let timeout = Duration::from_secs(a.timeout);
     let mut rows = Vec::new();
     let mut problems = Vec::new();
-
-    println!("== one route: default via 198.51.100.2 dev r1");
-    run_ip(&["-n", &r, "route", "add", "default", "via", "198.51.100.2", "dev", topo::R1])?;
-    let mut lab = None;
-    measure_table(&bench, Table::OneRoute, exe, work, &fib_args, &mut lab, timeout, &mut rows, &mut problems)?;
-
-    println!("== full table: {} IPv4 + {} IPv6 routes via the sink, no default route", spec.v4, spec.v6);
-    run_ip(&["-n", &r, "route", "del", "default"])?;
-    let t0 = Instant::now();
-    run_ip(&["-n", &r, "-batch", &path_str(&batch)?])?;
-    let load_s = t0.elapsed().as_secs_f64();
-    println!("   ip -batch took {load_s:.1} s");
-    // The lab's own routes, less the default route, plus the table.
-    let mut want = lab.map(|(f4, f6): (u64, u64)| (f4.saturating_sub(1) + spec.v4 as u64, f6 + spec.v6 as u64));
-    measure_table(&bench, Table::Full, exe, work, &fib_args, &mut want, timeout, &mut rows, &mut problems)?;
-    drop(sink);
-    drop(topo);
+    for &mode in &plan.modes {
+        measure_pair(&labs, mode, exe, &fib_args, &spec, timeout, &mut rows, &mut problems)?;
+    }
+    drop(labs);
+    drop((sink_one, sink_full));
+    drop((topo_one, topo_full));
 
     for table in [Table::OneRoute, Table::Full] {
         let mut cells: Vec<Cell> = rows.iter().filter(|r| r.table == table).map(|r| r.cell.clone()).collect();
@@ -328,91 +345,156 @@ pub fn run(a: &FullrateArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
     Ok(())
 }
 
-/// Every mode with the router holding `table`. `lab` is fastpath's FIB
-/// occupancy to wait for: learnt with the one-route table (the lab's routes
-/// as mirrored), the full table's target afterwards.
-#[allow(clippy::too_many_arguments)]
-fn measure_table(
-    bench: &Bench<'_>,
+/// One of the two labs: its router holds `table`.
+struct Lab<'a> {
     table: Table,
+    bench: Bench<'a>,
+    /// The fastpath daemon's socket and log.
+    dir: PathBuf,
+}
+
+/// What a mode put on one lab's router, undone on drop.
+enum Setup<'o> {
+    Kernel,
+    // Held for the drop that detaches them.
+    Fib { _prog: FibFwd<'o> },
+    Raw { _prog: RawFwd<'o> },
+    Fastpath { daemon: Daemon, stats: FpStats, mirror_s: Option<f64> },
+}
+
+impl Setup<'_> {
+    fn stats(&self) -> Option<&FpStats> {
+        match self {
+            Setup::Fastpath { stats, .. } => Some(stats),
+            _ => None,
+        }
+    }
+}
+
+/// Sets `mode` up on one lab. `lab_fibs` is fastpath's FIB occupancy with
+/// the lab's own routes: learnt on the one-route lab, which goes first, and
+/// what the full lab's daemon must reach, with the table, to count as mirrored.
+#[allow(clippy::too_many_arguments)]
+fn set_up<'o>(
+    lab: &Lab<'_>,
+    mode: Mode,
+    obj: &'o mut MaybeUninit<libbpf_rs::OpenObject>,
     exe: &Path,
-    work: &Path,
     fib_args: &[String],
-    lab: &mut Option<(u64, u64)>,
+    spec: &Spec,
+    lab_fibs: &mut Option<(u64, u64)>,
+    timeout: Duration,
+) -> Result<Setup<'o>> {
+    let bench = &lab.bench;
+    Ok(match mode {
+        Mode::Kernel => Setup::Kernel,
+        Mode::FibFwd => Setup::Fib { _prog: FibFwd::attach(obj, bench.topo)? },
+        Mode::Raw => Setup::Raw { _prog: RawFwd::attach(obj, bench.topo)? },
+        Mode::AfxdpTx => bail!("{}: only in `fastpath bench`", mode.name()),
+        Mode::FastpathNocache | Mode::Fastpath | Mode::FastpathHint | Mode::Afxdp | Mode::AfxdpNoprefetch => {
+            let mut extra = mode.daemon_args();
+            extra.extend(fib_args.iter().cloned());
+            let t0 = Instant::now();
+            let mut daemon = Daemon::spawn_with(bench.topo, exe, &lab.dir, &extra)?;
+            // Status may take a while to answer when a full table is being dumped.
+            daemon.wait_ready(timeout, bench.stop)?;
+            let mut mirror_s = None;
+            match (lab.table, *lab_fibs) {
+                (Table::OneRoute, _) => {
+                    let o = wait_stable(daemon.socket(), bench.stop)?;
+                    *lab_fibs = Some((o.fib4, o.fib6));
+                }
+                (Table::Full, Some((f4, f6))) => {
+                    // The lab's own routes, less the default route, plus the table.
+                    let want = (f4.saturating_sub(1) + spec.v4 as u64, f6 + spec.v6 as u64);
+                    let done = wait_mirrored(daemon.socket(), want, t0, timeout, bench.stop, &daemon)?;
+                    mirror_s = Some(done.since.as_secs_f64());
+                }
+                (Table::Full, None) => bail!("the one-route lab's daemon must start first"),
+            }
+            let o = occupancy(daemon.socket())?;
+            println!(
+                "   {}: fastpath FIBs {} IPv4 + {} IPv6 entries{}",
+                lab.table.name(),
+                o.fib4,
+                o.fib6,
+                mirror_s.map(|s| format!(", mirrored {s:.1} s after start")).unwrap_or_default()
+            );
+            let stats = bench.wait_fast_path(&daemon, mode)?;
+            Setup::Fastpath { daemon, stats, mirror_s }
+        }
+        Mode::KernelCt | Mode::CtRef | Mode::FastpathStateful => {
+            bail!("{}: only in `fastpath bench stateful`", mode.name())
+        }
+    })
+}
+
+/// One mode on both labs at once, each repetition measuring both back to
+/// back (the order alternating): a row per table.
+#[allow(clippy::too_many_arguments)]
+fn measure_pair(
+    labs: &[Lab<'_>; 2],
+    mode: Mode,
+    exe: &Path,
+    fib_args: &[String],
+    spec: &Spec,
     timeout: Duration,
     rows: &mut Vec<Row>,
     problems: &mut Vec<String>,
 ) -> Result<()> {
-    for &mode in &bench.plan.modes {
-        println!("-- {} / {}", table.name(), mode.name());
-        let mut cells = Vec::new();
-        let mut mirror_s = None;
-        let mut mode_verdicts: Option<Verdicts> = None;
-        match mode {
-            Mode::Kernel => bench.measure_mode(mode, &mut cells, None)?,
-            Mode::FibFwd => {
-                let mut obj = MaybeUninit::uninit();
-                let _fib = FibFwd::attach(&mut obj, bench.topo)?;
-                bench.measure_mode(mode, &mut cells, None)?;
-            }
-            Mode::Raw => {
-                let mut obj = MaybeUninit::uninit();
-                let _raw = RawFwd::attach(&mut obj, bench.topo)?;
-                bench.measure_mode(mode, &mut cells, None)?;
-            }
-            Mode::AfxdpTx => bail!("{}: only in `fastpath bench`", mode.name()),
-            Mode::FastpathNocache | Mode::Fastpath | Mode::FastpathHint | Mode::Afxdp | Mode::AfxdpNoprefetch => {
-                let mut extra = mode.daemon_args();
-                extra.extend(fib_args.iter().cloned());
-                let t0 = Instant::now();
-                let mut daemon = Daemon::spawn_with(bench.topo, exe, work, &extra)?;
-                // Status may take a while to answer when a full table is being dumped.
-                daemon.wait_ready(timeout, bench.stop)?;
-                match *lab {
-                    None => {
-                        let o = wait_stable(daemon.socket(), bench.stop)?;
-                        *lab = Some((o.fib4, o.fib6));
-                    }
-                    Some(want) => {
-                        let done = wait_mirrored(daemon.socket(), want, t0, timeout, bench.stop, &daemon)?;
-                        mirror_s = Some(done.since.as_secs_f64());
-                    }
-                }
-                let o = occupancy(daemon.socket())?;
-                println!(
-                    "   fastpath FIBs: {} IPv4 + {} IPv6 entries{}",
-                    o.fib4,
-                    o.fib6,
-                    mirror_s.map(|s| format!(", mirrored {s:.1} s after start")).unwrap_or_default()
-                );
-                let stats = bench.wait_fast_path(&daemon, mode)?;
-                let before = stats.read()?;
-                bench.measure_mode(mode, &mut cells, Some(&stats))?;
-                let v = router::verdicts(&before, &stats.read()?);
-                daemon.stop()?;
-                problems.extend(fastpath_problems(mode.name(), &v).into_iter().map(|p| format!("{}: {p}", table.name())));
-                mode_verdicts = Some(v);
-            }
-            Mode::KernelCt | Mode::CtRef | Mode::FastpathStateful => {
-                bail!("{}: only in `fastpath bench stateful`", mode.name())
-            }
+    println!("-- {}", mode.name());
+    let plan = labs[0].bench.plan;
+    let (size, flows) = (plan.sizes[0], plan.flows[0]);
+    let (mut obj_one, mut obj_full) = (MaybeUninit::uninit(), MaybeUninit::uninit());
+    let mut lab_fibs = None;
+    let mut setups = [
+        set_up(&labs[0], mode, &mut obj_one, exe, fib_args, spec, &mut lab_fibs, timeout)?,
+        set_up(&labs[1], mode, &mut obj_full, exe, fib_args, spec, &mut lab_fibs, timeout)?,
+    ];
+    let before = setups.iter().map(|s| s.stats().map(|st| st.read()).transpose()).collect::<Result<Vec<_>>>()?;
+    let mut reps: [Vec<Rep>; 2] = [Vec::new(), Vec::new()];
+    for rep in 0..plan.reps {
+        let order = if rep % 2 == 0 { [0, 1] } else { [1, 0] };
+        for k in order {
+            reps[k].extend(labs[k].bench.measure_reps(mode, size, flows, 1)?);
         }
-        for cell in cells {
-            let shares: Vec<f64> = cell.reps.iter().map(|r| r.mpps / r.offered_mpps.max(1e-12)).collect();
-            let delivered = report::median(&shares);
-            if delivered < MIN_DELIVERED {
-                problems.push(format!(
-                    "{} {}: only {:.1}% of the frames reached the sink",
-                    table.name(),
-                    mode.name(),
-                    delivered * 100.0
-                ));
-            }
-            let mut cell = cell;
-            if cell.fastpath_verdicts.is_none() {
-                cell.fastpath_verdicts = mode_verdicts.clone();
-            }
-            rows.push(Row { table, delivered, mirror_s, cell });
+        let (one, full) = (reps[0][rep].mpps, reps[1][rep].mpps);
+        println!(
+            "   rep {}: one route {one:.3} Mpps, full table {full:.3} Mpps ({:.1}%)",
+            rep + 1,
+            100.0 * full / one.max(1e-12)
+        );
+    }
+    for (k, lab) in labs.iter().enumerate() {
+        let verdicts = match (&setups[k], &before[k]) {
+            (Setup::Fastpath { stats, .. }, Some(b)) => Some(router::verdicts(b, &stats.read()?)),
+            _ => None,
+        };
+        if let Some(v) = &verdicts {
+            println!("   {}: fastpath {}", lab.table.name(), v.summary());
+            problems.extend(fastpath_problems(mode.name(), v).into_iter().map(|p| format!("{}: {p}", lab.table.name())));
+        }
+        let mirror_s = match &setups[k] {
+            Setup::Fastpath { mirror_s, .. } => *mirror_s,
+            _ => None,
+        };
+        let mut cell = Cell::new(mode, size, flows, std::mem::take(&mut reps[k]));
+        cell.fastpath_verdicts = verdicts;
+        let shares: Vec<f64> = cell.reps.iter().map(|r| r.mpps / r.offered_mpps.max(1e-12)).collect();
+        let delivered = report::median(&shares);
+        if delivered < MIN_DELIVERED {
+            problems.push(format!(
+                "{} {}: only {:.1}% of the frames reached the sink",
+                lab.table.name(),
+                mode.name(),
+                delivered * 100.0
+            ));
+        }
+        rows.push(Row { table: lab.table, delivered, mirror_s, cell });
+    }
+    for s in &mut setups {
+        if let Setup::Fastpath { daemon, .. } = s {
+            daemon.stop()?;
         }
     }
     Ok(())
@@ -433,12 +515,18 @@ fn summarise(rows: &[Row], modes: &[Mode]) -> Vec<Summary> {
                 one_route_mpps: one.median_mpps,
                 full_mpps: full.median_mpps,
                 full_to_one: ratio(full.median_mpps, one.median_mpps),
+                full_to_one_paired: paired(one, full),
                 full_to_one_per_cpu_s: ratio(full.median_mpps_per_cpu_s, one.median_mpps_per_cpu_s),
                 one_route_ratio_to_kernel: one.ratio_to_kernel,
                 full_ratio_to_kernel: full.ratio_to_kernel,
             })
         })
         .collect()
+}
+
+fn paired(one: &Cell, full: &Cell) -> Option<f64> {
+    let r: Vec<f64> = one.reps.iter().zip(&full.reps).filter_map(|(o, f)| ratio(f.mpps, o.mpps)).collect();
+    (!r.is_empty()).then(|| report::median(&r))
 }
 
 fn fmt_opt(v: Option<f64>, digits: usize, suffix: &str) -> String {
@@ -452,19 +540,20 @@ fn print_table(rows: &[Row], summary: &[Summary], a: &FullrateArgs) {
         "{} B, {} flows, each to its own route; one route vs {} IPv4 + {} IPv6 routes (Mpps: median [min-max] of {} reps)",
         a.size, a.flows, a.v4, a.v6, a.reps
     );
-    println!("| mode | one route Mpps | full table Mpps | full/one | full/one per CPU-s | xkern one | xkern full | delivered | cpu% |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("| mode | one route Mpps | full table Mpps | full/one | full/one paired | full/one per CPU-s | xkern one | xkern full | delivered | cpu% |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for s in summary {
         let (Some(one), Some(full)) = (cell(Table::OneRoute, s.mode), cell(Table::Full, s.mode)) else {
             continue;
         };
         let mpps = |c: &Cell| format!("{:.3} [{:.3}-{:.3}]", c.median_mpps, c.min_mpps, c.max_mpps);
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {:.1}% / {:.1}% | {:.0} / {:.0} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1}% / {:.1}% | {:.0} / {:.0} |",
             s.mode.name(),
             mpps(&one.cell),
             mpps(&full.cell),
             fmt_opt(s.full_to_one.map(|x| x * 100.0), 1, "%"),
+            fmt_opt(s.full_to_one_paired.map(|x| x * 100.0), 1, "%"),
             fmt_opt(s.full_to_one_per_cpu_s.map(|x| x * 100.0), 1, "%"),
             fmt_opt(s.one_route_ratio_to_kernel, 2, "x"),
             fmt_opt(s.full_ratio_to_kernel, 2, "x"),

@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use report::{Cell, Rep, Report, Target};
+use report::{Rep, Report, Target};
 use router::{Daemon, FpStats, Mode, Verdicts};
 use topo::Topology;
 use traffic::{Generator, Placement, Sink};
@@ -382,33 +382,6 @@ impl Bench<'_> {
         Ok(())
     }
 
-    fn measure_mode(&self, mode: Mode, cells: &mut Vec<Cell>, fp: Option<&FpStats>) -> Result<()> {
-        for &size in &self.plan.sizes {
-            for &flows in &self.plan.flows {
-                let before = fp.map(|s| s.read()).transpose()?;
-                let mut cell = self.measure(mode, size, flows)?;
-                if let (Some(stats), Some(before)) = (fp, before) {
-                    cell.fastpath_verdicts = Some(router::verdicts(&before, &stats.read()?));
-                }
-                println!(
-                    "   {:>4} B {:>6} flows: {} Mpps",
-                    size,
-                    flows,
-                    cell.reps
-                        .iter()
-                        .map(|r| format!("{:.3} ({:.0}% cpu)", r.mpps, r.cpu_share * 100.0))
-                        .collect::<Vec<_>>()
-                        .join("  ")
-                );
-                if let Some(v) = &cell.fastpath_verdicts {
-                    println!("   {:>4} B {:>6} flows: fastpath {}", size, flows, v.summary());
-                }
-                cells.push(cell);
-            }
-        }
-        Ok(())
-    }
-
     fn generator<'o>(
         &self,
         obj: &'o mut MaybeUninit<libbpf_rs::OpenObject>,
@@ -420,10 +393,6 @@ impl Bench<'_> {
             Some(d) => Generator::load_dsts(obj, self.topo, size, d, mode.hint()),
             None => Generator::load(obj, self.topo, size, flows, mode.hint()),
         }
-    }
-
-    fn measure(&self, mode: Mode, size: usize, flows: u32) -> Result<Cell> {
-        Ok(Cell::new(mode, size, flows, self.measure_reps(mode, size, flows, self.plan.reps)?))
     }
 
     /// `n` repetitions of one cell after its warm-up.

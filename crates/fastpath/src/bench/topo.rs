@@ -57,7 +57,12 @@ impl Topology {
     /// Builds the lab under names unique to this process so parallel runs and
     /// leftovers of a crashed run never collide.
     pub fn create() -> Result<Self> {
-        let tag = format!("fpbench{}", std::process::id());
+        Self::create_tagged("")
+    }
+
+    /// As `create`, for one of several labs of one process: `suffix` tells them apart.
+    pub fn create_tagged(suffix: &str) -> Result<Self> {
+        let tag = format!("fpbench{}{suffix}", std::process::id());
         let mut t = Topology {
             gen: format!("{tag}-gen"),
             router: format!("{tag}-rtr"),
