@@ -158,8 +158,9 @@ def differential_many(lab: Lab, cases: dict[str, Case], rx: Sequence[Iface] | No
                       ) -> dict[str, tuple[Run, Run] | AssertionError]:
     """`differential` for many scenarios that leave the lab as they found it,
     with one daemon start for all of them: every kernel-only run first, then
-    every run with fastpath. Each case gets its (kernel, fastpath) runs, or the
-    AssertionError saying how they disagree, for its own test to report.
+    every run with fastpath. Each case (or each of its parts) gets its
+    (kernel, fastpath) runs, or the AssertionError saying how they disagree,
+    for its own test to report.
 
     One daemon across cases is also a harder test: flow-cache entries and
     conntrack verdicts of earlier cases are still there.
