@@ -290,6 +290,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     };
 
     report::add_ratios(&mut cells);
+    report::add_paired_ratios(&mut cells, [Mode::Kernel, Mode::Raw, Mode::FibFwd]);
     report::print_table(&cells);
     let mut problems = Vec::new();
     for (mode, v) in &fp_verdicts {

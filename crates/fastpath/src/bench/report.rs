@@ -66,6 +66,14 @@ pub struct Cell {
     pub share_of_raw_per_cpu_s: Option<f64>,
     pub ratio_to_reference_per_cpu_s: Option<f64>,
     pub median_cpu_share: f64,
+    /// Benches in rounds (repetition i of every mode is round i): the median
+    /// over the rounds of this cell's Mpps / the kernel's, raw's and the
+    /// reference's in the same round. The VM's speed drifts between minutes;
+    /// a round's modes run seconds apart, so these ratios drift less than
+    /// the ratios of medians.
+    pub paired_ratio_to_kernel: Option<f64>,
+    pub paired_share_of_raw: Option<f64>,
+    pub paired_ratio_to_reference: Option<f64>,
     /// fastpath's own counters over this cell's warm-up and repetitions.
     pub fastpath_verdicts: Option<Verdicts>,
 }
@@ -90,6 +98,9 @@ impl Cell {
             share_of_raw_per_cpu_s: None,
             ratio_to_reference_per_cpu_s: None,
             median_cpu_share: median(&share),
+            paired_ratio_to_kernel: None,
+            paired_share_of_raw: None,
+            paired_ratio_to_reference: None,
             fastpath_verdicts: None,
             reps,
         }
@@ -149,6 +160,34 @@ pub fn add_ratios_against(cells: &mut [Cell], bases: [Mode; 3]) {
             c.ratio_to_reference = ratio_of(m, f);
             c.ratio_to_reference_per_cpu_s = ratio_of(mc, fc);
         }
+    }
+}
+
+/// The median of `xs[i] / bases[i]`: for values measured in the same rounds
+/// (None unless both have a value for every round).
+pub fn paired_ratio(xs: &[f64], bases: &[f64]) -> Option<f64> {
+    if xs.is_empty() || xs.len() != bases.len() || bases.iter().any(|b| *b <= 0.0) {
+        return None;
+    }
+    let r: Vec<f64> = xs.iter().zip(bases).map(|(x, b)| x / b).collect();
+    Some(median(&r))
+}
+
+/// Fills in the paired ratios (see `Cell`) against the [kernel, raw,
+/// reference] modes; only for cells measured in rounds.
+pub fn add_paired_ratios(cells: &mut [Cell], bases: [Mode; 3]) {
+    let mpps = |c: &Cell| c.reps.iter().map(|r| r.mpps).collect::<Vec<f64>>();
+    let base_reps: Vec<[Option<Vec<f64>>; 3]> = cells
+        .iter()
+        .map(|c| {
+            bases.map(|m| cells.iter().find(|k| k.mode == m && k.size == c.size && k.flows == c.flows).map(mpps))
+        })
+        .collect();
+    for (c, [kernel, raw, reference]) in cells.iter_mut().zip(base_reps) {
+        let x = mpps(c);
+        c.paired_ratio_to_kernel = kernel.and_then(|b| paired_ratio(&x, &b));
+        c.paired_share_of_raw = raw.and_then(|b| paired_ratio(&x, &b));
+        c.paired_ratio_to_reference = reference.and_then(|b| paired_ratio(&x, &b));
     }
 }
 
@@ -241,7 +280,7 @@ pub fn print_table(cells: &[Cell]) {
             .map(|v| (v.cache_hits as f64 * 100.0 / (v.cache_hits + v.cache_misses).max(1) as f64, v.bypass_note()))
             .unwrap_or_default();
         println!(
-            "{} {} B {} flow(s), {hits:.0}% cache hits{bypass}: {} kernel, {} of raw, {} fib-fwd (wall); {} / {} / {} per CPU-s{}",
+            "{} {} B {} flow(s), {hits:.0}% cache hits{bypass}: {} kernel, {} of raw, {} fib-fwd (wall); {} / {} / {} per CPU-s; {} / {} / {} paired by round{}",
             c.mode.name(),
             c.size,
             c.flows,
@@ -251,6 +290,9 @@ pub fn print_table(cells: &[Cell]) {
             ratio(c.ratio_to_kernel_per_cpu_s),
             pct(c.share_of_raw_per_cpu_s),
             ratio(c.ratio_to_reference_per_cpu_s),
+            ratio(c.paired_ratio_to_kernel),
+            pct(c.paired_share_of_raw),
+            ratio(c.paired_ratio_to_reference),
             if busy { " (box busy: trust per CPU-s)" } else { "" }
         );
     }
@@ -374,5 +416,24 @@ mod tests {
         assert_eq!(cells[4].ratio_to_kernel, None);
         assert_eq!(cells[4].share_of_raw, Some(1.0));
         assert_eq!(cells[4].ratio_to_reference, None);
+    }
+
+    #[test]
+    fn paired_ratios_take_each_round_on_its_own() {
+        let rep = |mpps: f64| Rep { mpps, offered_mpps: mpps, mpps_per_cpu_s: mpps, cpu_share: 1.0 };
+        // The machine runs at half speed in round 2: each round fastpath is 3x the kernel.
+        let mut cells = vec![
+            Cell::new(Mode::Kernel, 64, 1, vec![rep(1.0), rep(0.5), rep(1.0)]),
+            Cell::new(Mode::Fastpath, 64, 1, vec![rep(3.0), rep(1.5), rep(3.0)]),
+            Cell::new(Mode::Raw, 64, 1, vec![rep(4.0), rep(2.0)]),
+        ];
+        add_paired_ratios(&mut cells, [Mode::Kernel, Mode::Raw, Mode::FibFwd]);
+        assert_eq!(cells[1].paired_ratio_to_kernel, Some(3.0));
+        assert_eq!(cells[0].paired_ratio_to_kernel, Some(1.0));
+        // Rounds that do not line up give no paired figure.
+        assert_eq!(cells[1].paired_share_of_raw, None);
+        assert_eq!(cells[1].paired_ratio_to_reference, None);
+        assert_eq!(paired_ratio(&[2.0, 9.0, 3.0], &[1.0, 3.0, 1.0]), Some(3.0));
+        assert_eq!(paired_ratio(&[1.0], &[0.0]), None);
     }
 }

@@ -129,6 +129,8 @@ pub(super) struct CrrRow {
     max_conns_per_s: f64,
     failed: u64,
     ratio_to_kernel_ct: Option<f64>,
+    /// The median over the rounds of this row's rate / kernel-ct's in the same round.
+    paired_ratio_to_kernel_ct: Option<f64>,
     /// fastpath's counters over this mode's connection runs (fastpath-stateful).
     fastpath_verdicts: Option<Verdicts>,
     /// ct_fwd's counters over this mode's connection runs (ct-ref).
@@ -314,9 +316,12 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
     drop(topo);
 
     report::add_ratios_against(&mut cells, [Mode::KernelCt, Mode::Raw, Mode::CtRef]);
-    let base = crr_rows.iter().find(|r| r.mode == Mode::KernelCt && r.variant.is_none()).map(|r| r.median_conns_per_s);
+    report::add_paired_ratios(&mut cells, [Mode::KernelCt, Mode::Raw, Mode::CtRef]);
+    let rates = |r: &CrrRow| r.reps.iter().map(|x| x.conns_per_s).collect::<Vec<f64>>();
+    let base = crr_rows.iter().find(|r| r.mode == Mode::KernelCt && r.variant.is_none()).map(|r| (r.median_conns_per_s, rates(r)));
     for r in &mut crr_rows {
-        r.ratio_to_kernel_ct = base.filter(|b| *b > 0.0).map(|b| r.median_conns_per_s / b);
+        r.ratio_to_kernel_ct = base.as_ref().filter(|b| b.0 > 0.0).map(|b| r.median_conns_per_s / b.0);
+        r.paired_ratio_to_kernel_ct = base.as_ref().and_then(|b| report::paired_ratio(&rates(r), &b.1));
     }
     print_table(&cells, &crr_rows, &not_measured);
     for (m, v) in &fp_verdicts {
@@ -463,6 +468,7 @@ pub(super) fn crr_row(
         failed: reps.iter().map(|r| r.failed).sum(),
         reps,
         ratio_to_kernel_ct: None,
+        paired_ratio_to_kernel_ct: None,
         fastpath_verdicts,
         ct_ref_verdicts,
     }
@@ -505,8 +511,8 @@ fn print_table(cells: &[Cell], crr: &[CrrRow], not_measured: &BTreeMap<&'static 
     if !crr.is_empty() {
         println!();
         println!(
-            "{:<36} {:>7} {:>9} {:>8} {:>8} {:>7} {:>6} {:>10}",
-            "TCP conn/s", "clients", "conn/s", "min", "max", "xkernct", "failed", "daemon ms/conn"
+            "{:<36} {:>7} {:>9} {:>8} {:>8} {:>7} {:>7} {:>6} {:>10}",
+            "TCP conn/s", "clients", "conn/s", "min", "max", "xkernct", "paired", "failed", "daemon ms/conn"
         );
         for r in crr {
             let name = match r.variant {
@@ -514,35 +520,41 @@ fn print_table(cells: &[Cell], crr: &[CrrRow], not_measured: &BTreeMap<&'static 
                 None => r.mode.name().to_string(),
             };
             println!(
-                "{:<36} {:>7} {:>9.0} {:>8.0} {:>8.0} {:>7} {:>6} {:>10}",
+                "{:<36} {:>7} {:>9.0} {:>8.0} {:>8.0} {:>7} {:>7} {:>6} {:>10}",
                 name,
                 r.clients,
                 r.median_conns_per_s,
                 r.min_conns_per_s,
                 r.max_conns_per_s,
                 ratio(r.ratio_to_kernel_ct),
+                ratio(r.paired_ratio_to_kernel_ct),
                 r.failed,
                 r.daemon_cpu_ms_per_conn.map(|c| format!("{c:.3}")).unwrap_or_else(|| "-".into())
             );
         }
-        println!("(connect, one request, response, close; median of the repetitions)");
+        println!("(connect, one request, response, close; median of the repetitions; paired: median over the rounds");
+        println!(" of the rate / kernel-ct's in the same round)");
     }
     for (m, why) in not_measured {
         println!("{m}: not measured: {}", why.lines().collect::<Vec<_>>().join(" | "));
     }
     for c in cells.iter().filter(|c| c.mode == Mode::FastpathStateful && c.size == 64) {
         println!(
-            "fastpath-stateful 64 B {} flow(s): {} kernel-ct, {} of raw, {} ct-ref (target >= {TARGET_RATIO}x kernel-ct)",
+            "fastpath-stateful 64 B {} flow(s): {} kernel-ct, {} of raw, {} ct-ref; paired by round {} / {} / {} (target >= {TARGET_RATIO}x kernel-ct)",
             c.flows,
             ratio(c.ratio_to_kernel),
             pct(c.share_of_raw),
-            ratio(c.ratio_to_reference)
+            ratio(c.ratio_to_reference),
+            ratio(c.paired_ratio_to_kernel),
+            pct(c.paired_share_of_raw),
+            ratio(c.paired_ratio_to_reference)
         );
     }
     if let Some(r) = crr.iter().find(|r| r.mode == Mode::FastpathStateful && r.variant.is_none()) {
         println!(
-            "fastpath-stateful TCP connections/s: {} kernel-ct (must not fall below 1.00x)",
-            ratio(r.ratio_to_kernel_ct)
+            "fastpath-stateful TCP connections/s: {} kernel-ct, paired by round {} (must not fall below 1.00x)",
+            ratio(r.ratio_to_kernel_ct),
+            ratio(r.paired_ratio_to_kernel_ct)
         );
     }
 }
