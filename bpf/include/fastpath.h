@@ -62,6 +62,7 @@ enum fp_reason {
 	FP_R_TC_INGRESS,           /* the ingress port has tc filters or tcx programs the kernel must run */
 	FP_R_TC_EGRESS,            /* the egress port has a qdisc, filters or tcx programs only the kernel's path runs */
 	FP_R_MULTI_BUFFER,         /* the frame spans several XDP buffers (a jumbo frame): the kernel forwards it */
+	FP_R_EGRESS_PEER_NOT_READY,/* the egress is a veth whose peer would drop XDP frames (no XDP program, no GRO) */
 	FP_R__COUNT
 };
 
@@ -114,6 +115,8 @@ enum fp_route_type {
 /* tc policy the data path would skip (the daemon's tcpolicy.rs): */
 #define FP_IF_TC_INGRESS  (1U << 6)  /* tc ingress filters or tcx ingress programs: arrivals go to the kernel */
 #define FP_IF_TC_EGRESS   (1U << 7)  /* a shaping/classifying qdisc, egress filters or tcx: never sent out by XDP */
+/* A veth whose peer cannot take redirected frames (the daemon's vethpeer.rs): */
+#define FP_IF_PEER_NO_XDP (1U << 8)  /* the peer runs no NAPI (no XDP program, GRO off) or could not be checked */
 
 /* Family bits for fp_runtime switches. */
 #define FP_FAM_V4 (1U << 0)

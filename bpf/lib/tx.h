@@ -50,6 +50,10 @@ fp_tx_resolve(struct fp_tx *tx, const struct fp_route *rt, __u32 nh_id, __u32 in
 	/* A redirect would pass the egress qdisc and tc egress by. */
 	if (out->flags & FP_IF_TC_EGRESS)
 		return FP_R_TC_EGRESS;
+	/* veth hands a redirected frame to its peer's NAPI ring; without one
+	 * the kernel drops it, where its own path would have delivered it. */
+	if (out->flags & FP_IF_PEER_NO_XDP)
+		return FP_R_EGRESS_PEER_NOT_READY;
 	if (slot == in_slot)
 		return FP_R_SAME_IFACE;
 

@@ -686,6 +686,8 @@ fn punt_cases(world: &World) -> Vec<Case> {
         Case::punt("v6 egress down", move |w| *flags_mut(w, b) &= !(FP_IF_UP as u16), f6(&p6), FP_R_EGRESS_DOWN),
         Case::punt("tc policy on the egress", move |w| *flags_mut(w, b) |= FP_IF_TC_EGRESS as u16, f4(&p4), FP_R_TC_EGRESS),
         Case::punt("v6 tc policy on the egress", move |w| *flags_mut(w, b) |= FP_IF_TC_EGRESS as u16, f6(&p6), FP_R_TC_EGRESS),
+        Case::punt("veth peer not ready", move |w| *flags_mut(w, b) |= FP_IF_PEER_NO_XDP as u16, f4(&p4), FP_R_EGRESS_PEER_NOT_READY),
+        Case::punt("v6 veth peer not ready", move |w| *flags_mut(w, b) |= FP_IF_PEER_NO_XDP as u16, f6(&p6), FP_R_EGRESS_PEER_NOT_READY),
         Case::punt("tc policy on the ingress", move |w| *flags_mut(w, a) |= FP_IF_TC_INGRESS as u16, f4(&p4), FP_R_TC_INGRESS),
         Case::punt("tc ingress before L2", move |w| *flags_mut(w, a) |= FP_IF_TC_INGRESS as u16, pad_to(arp, 60, 0), FP_R_TC_INGRESS),
         Case::punt(

@@ -64,6 +64,10 @@ pub mod if_flags {
     pub const TC_INGRESS: u16 = 1 << 6;
     pub const TC_EGRESS: u16 = 1 << 7;
     pub const TC: u16 = TC_INGRESS | TC_EGRESS;
+    /// A veth whose peer cannot receive XDP frames (set by the daemon's veth peer watch).
+    pub const PEER_NO_XDP: u16 = 1 << 8;
+    /// The bits the daemon's watchers set, not derived from kernel link state.
+    pub const WATCHED: u16 = TC | PEER_NO_XDP;
 
     pub const ALL: &[(&str, u16)] = &[
         ("FP_IF_UP", UP),
@@ -73,6 +77,7 @@ pub mod if_flags {
         ("FP_IF_RPF_LOOSE", RPF_LOOSE),
         ("FP_IF_TC_INGRESS", TC_INGRESS),
         ("FP_IF_TC_EGRESS", TC_EGRESS),
+        ("FP_IF_PEER_NO_XDP", PEER_NO_XDP),
     ];
 }
 

@@ -58,9 +58,9 @@ pub fn carrier_back(applied: &BTreeMap<u32, IfaceEntry>, state: &KernelState, li
         .iter()
         .filter_map(|i| {
             let old = applied.get(i)?;
-            // The tc marks are the daemon's, not the kernel state's: kept.
+            // The tc and veth peer marks are the daemon's, not the kernel state's: kept.
             desired::iface_entry(state, *i, old.slot).map(|mut e| {
-                e.flags |= old.flags & if_flags::TC;
+                e.flags |= old.flags & if_flags::WATCHED;
                 (*i, e)
             })
         })

@@ -29,7 +29,7 @@ use crate::loader::{self, Attachment};
 use crate::maps::{MapWriter, Maps};
 use crate::preflight::{self, Iface};
 use crate::published::Published;
-use crate::{ctwatch, ifset, keepalive, netfilter, pin, tcpolicy, xfrm, RunArgs};
+use crate::{ctwatch, ifset, keepalive, netfilter, pin, tcpolicy, vethpeer, xfrm, RunArgs};
 
 /// How long the main loop sleeps in poll when nothing happens; bounds the
 /// reaction time to signals.
@@ -78,6 +78,10 @@ pub fn run(loaded: Loaded) -> Result<()> {
     let mut nf_watch = netfilter::Watcher::new(&checked.netfilter, args.allow_netfilter_bypass).stateful(stateful);
     let mut xfrm_watch = xfrm::Watcher::open().context("checking IPsec (xfrm) policies")?;
     let mut tc_watch = tcpolicy::Watcher::new(&checked.tc, preflight::tc_ports(&checked.ifaces), args.allow_tc_bypass);
+    let mut veth_watch = vethpeer::Watcher::new(&preflight::tc_ports(&checked.ifaces));
+    for b in veth_watch.blocking() {
+        warn!("{}: what would leave by it goes to the kernel: {}", b.dev, b.why);
+    }
     let mut ifaces = checked.ifaces;
 
     let term = Arc::new(AtomicBool::new(false));
@@ -145,6 +149,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
         netfilter_block: nf_watch.blocking().to_vec(),
         xfrm_block: xfrm_watch.findings().clone(),
         tc_block: tc_watch.blocking().to_vec(),
+        veth_block: veth_watch.blocking().to_vec(),
         ids: Ids::new(caps.nexthops, caps.groups),
         reconciler: Reconciler::with_capacities(caps),
         writer: {
@@ -372,6 +377,19 @@ pub fn run(loaded: Loaded) -> Result<()> {
             lp.restrict_ifaces(&state);
             pending.everything();
         }
+        if veth_watch.refresh(last_periodic.elapsed() >= PERIODIC, ports) {
+            for b in veth_watch.blocking().iter().filter(|b| !lp.veth_block.contains(b)) {
+                warn!("{}: what would leave by it goes to the kernel: {}", b.dev, b.why);
+            }
+            for b in lp.veth_block.iter().filter(|b| !veth_watch.blocking().iter().any(|n| n.ifindex == b.ifindex)) {
+                info!("{}: its peer takes XDP frames now", b.dev);
+            }
+            lp.veth_block = veth_watch.blocking().to_vec();
+            // A newly blocked veth must stop at once (cached flows go back
+            // through the checks); one unblocked waits for the recompute.
+            lp.restrict_ifaces(&state);
+            pending.everything();
+        }
 
         let periodic = last_periodic.elapsed() >= PERIODIC;
         // A rule the fast path would bypass stops it in the round after
@@ -557,6 +575,8 @@ struct Loop {
     /// tc policy on the managed ports (not allowed by --allow-tc-bypass):
     /// their fp_ifaces entries keep the fast path off that way (tcpolicy.rs).
     tc_block: Vec<tcpolicy::Bypass>,
+    /// Managed veths whose peer would drop redirected frames (vethpeer.rs).
+    veth_block: Vec<vethpeer::Block>,
     ids: Ids,
     reconciler: Reconciler,
     writer: MapWriter,
@@ -847,8 +867,8 @@ impl Loop {
     fn restrict_ifaces(&mut self, state: &KernelState) {
         let applied = self.reconciler.applied();
         let mut r = iface_restrict::restrictions(&applied.ifaces, state);
-        // As `punt_for_bypass` will in the recompute: tc marks on the ports.
-        for (ifindex, bits) in self.tc_bits() {
+        // As `punt_for_bypass` will in the recompute: tc and veth peer marks on the ports.
+        for (ifindex, bits) in self.watched_bits() {
             let pos = r.iter().position(|(i, _)| *i == ifindex);
             let Some(mut e) = pos.map(|p| r[p].1.clone()).or_else(|| applied.ifaces.get(&ifindex).cloned()) else {
                 continue;
@@ -943,11 +963,15 @@ impl Loop {
         nf | self.xfrm_block.families
     }
 
-    /// fp_ifaces flag bits per managed ifindex for the tc policy on it.
-    fn tc_bits(&self) -> BTreeMap<u32, u16> {
+    /// fp_ifaces flag bits per managed ifindex for the tc policy on it and
+    /// for a veth peer that would drop redirected frames.
+    fn watched_bits(&self) -> BTreeMap<u32, u16> {
         let mut m = BTreeMap::new();
         for b in &self.tc_block {
             *m.entry(b.ifindex).or_insert(0) |= if b.egress { if_flags::TC_EGRESS } else { if_flags::TC_INGRESS };
+        }
+        for b in &self.veth_block {
+            *m.entry(b.ifindex).or_insert(0) |= if_flags::PEER_NO_XDP;
         }
         m
     }
@@ -963,10 +987,13 @@ impl Loop {
                 self.netfilter_block.join(", ")
             ));
         }
-        for (ifindex, bits) in self.tc_bits() {
+        for (ifindex, bits) in self.watched_bits() {
             if let Some(e) = d.ifaces.get_mut(&ifindex) {
                 e.flags |= bits;
             }
+        }
+        for b in &self.veth_block {
+            d.problems.push(format!("{}: traffic leaving by it goes to the kernel: {}", b.dev, b.why));
         }
         for b in &self.tc_block {
             let way = if b.egress { "leaving by" } else { "arriving on" };

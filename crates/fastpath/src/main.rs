@@ -28,6 +28,7 @@ mod render;
 mod resources_cli;
 mod route_batch;
 mod tcpolicy;
+mod vethpeer;
 mod xfrm;
 
 use std::path::PathBuf;

@@ -1,0 +1,57 @@
+"""A veth whose peer runs no NAPI (no XDP program, GRO off) drops every
+frame redirected into it, where the kernel's own path delivers. So what
+would leave by such a veth goes to the kernel (`egress_peer_not_ready`),
+at start and within a period of the peer's change; its other direction,
+and the veth once the peer is ready, stay fast. Without this, turning GRO
+off on the server's end of r1 made the router a black hole for it."""
+
+from __future__ import annotations
+
+from lab import Daemon, Lab, counter_delta, wait_for
+
+MARK = "r1: traffic leaving by it goes to the kernel"
+
+
+def gro(lab: Lab, on: bool) -> None:
+    lab.run(lab.server, "ethtool", "-K", "s0", "gro", "on" if on else "off")
+
+
+def pings(lab: Lab, daemon: Daemon) -> tuple[dict, dict]:
+    """5 pings client -> server, every one answered: (r0's, r1's counter deltas)."""
+    before = daemon.counters("r0"), daemon.counters("r1")
+    lab.run(lab.client, "ping", "-4", "-c5", "-i0.01", "-W2", "-q", Lab.S4)
+    return counter_delta(before[0], daemon.counters("r0")), counter_delta(before[1], daemon.counters("r1"))
+
+
+def problems(daemon: Daemon) -> str:
+    return " ".join(daemon.status()["families"]["ipv4"]["problems"])
+
+
+def test_peer_without_napi_at_start_then_ready(lab: Lab, fastpath_bin):
+    gro(lab, False)
+    with Daemon(lab) as d:
+        assert MARK in problems(d) and "has neither an XDP program nor GRO" in problems(d), problems(d)
+        lab.resolve_neighbours()
+        d.wait_neighbours_mirrored()
+        out, back = pings(lab, d)
+        # Requests would leave by r1 into s0: the kernel delivers them.
+        assert out.get("forwarded", 0) == 0 and out.get("egress_peer_not_ready", 0) >= 5, out
+        # Replies leave by r0, whose peer has GRO: fast.
+        assert back.get("forwarded", 0) >= 5, back
+
+        gro(lab, True)
+        wait_for("the mark gone", lambda: MARK not in problems(d), 5)
+        out, _ = pings(lab, d)
+        assert out.get("forwarded", 0) >= 5 and out.get("egress_peer_not_ready", 0) == 0, out
+
+
+def test_peer_losing_napi_while_fast(lab: Lab, daemon: Daemon):
+    lab.resolve_neighbours()
+    daemon.wait_neighbours_mirrored()
+    out, _ = pings(lab, daemon)
+    assert out.get("forwarded", 0) >= 5, out  # and the flow is cached
+    gro(lab, False)
+    wait_for("the mark", lambda: MARK in problems(daemon), 5)
+    out, back = pings(lab, daemon)
+    assert out.get("forwarded", 0) == 0 and out.get("egress_peer_not_ready", 0) >= 5, out
+    assert back.get("forwarded", 0) >= 5, back
