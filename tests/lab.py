@@ -713,6 +713,18 @@ def kernel_neighbours(lab: "Lab", ports: Sequence[str] | None = None) -> dict[tu
     return out
 
 
+def ping_deltas(lab: "Lab", daemon: Daemon) -> tuple[dict, dict]:
+    """5 pings client -> server, every one answered: (r0's, r1's counter deltas)."""
+    before = daemon.counters("r0"), daemon.counters("r1")
+    lab.run(lab.client, "ping", "-4", "-c5", "-i0.01", "-W2", "-q", Lab.S4)
+    return counter_delta(before[0], daemon.counters("r0")), counter_delta(before[1], daemon.counters("r1"))
+
+
+def ipv4_problems(daemon: Daemon) -> str:
+    """What `fastpath status` says keeps IPv4 (or part of it) off the fast path."""
+    return " ".join(daemon.status()["families"]["ipv4"]["problems"])
+
+
 def wait_for(what: str, cond, timeout: float = 5.0, step: float = 0.05):
     """cond()'s first true value, polled until `timeout` (else a failed assert)."""
     deadline = time.monotonic() + timeout

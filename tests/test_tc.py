@@ -11,22 +11,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from lab import FASTPATH, Daemon, Lab, counter_delta, wait_for
+from lab import FASTPATH, Daemon, Lab, ipv4_problems as problems, ping_deltas as pings, wait_for
 
 
 def tc(lab: Lab, *args: str) -> None:
     lab.run(lab.router, "tc", *args)
-
-
-def pings(lab: Lab, daemon: Daemon) -> tuple[dict, dict]:
-    """5 pings client -> server, all answered: (r0's, r1's counter deltas)."""
-    before = daemon.counters("r0"), daemon.counters("r1")
-    lab.run(lab.client, "ping", "-4", "-c5", "-i0.01", "-W2", "-q", Lab.S4)
-    return counter_delta(before[0], daemon.counters("r0")), counter_delta(before[1], daemon.counters("r1"))
-
-
-def problems(daemon: Daemon) -> str:
-    return " ".join(daemon.status()["families"]["ipv4"]["problems"])
 
 
 def warm(lab: Lab, daemon: Daemon) -> None:

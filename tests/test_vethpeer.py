@@ -7,24 +7,13 @@ off on the server's end of r1 made the router a black hole for it."""
 
 from __future__ import annotations
 
-from lab import Daemon, Lab, counter_delta, wait_for
+from lab import Daemon, Lab, ipv4_problems as problems, ping_deltas as pings, wait_for
 
 MARK = "r1: traffic leaving by it goes to the kernel"
 
 
 def gro(lab: Lab, on: bool) -> None:
     lab.run(lab.server, "ethtool", "-K", "s0", "gro", "on" if on else "off")
-
-
-def pings(lab: Lab, daemon: Daemon) -> tuple[dict, dict]:
-    """5 pings client -> server, every one answered: (r0's, r1's counter deltas)."""
-    before = daemon.counters("r0"), daemon.counters("r1")
-    lab.run(lab.client, "ping", "-4", "-c5", "-i0.01", "-W2", "-q", Lab.S4)
-    return counter_delta(before[0], daemon.counters("r0")), counter_delta(before[1], daemon.counters("r1"))
-
-
-def problems(daemon: Daemon) -> str:
-    return " ".join(daemon.status()["families"]["ipv4"]["problems"])
 
 
 def test_peer_without_napi_at_start_then_ready(lab: Lab, fastpath_bin):
