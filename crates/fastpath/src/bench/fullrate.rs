@@ -506,6 +506,7 @@ fn ratio(x: f64, base: f64) -> Option<f64> {
 
 fn summarise(rows: &[Row], modes: &[Mode]) -> Vec<Summary> {
     let find = |t: Table, m: Mode| rows.iter().find(|r| r.table == t && r.cell.mode == m).map(|r| &r.cell);
+    let mpps = |c: &Cell| c.reps.iter().map(|r| r.mpps).collect::<Vec<f64>>();
     modes
         .iter()
         .filter_map(|&m| {
@@ -515,18 +516,13 @@ fn summarise(rows: &[Row], modes: &[Mode]) -> Vec<Summary> {
                 one_route_mpps: one.median_mpps,
                 full_mpps: full.median_mpps,
                 full_to_one: ratio(full.median_mpps, one.median_mpps),
-                full_to_one_paired: paired(one, full),
+                full_to_one_paired: report::paired_ratio(&mpps(full), &mpps(one)),
                 full_to_one_per_cpu_s: ratio(full.median_mpps_per_cpu_s, one.median_mpps_per_cpu_s),
                 one_route_ratio_to_kernel: one.ratio_to_kernel,
                 full_ratio_to_kernel: full.ratio_to_kernel,
             })
         })
         .collect()
-}
-
-fn paired(one: &Cell, full: &Cell) -> Option<f64> {
-    let r: Vec<f64> = one.reps.iter().zip(&full.reps).filter_map(|(o, f)| ratio(f.mpps, o.mpps)).collect();
-    (!r.is_empty()).then(|| report::median(&r))
 }
 
 fn fmt_opt(v: Option<f64>, digits: usize, suffix: &str) -> String {
