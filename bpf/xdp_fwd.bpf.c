@@ -32,10 +32,11 @@
  * MTU) and only the per-packet checks remain (TTL, length). The cached
  * result is only ever a forward; every punt is decided afresh.
  *
- * The commonest packet of all, an IPv4 TCP/UDP cache hit in a stateless
- * instance, goes a shorter way first (express.h): the same checks and the
- * same decision, in a BPF function of its own; whatever it declines takes
- * the general path below, also a function of its own, from scratch.
+ * The commonest packet of all, an IPv4 TCP/UDP cache hit (in stateful
+ * mode one whose conntrack verdict is cached and current, without NAT),
+ * goes a shorter way first (express.h): the same checks and the same
+ * decision; whatever it declines takes the general path below from
+ * scratch.
  *
  * Two entry points share all of this: fp_xdp_fwd takes the flow hash from
  * an fp_rx_hint in the metadata area or computes it, fp_xdp_fwd_hw first
@@ -778,8 +779,8 @@ static __noinline int fp_run_general(struct xdp_md *ctx)
 
 /*
  * The express path, else the general one. Stateful and AF_XDP instances
- * never take the express path (the verifier drops the branch: fp_cfg is
- * read-only).
+ * attach fp_xdp_fwd_full* instead (the verifier drops the branch here:
+ * fp_cfg is read-only).
  */
 SEC("xdp.frags")
 int fp_xdp_fwd(struct xdp_md *ctx)
@@ -881,24 +882,42 @@ int fp_xdp_fwd_hw(struct xdp_md *ctx)
 }
 
 /*
- * Stateful and AF_XDP instances never take the express path, so the loader
- * gives them these entry points instead (plain and device-bound), with the
- * general path inlined: no BPF call and return per packet (with the
- * watchdog's memo stores, the call was the 4-5 % the stateful packet rate
- * lost when the express path came). Their frame is the general path's alone.
+ * Stateful and AF_XDP instances get these entry points instead (plain and
+ * device-bound), with the general path inlined: no BPF call and return per
+ * packet (with the watchdog's memo stores, the call was the 4-5 % the
+ * stateful packet rate lost when the express path came). A stateful
+ * instance's express path is inlined in front of it: as a function of its
+ * own its frame, the general path's and fp_nat_rewrite()'s would exceed
+ * the 512-byte stack together, inlined the frame stays the general path's.
+ * AF_XDP instances never take the express path.
  */
 SEC("xdp.frags")
 int fp_xdp_fwd_full(struct xdp_md *ctx)
 {
-	return fp_run_plain(ctx);
+	struct fp_pkt p = { .ctx = ctx, .hash_src = FP_HS_SOFTWARE };
+	__u32 r;
+
+	fp_take_meta_hint(&p);
+	if (fp_cfg.stateful) {
+		r = fp_express(ctx, &fp_cfg, &fp_rt, p.hash, p.hash_src);
+		if (r != FP_XP_DECLINED)
+			return r == FP_R_FORWARDED ? XDP_REDIRECT : XDP_PASS;
+	}
+	return fp_run(&p);
 }
 
 SEC("xdp.frags")
 int fp_xdp_fwd_full_hw(struct xdp_md *ctx)
 {
 	struct fp_pkt p = { .ctx = ctx, .hash_src = FP_HS_SOFTWARE };
+	__u32 r;
 
 	fp_take_nic_hints(&p);
+	if (fp_cfg.stateful && !p.vlan_stripped) {
+		r = fp_express(ctx, &fp_cfg, &fp_rt, p.hash, p.hash_src);
+		if (r != FP_XP_DECLINED)
+			return r == FP_R_FORWARDED ? XDP_REDIRECT : XDP_PASS;
+	}
 	return fp_run(&p);
 }
 

@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * express.h — the common case on its own: an IPv4 TCP/UDP packet of a flow
- * the cache holds, in a stateless instance.
+ * the cache holds, in a stateless instance or, in stateful mode, of a flow
+ * whose conntrack verdict the cache holds too (without NAT).
  *
  * It takes the decision the general path (xdp_fwd.bpf.c) takes for such a
  * packet, with every check the general path makes on the way: ingress
  * known, no tc ingress, the tables kept current (watchdog), L2 (IPv4, our
  * MAC), IPv4 header sanity, the cache hit (flow.h: generation, idle time,
- * the guard), TTL and MTU. Their order is free here: nothing is written
+ * the guard), TTL and MTU; in stateful mode also those of ct.h's gate for a
+ * cached verdict (TCP flags, a verdict not held for a FIN or RST, taken
+ * under the current ct_generation less than ct_revalidate_ms ago). Their order is free here: nothing is written
  * before the last of them has passed. Where the general path spreads the flow key over a struct and
  * reassembles it in every step, this path builds the two words an IPv4 way
  * stores straight from the headers and keeps its few values in registers,
@@ -21,7 +24,8 @@
  * general path marks it used and keeps its neighbour alive, once a tick
  * per flow), a packet the guard sends past or samples, TTL <= 1, a datagram
  * over the cached MTU, a short or truncated datagram, other protocols,
- * IPv6, stateful and AF_XDP instances.
+ * IPv6, AF_XDP instances; in stateful mode a TCP SYN, FIN or RST, a verdict
+ * due for revalidation (or dropped, or held), a NATed flow.
  */
 #ifndef FP_EXPRESS_H
 #define FP_EXPRESS_H
@@ -36,6 +40,7 @@
 #include "tx.h"
 #include "stats.h"
 #include "watchdog.h"
+#include "ct.h"
 
 /* Not a reason: the packet goes to the general path. */
 #define FP_XP_DECLINED FP_R__COUNT
@@ -43,6 +48,38 @@
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the key words are built little-endian");
 _Static_assert(__builtin_offsetof(struct iphdr, daddr) == __builtin_offsetof(struct iphdr, saddr) + 4,
 	       "saddr and daddr are one word, as in struct fp_flow_key4");
+
+/*
+ * Stateful mode: fp_ct_pass() would let this hit of way @f through on its
+ * cached verdict and apply no NAT. The L4 header must be whole in the frame
+ * and in the datagram (fp_ct_l4_reason()) and carry no flag conntrack must
+ * see; the verdict must be current as fp_ct_gate() judges it.
+ */
+static __always_inline bool fp_express_ct_ok(struct xdp_md *ctx, const struct fp_runtime *rt,
+					     const struct fp_watch *w, const struct fp_flow_way4 *f, __u32 tot_len)
+{
+	__u8 *l4 = (void *)(long)ctx->data + FP_ETH_HLEN + FP_IP4_HLEN;
+	__u32 state = f->ct.state, t = state >> FP_CTH_FLAG_BITS, limit;
+
+	/* The protocol as the way's key has it (the packet's: the key matched). */
+	if (f->key.proto == IPPROTO_TCP) {
+		if (tot_len < FP_IP4_HLEN + 20 || (void *)(l4 + 20) > (void *)(long)ctx->data_end ||
+		    (l4[13] & (FP_TCP_FIN | FP_TCP_SYN | FP_TCP_RST)))
+			return false;
+	} else if (tot_len < FP_IP4_HLEN + 8 || (void *)(l4 + 8) > (void *)(long)ctx->data_end) {
+		return false;
+	}
+	/* A verdict dropped (t 0), held for a FIN or RST, or NATed. */
+	if (!t || (state & (FP_CTH_CLOSING | FP_CTH_NAT)) || f->ct.ct_generation != rt->ct_generation)
+		return false;
+	/* The coarse clock as fp_coarse_ns() read it in this jiffy (the
+	 * caller found kept_jiffies current); not read here, a helper call
+	 * and its spills: the general path reads it once a jiffy. */
+	if (w->jiffies != w->kept_jiffies)
+		return false;
+	limit = ((__u64)rt->ct_revalidate_ms * FP_NSEC_PER_MSEC) >> FP_CT_TICK_SHIFT;
+	return ((fp_ct_tick(w->now_ns) - t) & FP_CT_TICK_MASK) < limit;
+}
 
 /*
  * @hash, @hash_src: the hint the entry point found (FP_HS_SOFTWARE: none);
@@ -66,7 +103,7 @@ static __always_inline __u32 fp_express(struct xdp_md *ctx, const volatile struc
 	int way;
 	__u8 proto;
 
-	if (cfg->stateful || cfg->afxdp || !cfg->flow_sets || !rt->flow_timeout)
+	if (cfg->afxdp || !cfg->flow_sets || !rt->flow_timeout)
 		return FP_XP_DECLINED;
 	/* Ethernet, a 20-byte IPv4 header and the ports. */
 	if (data + FP_ETH_HLEN + FP_IP4_HLEN + 4 > data_end || eth->h_proto != bpf_htons(FP_ETH_P_IP))
@@ -79,8 +116,11 @@ static __always_inline __u32 fp_express(struct xdp_md *ctx, const volatile struc
 	g = &st->guard;
 	clock = rt->neigh_clock;
 	/* The guard's window ends (fp_flow_guard_probed() judges it), or it
-	 * sends packets past the cache: the general path's business. */
-	if (g->left <= 1 || g->skip || g->bypass || !fp_kept_this_jiffy(&st->watch, clock, rt->orphan_grace))
+	 * sends packets past the cache: the general path's business. Stateful
+	 * mode has no guard (fp_flow_bypass() says why). */
+	if (!cfg->stateful && (g->left <= 1 || g->skip || g->bypass))
+		return FP_XP_DECLINED;
+	if (!fp_kept_this_jiffy(&st->watch, clock, rt->orphan_grace))
 		return FP_XP_DECLINED;
 
 	in = bpf_map_lookup_elem(&fp_ifaces, &slot);
@@ -111,18 +151,26 @@ static __always_inline __u32 fp_express(struct xdp_md *ctx, const volatile struc
 	if (way < 0)
 		return FP_XP_DECLINED;
 	f = fp_flow_way4(s, way);
-	if (f->generation != (__u32)rt->generation || f->used != clock || tot_len > f->mtu ||
-	    (g->since && (__s32)(f->used - g->since) <= 0))
+	if (f->generation != (__u32)rt->generation || f->used != clock || tot_len > f->mtu)
 		return FP_XP_DECLINED;
+	if (cfg->stateful) {
+		if (!fp_express_ct_ok(ctx, rt, &st->watch, f, tot_len))
+			return FP_XP_DECLINED;
+	} else if (g->since && (__s32)(f->used - g->since) <= 0) {
+		return FP_XP_DECLINED;
+	}
 
 	/* A hit, counted as fp_flow_lookup() counts one. */
 	if (hash_src < FP_HS__COUNT)
 		st->hash_src[hash_src]++;
-	g->left--;
+	if (!cfg->stateful)
+		g->left--;
 	st->flow[FP_FC_HIT]++;
 	r = fp_tx_commit(ctx, f->slot, &len, FP_ETH_HLEN + tot_len);
 	if (r == FP_R_FORWARDED) {
 		f->packets++;
+		if (cfg->stateful)
+			f->ct.bytes += tot_len;
 		/* The trim invalidated every packet pointer. */
 		eth = (void *)(long)ctx->data;
 		ip = (void *)(eth + 1);

@@ -544,6 +544,64 @@ fn tcp_flags_punt_on_cache_hits() {
     assert!(hits(&l) >= 9, "the flagged packets did not take the cache path");
 }
 
+/// A flow whose route and verdict are both cached (the express path's
+/// case, express.h) still gets every check the general path makes: each
+/// variant below punts for the general path's reason, and the flow hits
+/// and forwards again after it. Headers exactly as long as conntrack needs
+/// forward.
+#[test]
+fn a_cached_verdict_still_gets_every_check() {
+    let Some((mut lab, mut w)) = shared_lab("a_cached_verdict_still_gets_every_check") else { return };
+    w.rt.flow_timeout = 30;
+    w.rt.ct_revalidate_ms = 600_000;
+    w.conntrack = vec![TCP_EST.into(), UDP_EST.into()];
+    let l = lab.program(&w).expect("load");
+    let hit = |p: &Ip4| {
+        let before = hits(&l);
+        forwards(&l, &w, &f4(p), &out4(p));
+        assert_eq!(hits(&l), before + 1, "the flow no longer hits");
+    };
+    let data = t4(ACK);
+    let udp = u4();
+    forwards(&l, &w, &f4(&data), &out4(&data));
+    forwards(&l, &w, &f4(&udp), &out4(&udp));
+    hit(&data);
+    hit(&udp);
+
+    let mut bare_tcp = t4(ACK);
+    bare_tcp.payload.truncate(20);
+    let mut bare_udp = u4();
+    bare_udp.payload.truncate(8);
+    bare_udp.payload[4..6].copy_from_slice(&8u16.to_be_bytes());
+    hit(&bare_tcp);
+    hit(&bare_udp);
+
+    let mut short_tcp = t4(ACK);
+    short_tcp.payload.truncate(19);
+    let mut short_udp = u4();
+    short_udp.payload.truncate(7);
+    let mut ttl1 = t4(ACK);
+    ttl1.ttl = 1;
+    let variants: Vec<(&str, Vec<u8>, fp_reason, &Ip4)> = vec![
+        ("tcp header cut short", f4(&short_tcp), FP_R_CT_UNSUPPORTED, &data),
+        ("udp header cut short", f4(&short_udp), FP_R_CT_UNSUPPORTED, &udp),
+        ("TTL 1", f4(&ttl1), FP_R_TTL_EXCEEDED, &data),
+        ("bad header checksum", patch(f4(&data), 14 + 10, &[0xde, 0xad]), FP_R_MALFORMED, &data),
+        ("another host's MAC", data.frame(MAC_B, MAC_CLIENT), FP_R_L2_OTHER_HOST, &data),
+        // Drops the verdict: the next segment is looked up, then cached again.
+        ("SYN", f4(&t4(SYN)), FP_R_CT_TCP_FLAGS, &data),
+    ];
+    for (name, pkt, reason, flow) in &variants {
+        let counted = |l: &Loaded| l.stats(SLOT_A).expect("stats").packets[*reason as usize];
+        let before = counted(&l);
+        let (verdict, out) = l.run(w.a, pkt).expect("run");
+        assert_eq!((verdict, &out), (XDP_PASS, pkt), "{name}: not punted unmodified");
+        assert_eq!(counted(&l), before + 1, "{name}: not counted as {}", reason_name(*reason as usize));
+        hit(flow);
+        hit(flow);
+    }
+}
+
 /// A (re)validation sets the entry's timeout to what the kernel's own
 /// refresh would (TCP established; UDP stream for an assured, older entry);
 /// cached hits in between leave it alone.
