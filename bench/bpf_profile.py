@@ -25,7 +25,6 @@ import collections
 import ctypes
 import json
 import os
-import re
 import struct
 import subprocess
 import sys
@@ -68,8 +67,10 @@ def btf_strings(btf_id: int) -> bytes:
     return b[hdr_len + str_off : hdr_len + str_off + str_len]
 
 
-def line_table(prog_id: int) -> list:
-    """[(jit offset, file, line, text)] sorted by offset, for one program."""
+def line_table(prog_id: int) -> tuple:
+    """([(jit address, file, line, text)] sorted by address, [(start, end)] of
+    each JIT'd function: the main one and every BPF-to-BPF subprogram, which
+    the kernel gives symbols of their own (bpf_prog_<their tag>_<name>)."""
     fd = bpf(BPF_PROG_GET_FD_BY_ID, struct.pack("I", prog_id))
     try:
         raw = obj_info(fd, PROG_INFO_SIZE)
@@ -77,14 +78,18 @@ def line_table(prog_id: int) -> list:
         btf_id, = struct.unpack_from("I", raw, 128)
         nr_line, = struct.unpack_from("I", raw, 148)
         nr_jline, line_rec, jline_rec = struct.unpack_from("III", raw, 168)
+        nr_lens, = struct.unpack_from("I", raw, 108)
         if not nr_line or not nr_jline:
-            return []
+            return [], []
         ksyms = ctypes.create_string_buffer(8 * max(nr_ksyms, 1))
+        lens = ctypes.create_string_buffer(4 * max(nr_lens, 1))
         lines = ctypes.create_string_buffer(nr_line * line_rec)
         jlines = ctypes.create_string_buffer(nr_jline * jline_rec)
         req = bytearray(PROG_INFO_SIZE)
         struct.pack_into("I", req, 104, nr_ksyms)
+        struct.pack_into("I", req, 108, nr_lens)
         struct.pack_into("Q", req, 112, ctypes.addressof(ksyms))
+        struct.pack_into("Q", req, 120, ctypes.addressof(lens))
         struct.pack_into("I", req, 148, nr_line)
         struct.pack_into("QQ", req, 152, ctypes.addressof(lines), ctypes.addressof(jlines))
         struct.pack_into("III", req, 168, nr_jline, line_rec, jline_rec)
@@ -96,42 +101,60 @@ def line_table(prog_id: int) -> list:
     def s(off: int) -> str:
         return strs[off : strs.index(b"\0", off)].decode(errors="replace")
 
-    # Offsets are taken from the main function's start, which is what perf
-    # prints as sym+off for the program's own symbol.
-    base = struct.unpack_from("Q", ksyms.raw, 0)[0]
+    funcs = [(struct.unpack_from("Q", ksyms.raw, 8 * i)[0], struct.unpack_from("I", lens.raw, 4 * i)[0])
+             for i in range(min(nr_ksyms, nr_lens))]
     out = []
     for i in range(min(nr_line, nr_jline)):
         _insn, file_off, line_off, line_col = struct.unpack_from("IIII", lines.raw, i * line_rec)
         addr, = struct.unpack_from("Q", jlines.raw, i * jline_rec)
-        out.append((addr - base, os.path.basename(s(file_off)), line_col >> 10, s(line_off).strip()))
-    return sorted(out)
+        out.append((addr, os.path.basename(s(file_off)), line_col >> 10, s(line_off).strip()))
+    return sorted(out), [(start, start + n) for start, n in funcs]
 
 
-def programs(prefix: str) -> dict:
-    """Loaded programs whose name starts with prefix: tag -> line table."""
-    listing = json.loads(subprocess.run(["bpftool", "-j", "prog", "show"], check=True,
-                                        capture_output=True, text=True).stdout)
-    tables = {}
-    for p in listing:
-        if p.get("name", "").startswith(prefix[:15]) and p.get("tag") not in tables:
-            tables[p["tag"]] = line_table(p["id"])
-    return tables
+class Programs:
+    """The loaded programs whose name starts with a prefix: their functions'
+    JIT ranges and one line table (absolute JIT addresses) over them all."""
+
+    def __init__(self, prefix: str):
+        listing = json.loads(subprocess.run(["bpftool", "-j", "prog", "show"], check=True,
+                                            capture_output=True, text=True).stdout)
+        self.ranges, recs = [], []
+        for p in listing:
+            if p.get("name", "").startswith(prefix[:15]):
+                lines, funcs = line_table(p["id"])
+                recs += lines
+                self.ranges += funcs
+        self.recs = sorted(recs)
+        self.addrs = [r[0] for r in self.recs]
+
+    def __bool__(self) -> bool:
+        return bool(self.recs)
+
+    def owns(self, ip: int) -> bool:
+        return any(lo <= ip < hi for lo, hi in self.ranges)
+
+    def line(self, ip: int) -> tuple:
+        i = bisect.bisect_right(self.addrs, ip) - 1
+        return self.recs[i][1:] if i >= 0 else ("?", 0, "")
 
 
-def samples(data: str, prefix: str, self_only: bool = False):
-    """The innermost frame in a matching program of each sample: (tag, offset) or None.
+def samples(data: str, progs: Programs, self_only: bool = False):
+    """The innermost frame in a matching program (its main function or a
+    subprogram) of each sample: its address, or None. A caller's frame holds
+    a return address, which belongs to the call's line: one byte back.
     self_only: only samples taken in the program's own code, not in what it called."""
-    out = subprocess.run(["perf", "script", "-i", data, "-F", "ip,sym,symoff"],
+    out = subprocess.run(["perf", "script", "-i", data, "-F", "ip,sym"],
                          capture_output=True, text=True).stdout
-    sym = re.compile(r"bpf_prog_([0-9a-f]{16})_(\S+?)(?:\+0x([0-9a-f]+))?$")
     for block in out.split("\n\n"):
         hit = None
         for depth, line in enumerate(block.strip().splitlines()):
             parts = line.split()
-            m = sym.match(parts[1]) if len(parts) >= 2 else None
-            if m and m.group(2).startswith(prefix[:15]):
+            if len(parts) < 2 or not parts[1].startswith("bpf_prog_"):
+                continue
+            ip = int(parts[0], 16)
+            if progs.owns(ip):
                 if not self_only or depth == 0:
-                    hit = (m.group(1), int(m.group(3) or "0", 16))
+                    hit = ip if depth == 0 else ip - 1
                 break
         if block.strip():
             yield hit
@@ -148,35 +171,27 @@ def main() -> int:
                     help="only the program's own instructions, not the helpers and kfuncs it called")
     a = ap.parse_args()
 
-    tables = programs(a.prog)
-    if not tables:
+    progs = Programs(a.prog)
+    if not progs:
         print(f"no loaded program named {a.prog}*", file=sys.stderr)
         return 1
     with tempfile.TemporaryDirectory() as tmp:
         data = a.data or os.path.join(tmp, "perf.data")
         subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-g", "-C", str(a.cpu), "-o", data,
                         "--", "sleep", str(a.seconds)], check=True, stdout=subprocess.DEVNULL)
-        total, inside, unknown = 0, 0, 0
+        total, inside = 0, 0
         by_line = collections.Counter()
-        for hit in samples(data, a.prog, a.self_only):
+        for hit in samples(data, progs, a.self_only):
             total += 1
             if hit is None:
                 continue
             inside += 1
-            # The kallsyms tag of a program can differ from the one bpf(2)
-            # reports (seen with stateful mode's build); one variant loaded
-            # leaves no doubt.
-            recs = tables.get(hit[0]) or (next(iter(tables.values())) if len(tables) == 1 else None)
-            if not recs:
-                unknown += 1
-                continue
-            i = bisect.bisect_right([r[0] for r in recs], hit[1]) - 1
-            by_line[recs[i][1:] if i >= 0 else ("?", 0, "")] += 1
+            by_line[progs.line(hit)] += 1
     if not total:
         print("no samples", file=sys.stderr)
         return 1
     print(f"CPU {a.cpu}, {a.seconds:g} s: {total} samples, {inside} ({100 * inside / total:.1f}%) in {a.prog}* "
-          + ("itself" if a.self_only else "or what it called") + (f", {unknown} in programs loaded after the line tables were read" if unknown else ""))
+          + ("itself" if a.self_only else "or what it called"))
     print(f"{'share':>6} {'samples':>7}  line")
     for (f, ln, text), n in by_line.most_common(a.top):
         print(f"{100 * n / max(inside, 1):5.1f}% {n:7d}  {f}:{ln}  {text[:80]}")
