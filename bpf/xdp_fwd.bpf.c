@@ -33,7 +33,7 @@
  * result is only ever a forward; every punt is decided afresh.
  *
  * The commonest packet of all, an IPv4 TCP/UDP cache hit (in stateful
- * mode one whose conntrack verdict is cached and current, without NAT),
+ * mode one whose conntrack verdict is cached and current),
  * goes a shorter way first (express.h): the same checks and the same
  * decision; whatever it declines takes the general path below from
  * scratch.

@@ -2,7 +2,7 @@
 /*
  * express.h — the common case on its own: an IPv4 TCP/UDP packet of a flow
  * the cache holds, in a stateless instance or, in stateful mode, of a flow
- * whose conntrack verdict the cache holds too (without NAT).
+ * whose conntrack verdict the cache holds too.
  *
  * It takes the decision the general path (xdp_fwd.bpf.c) takes for such a
  * packet, with every check the general path makes on the way: ingress
@@ -25,7 +25,7 @@
  * per flow), a packet the guard sends past or samples, TTL <= 1, a datagram
  * over the cached MTU, a short or truncated datagram, other protocols,
  * IPv6, AF_XDP instances; in stateful mode a TCP SYN, FIN or RST, a verdict
- * due for revalidation (or dropped, or held), a NATed flow.
+ * due for revalidation (or dropped, or held).
  */
 #ifndef FP_EXPRESS_H
 #define FP_EXPRESS_H
@@ -51,8 +51,8 @@ _Static_assert(__builtin_offsetof(struct iphdr, daddr) == __builtin_offsetof(str
 
 /*
  * Stateful mode: fp_ct_pass() would let this hit of way @f through on its
- * cached verdict and apply no NAT. The L4 header must be whole in the frame
- * and in the datagram (fp_ct_l4_reason()) and carry no flag conntrack must
+ * cached verdict (the caller finds a NATed flow's translation). The L4
+ * header must be whole in the frame and in the datagram (fp_ct_l4_reason()) and carry no flag conntrack must
  * see; the verdict must be current as fp_ct_gate() judges it.
  */
 static __always_inline bool fp_express_ct_ok(struct xdp_md *ctx, const struct fp_runtime *rt,
@@ -69,8 +69,8 @@ static __always_inline bool fp_express_ct_ok(struct xdp_md *ctx, const struct fp
 	} else if (tot_len < FP_IP4_HLEN + 8 || (void *)(l4 + 8) > (void *)(long)ctx->data_end) {
 		return false;
 	}
-	/* A verdict dropped (t 0), held for a FIN or RST, or NATed. */
-	if (!t || (state & (FP_CTH_CLOSING | FP_CTH_NAT)) || f->ct.ct_generation != rt->ct_generation)
+	/* A verdict dropped (t 0) or held for a FIN or RST. */
+	if (!t || (state & FP_CTH_CLOSING) || f->ct.ct_generation != rt->ct_generation)
 		return false;
 	/* The coarse clock as fp_coarse_ns() read it in this jiffy (the
 	 * caller found kept_jiffies current); not read here, a helper call
@@ -98,6 +98,8 @@ static __always_inline __u32 fp_express(struct xdp_md *ctx, const volatile struc
 	struct fp_flow_guard *g;
 	struct fp_flow_way4 *f;
 	struct fp_flow_set *s;
+	struct fp_ct_set *c;
+	const struct fp_nat *nat = NULL;
 	struct fp_stats *st;
 	__u64 key0, addrs;
 	int way;
@@ -156,6 +158,14 @@ static __always_inline __u32 fp_express(struct xdp_md *ctx, const volatile struc
 	if (cfg->stateful) {
 		if (!fp_express_ct_ok(ctx, rt, &st->watch, f, tot_len))
 			return FP_XP_DECLINED;
+		/* NAT: the translation is in the way's fp_ct_flows line, as
+		 * fp_ct_gate() finds it. */
+		if (f->ct.state & FP_CTH_NAT) {
+			c = bpf_map_lookup_elem(&fp_ct_flows, &idx);
+			if (!c)
+				return FP_XP_DECLINED;
+			nat = &c->way[way & (FP_FLOW_WAYS - 1)].nat;
+		}
 	} else if (g->since && (__s32)(f->used - g->since) <= 0) {
 		return FP_XP_DECLINED;
 	}
@@ -174,7 +184,7 @@ static __always_inline __u32 fp_express(struct xdp_md *ctx, const volatile struc
 		/* The trim invalidated every packet pointer. */
 		eth = (void *)(long)ctx->data;
 		ip = (void *)(eth + 1);
-		if ((void *)(ip + 1) > (void *)(long)ctx->data_end) {
+		if ((void *)(ip + 1) > (void *)(long)ctx->data_end || (nat && !fp_nat_rewrite(ctx, nat))) {
 			r = FP_R_REDIRECT_FAILED;
 		} else {
 			fp_flow_rewrite_eth(eth, f);
