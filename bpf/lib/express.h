@@ -52,8 +52,9 @@ _Static_assert(__builtin_offsetof(struct iphdr, daddr) == __builtin_offsetof(str
 /*
  * Stateful mode: fp_ct_pass() would let this hit of way @f through on its
  * cached verdict (the caller finds a NATed flow's translation). The L4
- * header must be whole in the frame and in the datagram (fp_ct_l4_reason()) and carry no flag conntrack must
- * see; the verdict must be current as fp_ct_gate() judges it.
+ * header must be whole in the frame and in the datagram (fp_ct_l4_reason())
+ * and carry no flag conntrack must see; the verdict must be current as
+ * fp_ct_gate() judges it.
  */
 static __always_inline bool fp_express_ct_ok(struct xdp_md *ctx, const struct fp_runtime *rt,
 					     const struct fp_watch *w, const struct fp_flow_way4 *f, __u32 tot_len)
