@@ -168,9 +168,10 @@ pub fn describe(b: &[Bypass]) -> String {
 
 /// Re-probes while the daemon runs. Qdiscs and filters are listed again
 /// when the kernel reports a change to them (RTNLGRP_TC) or the managed
-/// ports change, not every period: that costs a fork of `tc`, and the loop
+/// ports change (at once, so a port a reload adds is held from its first
+/// table write), not every period: that costs a fork of `tc`, and the loop
 /// that mirrors the kernel must not stall on it. tcx links send no such
-/// event and are queried every period (a syscall). Without the event
+/// event and are queried every period and on a port change (a syscall). Without the event
 /// socket everything is probed every period.
 pub struct Watcher {
     allowed: bool,
@@ -179,7 +180,9 @@ pub struct Watcher {
     tcx: Vec<Bypass>,
     current: Vec<Bypass>,
     events: Option<Events>,
+    /// The ports of the last successful qdisc/filter probe, and of the last attempt.
     ports: Vec<(String, u32)>,
+    seen: Vec<(String, u32)>,
 }
 
 impl Watcher {
@@ -195,7 +198,7 @@ impl Watcher {
         // Allowed: nothing is ever kept clear of, so nothing is held.
         let held = if allowed { Vec::new() } else { initial.bypassed.clone() };
         let (tcx, tc) = held.iter().cloned().partition(|b| b.what.contains(" tcx "));
-        Watcher { allowed, tc, tcx, current: held, events, ports }
+        Watcher { allowed, tc, tcx, current: held, events, seen: ports.clone(), ports }
     }
 
     /// Probes what is due (see the type); true if what the daemon must
@@ -205,11 +208,16 @@ impl Watcher {
             return false;
         }
         let event = self.events.as_mut().is_some_and(|e| e.drain());
-        if !event && !period {
+        let ports = ports();
+        // A port added by a reload is probed before its first table write,
+        // not at the next period; a probe of them that failed is tried
+        // again at the next period, not in every round.
+        let moved = ports != self.seen;
+        if !event && !period && !moved {
             return false;
         }
-        let ports = ports();
-        if event || ports != self.ports || self.events.is_none() {
+        self.seen = ports.clone();
+        if event || moved || ports != self.ports || self.events.is_none() {
             let f = probe_tc(&ports);
             // A probe that could not look proves nothing: keep what we knew.
             if f.unchecked.is_none() {
@@ -217,7 +225,7 @@ impl Watcher {
                 self.ports = ports.clone();
             }
         }
-        if period {
+        if period || moved {
             self.tcx = probe_tcx(&ports);
         }
         let now: Vec<Bypass> = self.tc.iter().chain(&self.tcx).cloned().collect();

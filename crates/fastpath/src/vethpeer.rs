@@ -152,23 +152,34 @@ pub fn probe(ports: &[(String, u32)]) -> Vec<Block> {
         .collect()
 }
 
-/// The current blocks, probed again every period.
+/// The current blocks, probed again every period and as soon as the
+/// managed ports change (a reload adds a veth: it must be held from its
+/// first table write, not from the next period).
 pub struct Watcher {
     current: Vec<Block>,
+    ports: Vec<(String, u32)>,
 }
 
 impl Watcher {
     /// Probes `ports` now, before the first tables are written.
     pub fn new(ports: &[(String, u32)]) -> Self {
-        Watcher { current: probe(ports) }
+        Watcher { current: probe(ports), ports: ports.to_vec() }
     }
 
-    /// Probes again on a period; true if the blocked veths or reasons changed.
+    /// Whether `refresh` probes: on a period, or for ports other than those
+    /// probed last.
+    fn due(&self, period: bool, ports: &[(String, u32)]) -> bool {
+        period || ports != self.ports.as_slice()
+    }
+
+    /// Probes again when due; true if the blocked veths or reasons changed.
     pub fn refresh(&mut self, period: bool, ports: impl FnOnce() -> Vec<(String, u32)>) -> bool {
-        if !period {
+        let ports = ports();
+        if !self.due(period, &ports) {
             return false;
         }
-        let now = probe(&ports());
+        let now = probe(&ports);
+        self.ports = ports;
         let changed = now != self.current;
         self.current = now;
         changed
@@ -182,6 +193,17 @@ impl Watcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_changed_port_set_is_probed_at_once() {
+        let w = Watcher { current: Vec::new(), ports: vec![("r0".into(), 4), ("r1".into(), 5)] };
+        let same = [("r0".to_string(), 4), ("r1".to_string(), 5)];
+        assert!(!w.due(false, &same));
+        assert!(w.due(true, &same));
+        assert!(w.due(false, &[("r0".into(), 4), ("r1".into(), 5), ("veth7".into(), 9)]), "a port added");
+        assert!(w.due(false, &[("r0".into(), 4), ("r1".into(), 6)]), "a device created again");
+        assert!(w.due(false, &[("r0".into(), 4), ("wan".into(), 5)]), "a port renamed");
+    }
 
     #[test]
     fn gro_state_from_ethtool_k() {
