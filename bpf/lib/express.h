@@ -10,8 +10,9 @@
  * MAC), IPv4 header sanity, the cache hit (flow.h: generation, idle time,
  * the guard), TTL and MTU; in stateful mode also those of ct.h's gate for a
  * cached verdict (TCP flags, a verdict not held for a FIN or RST, taken
- * under the current ct_generation less than ct_revalidate_ms ago). Their order is free here: nothing is written
- * before the last of them has passed. Where the general path spreads the flow key over a struct and
+ * under the current ct_generation less than ct_revalidate_ms ago). Their
+ * order is free here: nothing is written before the last of them has
+ * passed. Where the general path spreads the flow key over a struct and
  * reassembles it in every step, this path builds the two words an IPv4 way
  * stores straight from the headers and keeps its few values in registers,
  * and the general path runs as a function of its own, so that neither

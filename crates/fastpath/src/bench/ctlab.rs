@@ -29,12 +29,30 @@ pub const CT_EVENTS: u32 = (1 << 2) | (1 << 7);
 /// longer trusts a closing entry, so its end need not be reported).
 pub const CT_EVENTS_AFTER_FIN: u32 = 1 << 7;
 
+/// The router's address on r1, which `--snat` translates the inside's
+/// sources to (masquerade's choice).
+pub(super) const SNAT_TO: &str = "198.51.100.1";
+
 /// The forward ruleset, with the fast-path bit(s) `mark`: the forward and
 /// approve chains of examples/nftables/stateful.nft with LAN = r0 and WAN =
 /// r1, less its kernel-only set and port forward (no bench traffic would
-/// touch them).
-pub fn ruleset(mark: u32) -> String {
-    format!(
+/// touch them); with `snat`, its postrouting chain too (source NAT of what
+/// leaves by the WAN port, to r1's address).
+pub fn ruleset(mark: u32, snat: bool) -> String {
+    let nat = if snat {
+        format!(
+            "table ip fpbench_nat {{\n\
+             \tchain postrouting {{\n\
+             \t\ttype nat hook postrouting priority srcnat; policy accept;\n\
+             \t\toifname \"{r1}\" snat to {SNAT_TO}\n\
+             \t}}\n\
+             }}\n",
+            r1 = topo::R1
+        )
+    } else {
+        String::new()
+    };
+    nat + &format!(
         "table inet fpbench_stateful {{\n\
          \tchain forward {{\n\
          \t\ttype filter hook forward priority filter; policy drop;\n\
@@ -76,9 +94,9 @@ pub(super) fn run(ns: &str, args: &[&str]) -> Result<std::process::Output> {
 /// there) and stretches this namespace's UDP timeouts: the reference
 /// forwarder cannot refresh an entry (the kfuncs have no such call), so
 /// between the kernel's refreshes entries must outlive a whole mode.
-pub fn load_ruleset(t: &Topology, mark: u32, strict_tcp: bool, work: &Path) -> Result<()> {
+pub fn load_ruleset(t: &Topology, mark: u32, snat: bool, strict_tcp: bool, work: &Path) -> Result<()> {
     let file = work.join("stateful.nft");
-    std::fs::write(&file, ruleset(mark)).context("writing the ruleset")?;
+    std::fs::write(&file, ruleset(mark, snat)).context("writing the ruleset")?;
     run(&t.router, &["nft", "-f", &file.to_string_lossy()])?;
     // Liberal TCP window tracking: conntrack never sees the data an XDP
     // forwarder passes by, so a strict check would call the next packet it
@@ -136,9 +154,10 @@ pub fn flow_sports(flows: u32) -> impl Iterator<Item = u16> {
 
 /// Makes conntrack hold every one of `flows` as established, assured and
 /// marked, as the ruleset leaves a flow that has seen a reply: one
-/// `conntrack -R` batch (ctnetlink) of the missing entries. Returns how many
-/// were created and how long that took.
-pub fn ensure_entries(t: &Topology, flows: u32, mark: u32, work: &Path) -> Result<(usize, Duration)> {
+/// `conntrack -R` batch (ctnetlink) of the missing entries; with `snat`,
+/// source-NATed to r1's address as the ruleset's postrouting chain would
+/// (ports kept). Returns how many were created and how long that took.
+pub fn ensure_entries(t: &Topology, flows: u32, mark: u32, snat: bool, work: &Path) -> Result<(usize, Duration)> {
     let (good, any) = flow_entries(t, mark)?;
     let mut missing: Vec<u16> = flow_sports(flows).filter(|p| !good.contains(p)).collect();
     if missing.is_empty() {
@@ -153,11 +172,19 @@ pub fn ensure_entries(t: &Topology, flows: u32, mark: u32, work: &Path) -> Resul
         missing = flow_sports(flows).collect();
     }
     let mut batch = String::new();
+    // With NAT, conntrack derives the reply tuple from the translation.
+    let reply = |p: u16| {
+        if snat {
+            format!("--src-nat {SNAT_TO}")
+        } else {
+            format!("--reply-src {SINK} --reply-dst {GEN} --reply-port-src {UDP_DPORT} --reply-port-dst {p}")
+        }
+    };
     for p in &missing {
         batch.push_str(&format!(
-            "-I -p udp -s {GEN} -d {SINK} --sport {p} --dport {UDP_DPORT} \
-             --reply-src {SINK} --reply-dst {GEN} --reply-port-src {UDP_DPORT} --reply-port-dst {p} \
-             --status SEEN_REPLY,ASSURED --mark {mark} --timeout 3600\n"
+            "-I -p udp -s {GEN} -d {SINK} --sport {p} --dport {UDP_DPORT} {} \
+             --status SEEN_REPLY,ASSURED --mark {mark} --timeout 3600\n",
+            reply(*p)
         ));
     }
     let ins = work.join("ct-ins.batch");
@@ -212,7 +239,8 @@ mod tests {
 
     #[test]
     fn ruleset_marks_established_and_drops_by_default() {
-        let r = ruleset(0x10);
+        let r = ruleset(0x10, false);
+        assert!(!r.contains("nat"));
         assert!(r.contains("policy drop;"));
         assert!(r.contains("ct state established ct mark set ct mark or 0x10 accept"));
         assert!(r.contains("ct state invalid drop"));
@@ -220,6 +248,13 @@ mod tests {
         assert!(r.contains("tcp flags & fin == fin ct event set 0x80\n"));
         assert!(r.contains("priority filter + 1; policy accept;\n\t\tct state new ct mark set ct mark or 0x10\n"));
         assert!(r.contains("iifname \"r0\" oifname \"r1\" accept"));
+    }
+
+    #[test]
+    fn snat_ruleset_translates_what_leaves_by_the_wan_port() {
+        let r = ruleset(0x1, true);
+        assert!(r.contains("type nat hook postrouting priority srcnat; policy accept;\n\t\toifname \"r1\" snat to 198.51.100.1\n"));
+        assert!(r.contains(&ruleset(0x1, false)), "the forward ruleset stays as it is");
     }
 
     #[test]

@@ -82,6 +82,11 @@ pub struct StatefulArgs {
     /// Keep conntrack's strict TCP window tracking in the router (default: nf_conntrack_tcp_be_liberal=1, see bench/README.md).
     #[arg(long)]
     pub strict_tcp: bool,
+    /// Source-NAT everything leaving by r1 to the router's address there
+    /// (the generator's flows and the TCP clients), as a masquerading
+    /// router does; ct-ref, which does not translate, is left out.
+    #[arg(long)]
+    pub snat: bool,
     /// Skip the TCP connections-per-second part.
     #[arg(long)]
     pub no_crr: bool,
@@ -157,6 +162,8 @@ struct StatefulReport<'a> {
     reps: usize,
     duration_s: f64,
     ct_mark: u32,
+    /// --snat: the flows leave source-NATed to r1's address.
+    snat: bool,
     ruleset: String,
     /// net.netfilter.nf_conntrack_tcp_be_liberal in the router namespace.
     tcp_be_liberal: bool,
@@ -184,6 +191,10 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
     let mut modes = a.modes.clone();
     modes.sort();
     modes.dedup();
+    if a.snat && modes.contains(&StMode::CtRef) {
+        println!("--snat: ct-ref forwards without translating addresses, so it is left out");
+        modes.retain(|m| *m != StMode::CtRef);
+    }
     let mut flows = a.flows.clone();
     flows.sort_unstable();
     flows.dedup();
@@ -220,7 +231,7 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
 
     println!(
         "fastpath bench stateful: modes {}, sizes {:?} B, established flows {:?}, {} x {:.1} s each, all on CPU {}{}; \
-         ct mark {:#x}{}",
+         ct mark {:#x}{}{}",
         plan.modes.iter().map(|m| m.name()).collect::<Vec<_>>().join(","),
         plan.sizes,
         flows,
@@ -229,6 +240,7 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         plan.place.cpu,
         if plan.place.fifo { " (SCHED_FIFO)" } else { "" },
         a.ct_mark,
+        if a.snat { format!("; source NAT to {} on r1", ctlab::SNAT_TO) } else { String::new() },
         if crr {
             format!(
                 "; TCP connections/s: {} clients, {} x {:.1} s, router ingress {}",
@@ -246,10 +258,10 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
     );
 
     let topo = Topology::create()?;
-    ctlab::load_ruleset(&topo, a.ct_mark, a.strict_tcp, work)?;
+    ctlab::load_ruleset(&topo, a.ct_mark, a.snat, a.strict_tcp, work)?;
     ctlab::prepare_tcp_hosts(&topo)?;
     let t0 = Instant::now();
-    let (created, took) = ctlab::ensure_entries(&topo, max_flows, a.ct_mark, work)?;
+    let (created, took) = ctlab::ensure_entries(&topo, max_flows, a.ct_mark, a.snat, work)?;
     println!(
         "conntrack: {created} established+assured+marked entries created with conntrack -R in {:.2} s \
          ({:.2} s with the checks); router table holds {}",
@@ -338,7 +350,8 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         reps: plan.reps,
         duration_s: plan.duration.as_secs_f64(),
         ct_mark: a.ct_mark,
-        ruleset: ctlab::ruleset(a.ct_mark),
+        snat: a.snat,
+        ruleset: ctlab::ruleset(a.ct_mark, a.snat),
         tcp_be_liberal: !a.strict_tcp,
         conntrack: &setup,
         results: &cells,
@@ -390,7 +403,7 @@ fn packet_side(
         return Ok(None);
     }
     let topo = bench.topo;
-    let (recreated, _) = ctlab::ensure_entries(topo, c.max_flows, c.args.ct_mark, c.work)?;
+    let (recreated, _) = ctlab::ensure_entries(topo, c.max_flows, c.args.ct_mark, c.args.snat, c.work)?;
     if recreated > 0 {
         println!("   conntrack: {recreated} entries had gone and were made again");
     }
