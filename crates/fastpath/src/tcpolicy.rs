@@ -171,8 +171,8 @@ pub fn describe(b: &[Bypass]) -> String {
 /// ports change (at once, so a port a reload adds is held from its first
 /// table write), not every period: that costs a fork of `tc`, and the loop
 /// that mirrors the kernel must not stall on it. tcx links send no such
-/// event and are queried every period and on a port change (a syscall). Without the event
-/// socket everything is probed every period.
+/// event and are queried every period and on a port change (a syscall).
+/// Without the event socket everything is probed every period.
 pub struct Watcher {
     allowed: bool,
     /// From qdiscs and filters, and from tcx; `current` is both.
@@ -180,8 +180,9 @@ pub struct Watcher {
     tcx: Vec<Bypass>,
     current: Vec<Bypass>,
     events: Option<Events>,
-    /// The ports of the last successful qdisc/filter probe, and of the last attempt.
+    /// The ports of the last successful qdisc/filter probe.
     ports: Vec<(String, u32)>,
+    /// The ports of the last round that probed (successfully or not).
     seen: Vec<(String, u32)>,
 }
 

@@ -36,8 +36,8 @@ pub(super) const SNAT_TO: &str = "198.51.100.1";
 /// The forward ruleset, with the fast-path bit(s) `mark`: the forward and
 /// approve chains of examples/nftables/stateful.nft with LAN = r0 and WAN =
 /// r1, less its kernel-only set and port forward (no bench traffic would
-/// touch them); with `snat`, its postrouting chain too (source NAT of what
-/// leaves by the WAN port, to r1's address).
+/// touch them); with `snat`, a postrouting chain as well that source-NATs
+/// what leaves by the WAN port to r1's address, as masquerade would.
 pub fn ruleset(mark: u32, snat: bool) -> String {
     let nat = if snat {
         format!(
