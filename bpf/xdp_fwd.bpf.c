@@ -33,7 +33,8 @@
  * result is only ever a forward; every punt is decided afresh.
  *
  * The commonest packet of all, an IPv4 TCP/UDP cache hit (in stateful
- * mode one whose conntrack verdict is cached and current),
+ * mode one whose conntrack verdict is cached and current; an IPv6 one in a
+ * stateless instance, through a call),
  * goes a shorter way first (express.h): the same checks and the same
  * decision; whatever it declines takes the general path below from
  * scratch.
@@ -777,6 +778,27 @@ static __noinline int fp_run_general(struct xdp_md *ctx)
 	return fp_run_plain(ctx);
 }
 
+/* An IPv6 frame: worth a call of the IPv6 express path. */
+static __always_inline bool fp_frame_is_ip6(struct xdp_md *ctx)
+{
+	struct ethhdr *eth = (void *)(long)ctx->data;
+
+	return (void *)(eth + 1) <= (void *)(long)ctx->data_end && eth->h_proto == bpf_htons(FP_ETH_P_IPV6);
+}
+
+/*
+ * The IPv6 express path (express.h), a function of its own: it finds the
+ * hint again itself, so that nothing of the IPv4 one's stays live in the
+ * entry point's frame.
+ */
+static __noinline int fp_run_express6(struct xdp_md *ctx)
+{
+	struct fp_pkt p = { .ctx = ctx, .hash_src = FP_HS_SOFTWARE };
+
+	fp_take_meta_hint(&p);
+	return fp_express6(ctx, &fp_cfg, &fp_rt, p.hash, p.hash_src);
+}
+
 /*
  * The express path, else the general one. Stateful and AF_XDP instances
  * attach fp_xdp_fwd_full* instead (the verifier drops the branch here:
@@ -791,6 +813,8 @@ int fp_xdp_fwd(struct xdp_md *ctx)
 	if (!fp_cfg.stateful && !fp_cfg.afxdp) {
 		fp_take_meta_hint(&p);
 		r = fp_express(ctx, &fp_cfg, &fp_rt, p.hash, p.hash_src);
+		if (r == FP_XP_DECLINED && fp_frame_is_ip6(ctx))
+			r = fp_run_express6(ctx);
 		if (r != FP_XP_DECLINED)
 			return r == FP_R_FORWARDED ? XDP_REDIRECT : XDP_PASS;
 	}
@@ -865,6 +889,11 @@ static __noinline int fp_run_express(struct xdp_md *ctx, __u32 hash, __u32 hash_
 	return fp_express(ctx, &fp_cfg, &fp_rt, hash, hash_src);
 }
 
+static __noinline int fp_run_express6_hw(struct xdp_md *ctx, __u32 hash, __u32 hash_src)
+{
+	return fp_express6(ctx, &fp_cfg, &fp_rt, hash, hash_src);
+}
+
 SEC("xdp.frags")
 int fp_xdp_fwd_hw(struct xdp_md *ctx)
 {
@@ -874,6 +903,8 @@ int fp_xdp_fwd_hw(struct xdp_md *ctx)
 	fp_take_nic_hints(&p);
 	if (!fp_cfg.stateful && !fp_cfg.afxdp && !p.vlan_stripped) {
 		r = fp_run_express(ctx, p.hash, p.hash_src);
+		if (r == FP_XP_DECLINED && fp_frame_is_ip6(ctx))
+			r = fp_run_express6_hw(ctx, p.hash, p.hash_src);
 		if (r != FP_XP_DECLINED)
 			return r == FP_R_FORWARDED ? XDP_REDIRECT : XDP_PASS;
 	}

@@ -2,7 +2,8 @@
 /*
  * express.h — the common case on its own: an IPv4 TCP/UDP packet of a flow
  * the cache holds, in a stateless instance or, in stateful mode, of a flow
- * whose conntrack verdict the cache holds too.
+ * whose conntrack verdict the cache holds too; and an IPv6 TCP/UDP packet
+ * of a cached flow in a stateless instance (fp_express6, at the end).
  *
  * It takes the decision the general path (xdp_fwd.bpf.c) takes for such a
  * packet, with every check the general path makes on the way: ingress
@@ -25,7 +26,7 @@
  * general path marks it used and keeps its neighbour alive, once a tick
  * per flow), a packet the guard sends past or samples, TTL <= 1, a datagram
  * over the cached MTU, a short or truncated datagram, other protocols,
- * IPv6, AF_XDP instances; in stateful mode a TCP SYN, FIN or RST, a verdict
+ * IPv6 (fp_express6's), AF_XDP instances; in stateful mode a TCP SYN, FIN or RST, a verdict
  * due for revalidation (or dropped, or held).
  */
 #ifndef FP_EXPRESS_H
@@ -84,6 +85,36 @@ static __always_inline bool fp_express_ct_ok(struct xdp_md *ctx, const struct fp
 }
 
 /*
+ * The checks in front of the cache that do not depend on the family, for
+ * the ingress slot whose counters are @st: the guard, the watchdog, the
+ * ingress interface known and without tc ingress, a frame to our MAC
+ * (@eth: the caller proved its header in bounds). @clock:
+ * fp_runtime.neigh_clock; @slot: the ingress slot, as the key @st was
+ * looked up by (one stack slot for both lookups). First what a flood (the guard bypassing) or a
+ * silent daemon turns away, so that those packets pay little for trying.
+ */
+static __always_inline bool fp_express_ingress_ok(struct xdp_md *ctx, const volatile struct fp_config *cfg,
+						  const struct fp_runtime *rt, const struct fp_stats *st,
+						  const struct ethhdr *eth, __u32 clock, __u32 *slot)
+{
+	const struct fp_flow_guard *g = &st->guard;
+	const struct fp_iface *in;
+
+	/* The guard's window ends (fp_flow_guard_probed() judges it), or it
+	 * sends packets past the cache: the general path's business. Stateful
+	 * mode has no guard (fp_flow_bypass() says why). */
+	if (!cfg->stateful && (g->left <= 1 || g->skip || g->bypass))
+		return false;
+	if (!fp_kept_this_jiffy(&st->watch, clock, rt->orphan_grace))
+		return false;
+	in = bpf_map_lookup_elem(&fp_ifaces, slot);
+	if (!in || (in->flags & (FP_IF_PRESENT | FP_IF_TC_INGRESS)) != FP_IF_PRESENT ||
+	    ctx->ingress_ifindex != cfg->ingress_ifindex)
+		return false;
+	return !fp_mac_is_group(eth->h_dest) && fp_mac_eq(eth->h_dest, in->mac);
+}
+
+/*
  * @hash, @hash_src: the hint the entry point found (FP_HS_SOFTWARE: none);
  * a frame whose VLAN tag the NIC stripped never comes here. Returns the
  * reason it counted (FP_R_FORWARDED after the rewrite), or FP_XP_DECLINED.
@@ -96,7 +127,6 @@ static __always_inline __u32 fp_express(struct xdp_md *ctx, const volatile struc
 	struct ethhdr *eth = data;
 	struct iphdr *ip = data + FP_ETH_HLEN;
 	__u32 slot = cfg->ingress_slot, idx, len, tot_len, clock, r;
-	const struct fp_iface *in;
 	struct fp_flow_guard *g;
 	struct fp_flow_way4 *f;
 	struct fp_flow_set *s;
@@ -112,26 +142,12 @@ static __always_inline __u32 fp_express(struct xdp_md *ctx, const volatile struc
 	/* Ethernet, a 20-byte IPv4 header and the ports. */
 	if (data + FP_ETH_HLEN + FP_IP4_HLEN + 4 > data_end || eth->h_proto != bpf_htons(FP_ETH_P_IP))
 		return FP_XP_DECLINED;
-	/* First what IPv6, a flood (the guard bypassing) or a silent daemon
-	 * turns away, so that those packets pay little for trying. */
 	st = bpf_map_lookup_elem(&fp_stats, &slot);
 	if (!st)
 		return FP_XP_DECLINED;
 	g = &st->guard;
 	clock = rt->neigh_clock;
-	/* The guard's window ends (fp_flow_guard_probed() judges it), or it
-	 * sends packets past the cache: the general path's business. Stateful
-	 * mode has no guard (fp_flow_bypass() says why). */
-	if (!cfg->stateful && (g->left <= 1 || g->skip || g->bypass))
-		return FP_XP_DECLINED;
-	if (!fp_kept_this_jiffy(&st->watch, clock, rt->orphan_grace))
-		return FP_XP_DECLINED;
-
-	in = bpf_map_lookup_elem(&fp_ifaces, &slot);
-	if (!in || (in->flags & (FP_IF_PRESENT | FP_IF_TC_INGRESS)) != FP_IF_PRESENT ||
-	    ctx->ingress_ifindex != cfg->ingress_ifindex)
-		return FP_XP_DECLINED;
-	if (fp_mac_is_group(eth->h_dest) || !fp_mac_eq(eth->h_dest, in->mac))
+	if (!fp_express_ingress_ok(ctx, cfg, rt, st, eth, clock, &slot))
 		return FP_XP_DECLINED;
 	proto = ip->protocol;
 	if (*(__u8 *)ip != 0x45 || ip->ttl <= 1 || (ip->frag_off & bpf_htons(FP_IP4_FRAG_MASK)) ||
@@ -191,6 +207,96 @@ static __always_inline __u32 fp_express(struct xdp_md *ctx, const volatile struc
 		} else {
 			fp_flow_rewrite_eth(eth, f);
 			fp_ip4_dec_ttl(ip);
+		}
+	}
+	fp_count(st, r, len);
+	return r;
+}
+
+/*
+ * The same for an IPv6 TCP/UDP packet in a stateless instance: the checks
+ * fp_fwd_ip6() makes in front of the cache and on a hit (version, a
+ * datagram the frame holds, no extension header, hop limit, MTU), the
+ * cache hit with its key built as the general path builds it. A function
+ * of its own, called only for IPv6 frames: its frame (the key on the
+ * stack) stays out of the IPv4 path's. Stateful instances leave IPv6 to
+ * the general path (their verdict is in another line, fp_ct_flows).
+ */
+static __always_inline __u32 fp_express6(struct xdp_md *ctx, const volatile struct fp_config *cfg,
+					 const struct fp_runtime *rt, __u32 hash, __u32 hash_src)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct ipv6hdr *ip6 = data + FP_ETH_HLEN;
+	struct fp_flow_key k __attribute__((aligned(8))) = {};
+	__u32 slot = cfg->ingress_slot, idx, len, ip_len, clock, r;
+	const struct fp_flow_way *f;
+	struct fp_flow_set *s;
+	struct fp_stats *st;
+	__u16 *ports;
+	int way;
+
+	if (cfg->stateful || cfg->afxdp || !cfg->flow_sets || !rt->flow_timeout)
+		return FP_XP_DECLINED;
+	/* Ethernet, the IPv6 header and the ports. */
+	ports = (void *)(ip6 + 1);
+	if ((void *)(ports + 2) > data_end || eth->h_proto != bpf_htons(FP_ETH_P_IPV6))
+		return FP_XP_DECLINED;
+	st = bpf_map_lookup_elem(&fp_stats, &slot);
+	if (!st)
+		return FP_XP_DECLINED;
+	clock = rt->neigh_clock;
+	if (!fp_express_ingress_ok(ctx, cfg, rt, st, eth, clock, &slot))
+		return FP_XP_DECLINED;
+	if ((*(__u8 *)ip6 >> 4) != 6 || ip6->hop_limit <= 1 ||
+	    (ip6->nexthdr != IPPROTO_TCP && ip6->nexthdr != IPPROTO_UDP))
+		return FP_XP_DECLINED;
+	len = data_end - data;
+	ip_len = FP_IP6_HLEN + bpf_ntohs(ip6->payload_len);
+	if (ip_len < FP_IP6_HLEN + 4 || ip_len > len - FP_ETH_HLEN)
+		return FP_XP_DECLINED;
+
+	/* As fp_fwd_ip6() and fp_flow_key_l4() fill it. */
+	k.family = FP_AF_INET6;
+	k.proto = ip6->nexthdr;
+	k.ingress = slot;
+	k.sport = ports[0];
+	k.dport = ports[1];
+	k.flowlabel = *(__be32 *)ip6 & bpf_htonl(0x000FFFFF);
+	__builtin_memcpy(k.saddr, &ip6->saddr, 16);
+	__builtin_memcpy(k.daddr, &ip6->daddr, 16);
+	if (hash_src == FP_HS_SOFTWARE)
+		hash = fp_flow_hash_sw(&k);
+	idx = fp_flow_index(hash, cfg->flow_sets);
+	s = bpf_map_lookup_elem(&fp_flows, &idx);
+	if (!s)
+		return FP_XP_DECLINED;
+	way = fp_flow_find(s, &k, hash);
+	if (way < 0)
+		return FP_XP_DECLINED;
+	way &= FP_FLOW_WAYS - 1;
+	f = &s->way[way];
+	if (s->generation[way] != (__u32)rt->generation || s->used[way] != clock || ip_len > f->mtu ||
+	    (st->guard.since && (__s32)(s->used[way] - st->guard.since) <= 0))
+		return FP_XP_DECLINED;
+
+	/* A hit, counted as fp_flow_lookup() counts one. */
+	if (hash_src < FP_HS__COUNT)
+		st->hash_src[hash_src]++;
+	st->guard.left--;
+	st->flow[FP_FC_HIT]++;
+	r = fp_tx_commit(ctx, f->slot, &len, FP_ETH_HLEN + ip_len);
+	if (r == FP_R_FORWARDED) {
+		s->packets[way]++;
+		/* The trim invalidated every packet pointer. */
+		eth = (void *)(long)ctx->data;
+		ip6 = (void *)(eth + 1);
+		if ((void *)(ip6 + 1) > (void *)(long)ctx->data_end) {
+			r = FP_R_REDIRECT_FAILED;
+		} else {
+			fp_tx_rewrite_eth(eth, f->dmac, f->smac);
+			ip6->hop_limit--;
 		}
 	}
 	fp_count(st, r, len);

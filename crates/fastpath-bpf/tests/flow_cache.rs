@@ -287,6 +287,52 @@ fn a_cached_flow_still_gets_every_check() {
     hit(&l, &w);
 }
 
+/// The same for IPv6 (express.h's IPv6 path): each variant of a cached,
+/// hitting flow punts for the general path's reason, and the flow hits again
+/// after it.
+#[test]
+fn a_cached_ipv6_flow_still_gets_every_check() {
+    let Some((mut lab, w)) = lab("a_cached_ipv6_flow_still_gets_every_check") else { return };
+    let l = lab.program(&w).expect("load");
+    let mut p = Ip6::new(v6("2001:db8:a::10"), v6("2001:db8:2::20"));
+    p.payload = udp_ports(7, 9);
+    let mut o = p.clone();
+    o.hop -= 1;
+    let f = p.frame(MAC_A, MAC_CLIENT);
+    let want = o.frame(MAC_GW6, MAC_B);
+    let hit = |l: &Loaded, w: &World| {
+        let before = flow(l)[FP_FC_HIT as usize];
+        forwards(l, w, &f, &want);
+        assert_eq!(flow(l)[FP_FC_HIT as usize], before + 1, "the flow no longer hits");
+    };
+    forwards(&l, &w, &f, &want);
+    hit(&l, &w);
+    hit(&l, &w);
+
+    let with = |edit: &dyn Fn(&mut Ip6)| {
+        let mut q = p.clone();
+        edit(&mut q);
+        q.frame(MAC_A, MAC_CLIENT)
+    };
+    let mut short = f.clone();
+    short.truncate(f.len() - 1);
+    let variants: Vec<(&str, Vec<u8>, fp_reason)> = vec![
+        ("truncated datagram", short, FP_R_MALFORMED),
+        ("version 4 in an IPv6 frame", patch(f.clone(), 14, &[0x45]), FP_R_MALFORMED),
+        ("hop limit 1", with(&|q| q.hop = 1), FP_R_TTL_EXCEEDED),
+        ("another host's MAC", p.frame(MAC_B, MAC_CLIENT), FP_R_L2_OTHER_HOST),
+        ("group MAC", p.frame([0x33, 0x33, 0, 0, 0, 1], MAC_CLIENT), FP_R_MULTICAST),
+    ];
+    for (name, pkt, reason) in &variants {
+        let counted = |l: &Loaded| l.stats(SLOT_A).expect("stats").packets[*reason as usize];
+        let before = counted(&l);
+        let (verdict, out) = l.run(w.a, pkt).expect("run");
+        assert_eq!((verdict, &out), (XDP_PASS, pkt), "{name}: not punted unmodified");
+        assert_eq!(counted(&l), before + 1, "{name}: not counted as {}", reason_name(*reason as usize));
+        hit(&l, &w);
+    }
+}
+
 /// A hit keeps the neighbour alive once per keep-alive tick, as the full
 /// path does for every packet.
 #[test]
