@@ -34,10 +34,9 @@
  *
  * The commonest packet of all, an IPv4 TCP/UDP cache hit (in stateful
  * mode one whose conntrack verdict is cached and current; an IPv6 one in a
- * stateless instance, through a call),
- * goes a shorter way first (express.h): the same checks and the same
- * decision; whatever it declines takes the general path below from
- * scratch.
+ * stateless instance, through a call), goes a shorter way first
+ * (express.h): the same checks and the same decision; whatever it declines
+ * takes the general path below from scratch.
  *
  * Two entry points share all of this: fp_xdp_fwd takes the flow hash from
  * an fp_rx_hint in the metadata area or computes it, fp_xdp_fwd_hw first
