@@ -85,33 +85,38 @@ static __always_inline bool fp_express_ct_ok(struct xdp_md *ctx, const struct fp
 }
 
 /*
- * The checks in front of the cache that do not depend on the family, for
- * the ingress slot whose counters are @st: the guard, the watchdog, the
- * ingress interface known and without tc ingress, a frame to our MAC
- * (@eth: the caller proved its header in bounds). @clock:
- * fp_runtime.neigh_clock; @slot: the ingress slot, as the key @st was
- * looked up by (one stack slot for both lookups). First what a flood (the guard bypassing) or a
- * silent daemon turns away, so that those packets pay little for trying.
+ * The checks in front of the cache that do not depend on the family: the
+ * counters of the ingress slot *@slot (one stack key for both lookups), the
+ * guard, the watchdog, the ingress interface known and without tc ingress,
+ * a frame to our MAC (@eth: the caller proved its header in bounds).
+ * @clock: fp_runtime.neigh_clock. Returns the slot's counters, or NULL to
+ * decline. First what a flood (the guard bypassing) or a silent daemon
+ * turns away, so that those packets pay little for trying.
  */
-static __always_inline bool fp_express_ingress_ok(struct xdp_md *ctx, const volatile struct fp_config *cfg,
-						  const struct fp_runtime *rt, const struct fp_stats *st,
-						  const struct ethhdr *eth, __u32 clock, __u32 *slot)
+static __always_inline struct fp_stats *fp_express_ingress(struct xdp_md *ctx, const volatile struct fp_config *cfg,
+							   const struct fp_runtime *rt, const struct ethhdr *eth,
+							   __u32 clock, __u32 *slot)
 {
-	const struct fp_flow_guard *g = &st->guard;
 	const struct fp_iface *in;
+	struct fp_stats *st;
 
+	st = bpf_map_lookup_elem(&fp_stats, slot);
+	if (!st)
+		return NULL;
 	/* The guard's window ends (fp_flow_guard_probed() judges it), or it
 	 * sends packets past the cache: the general path's business. Stateful
 	 * mode has no guard (fp_flow_bypass() says why). */
-	if (!cfg->stateful && (g->left <= 1 || g->skip || g->bypass))
-		return false;
+	if (!cfg->stateful && (st->guard.left <= 1 || st->guard.skip || st->guard.bypass))
+		return NULL;
 	if (!fp_kept_this_jiffy(&st->watch, clock, rt->orphan_grace))
-		return false;
+		return NULL;
 	in = bpf_map_lookup_elem(&fp_ifaces, slot);
 	if (!in || (in->flags & (FP_IF_PRESENT | FP_IF_TC_INGRESS)) != FP_IF_PRESENT ||
 	    ctx->ingress_ifindex != cfg->ingress_ifindex)
-		return false;
-	return !fp_mac_is_group(eth->h_dest) && fp_mac_eq(eth->h_dest, in->mac);
+		return NULL;
+	if (fp_mac_is_group(eth->h_dest) || !fp_mac_eq(eth->h_dest, in->mac))
+		return NULL;
+	return st;
 }
 
 /*
@@ -142,13 +147,11 @@ static __always_inline __u32 fp_express(struct xdp_md *ctx, const volatile struc
 	/* Ethernet, a 20-byte IPv4 header and the ports. */
 	if (data + FP_ETH_HLEN + FP_IP4_HLEN + 4 > data_end || eth->h_proto != bpf_htons(FP_ETH_P_IP))
 		return FP_XP_DECLINED;
-	st = bpf_map_lookup_elem(&fp_stats, &slot);
+	clock = rt->neigh_clock;
+	st = fp_express_ingress(ctx, cfg, rt, eth, clock, &slot);
 	if (!st)
 		return FP_XP_DECLINED;
 	g = &st->guard;
-	clock = rt->neigh_clock;
-	if (!fp_express_ingress_ok(ctx, cfg, rt, st, eth, clock, &slot))
-		return FP_XP_DECLINED;
 	proto = ip->protocol;
 	if (*(__u8 *)ip != 0x45 || ip->ttl <= 1 || (ip->frag_off & bpf_htons(FP_IP4_FRAG_MASK)) ||
 	    (proto != IPPROTO_TCP && proto != IPPROTO_UDP))
@@ -243,11 +246,9 @@ static __always_inline __u32 fp_express6(struct xdp_md *ctx, const volatile stru
 	ports = (void *)(ip6 + 1);
 	if ((void *)(ports + 2) > data_end || eth->h_proto != bpf_htons(FP_ETH_P_IPV6))
 		return FP_XP_DECLINED;
-	st = bpf_map_lookup_elem(&fp_stats, &slot);
-	if (!st)
-		return FP_XP_DECLINED;
 	clock = rt->neigh_clock;
-	if (!fp_express_ingress_ok(ctx, cfg, rt, st, eth, clock, &slot))
+	st = fp_express_ingress(ctx, cfg, rt, eth, clock, &slot);
+	if (!st)
 		return FP_XP_DECLINED;
 	if ((*(__u8 *)ip6 >> 4) != 6 || ip6->hop_limit <= 1 ||
 	    (ip6->nexthdr != IPPROTO_TCP && ip6->nexthdr != IPPROTO_UDP))

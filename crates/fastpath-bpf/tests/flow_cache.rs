@@ -59,6 +59,19 @@ fn out4(p: &Ip4, dmac: Mac) -> Vec<u8> {
     o.frame(dmac, MAC_B)
 }
 
+/// The IPv6 flow of these tests, ports 7 -> 9.
+fn p6() -> Ip6 {
+    let mut p = Ip6::new(v6("2001:db8:a::10"), v6("2001:db8:2::20"));
+    p.payload = udp_ports(7, 9);
+    p
+}
+
+fn out6(p: &Ip6) -> Vec<u8> {
+    let mut o = p.clone();
+    o.hop -= 1;
+    o.frame(MAC_GW6, MAC_B)
+}
+
 fn hint(hash: u32) -> Vec<u8> {
     let h = fp_rx_hint { hash, flags: FP_HINT_L4 as u16, magic: FP_HINT_MAGIC as u16 };
     raw(&h).to_vec()
@@ -114,11 +127,8 @@ fn second_packet_is_a_hit_with_the_same_bytes() {
     assert_eq!(hash_src(&l)[FP_HS_SOFTWARE as usize], 3);
 
     // IPv6 the same way.
-    let mut p6 = Ip6::new(v6("2001:db8:a::10"), v6("2001:db8:2::20"));
-    p6.payload = udp_ports(7, 9);
-    let mut o6 = p6.clone();
-    o6.hop -= 1;
-    let want6 = o6.frame(MAC_GW6, MAC_B);
+    let p6 = p6();
+    let want6 = out6(&p6);
     forwards(&l, &w, &p6.frame(MAC_A, MAC_CLIENT), &want6);
     forwards(&l, &w, &p6.frame(MAC_A, MAC_CLIENT), &want6);
     assert_eq!(flow(&l)[FP_FC_HIT as usize], 2);
@@ -259,11 +269,7 @@ fn a_cached_flow_still_gets_every_check() {
         ("VLAN tag", vlan, FP_R_VLAN),
     ];
     for (name, pkt, reason) in &variants {
-        let counted = |l: &Loaded| l.stats(SLOT_A).expect("stats").packets[*reason as usize];
-        let before = counted(&l);
-        let (verdict, out) = l.run(w.a, pkt).expect("run");
-        assert_eq!((verdict, &out), (XDP_PASS, pkt), "{name}: not punted unmodified");
-        assert_eq!(counted(&l), before + 1, "{name}: not counted as {}", reason_name(*reason as usize));
+        punts_case(&l, &w, name, pkt, *reason);
     }
     hit(&l, &w);
 
@@ -294,12 +300,9 @@ fn a_cached_flow_still_gets_every_check() {
 fn a_cached_ipv6_flow_still_gets_every_check() {
     let Some((mut lab, w)) = lab("a_cached_ipv6_flow_still_gets_every_check") else { return };
     let l = lab.program(&w).expect("load");
-    let mut p = Ip6::new(v6("2001:db8:a::10"), v6("2001:db8:2::20"));
-    p.payload = udp_ports(7, 9);
-    let mut o = p.clone();
-    o.hop -= 1;
+    let p = p6();
     let f = p.frame(MAC_A, MAC_CLIENT);
-    let want = o.frame(MAC_GW6, MAC_B);
+    let want = out6(&p);
     let hit = |l: &Loaded, w: &World| {
         let before = flow(l)[FP_FC_HIT as usize];
         forwards(l, w, &f, &want);
@@ -324,11 +327,7 @@ fn a_cached_ipv6_flow_still_gets_every_check() {
         ("group MAC", p.frame([0x33, 0x33, 0, 0, 0, 1], MAC_CLIENT), FP_R_MULTICAST),
     ];
     for (name, pkt, reason) in &variants {
-        let counted = |l: &Loaded| l.stats(SLOT_A).expect("stats").packets[*reason as usize];
-        let before = counted(&l);
-        let (verdict, out) = l.run(w.a, pkt).expect("run");
-        assert_eq!((verdict, &out), (XDP_PASS, pkt), "{name}: not punted unmodified");
-        assert_eq!(counted(&l), before + 1, "{name}: not counted as {}", reason_name(*reason as usize));
+        punts_case(&l, &w, name, pkt, *reason);
         hit(&l, &w);
     }
 }
@@ -483,10 +482,7 @@ fn cached(l: &Loaded) -> Vec<fastpath_bpf::FlowWay> {
 fn ipv4_flows_away_from_home_and_ipv6_share_a_set() {
     let Some((mut lab, w)) = lab("ipv4_flows_away_from_home_and_ipv6_share_a_set") else { return };
     let l = lab.program(&w).expect("load");
-    let mut p6 = Ip6::new(v6("2001:db8:a::10"), v6("2001:db8:2::20"));
-    p6.payload = udp_ports(7, 9);
-    let mut o6 = p6.clone();
-    o6.hop -= 1;
+    let p6 = p6();
     let v4s: Vec<Ip4> = (3000..3003).map(p4).collect();
     for round in 0..3u64 {
         for q in &v4s {
@@ -494,7 +490,7 @@ fn ipv4_flows_away_from_home_and_ipv6_share_a_set() {
             assert_eq!((v, out), (XDP_REDIRECT, out4(q, MAC_GW4)));
         }
         let (v, out) = l.run_meta(w.a, &hint(9), &p6.frame(MAC_A, MAC_CLIENT)).expect("run");
-        assert_eq!((v, out), (XDP_REDIRECT, o6.frame(MAC_GW6, MAC_B)));
+        assert_eq!((v, out), (XDP_REDIRECT, out6(&p6)));
         assert_eq!(flow(&l)[FP_FC_HIT as usize], 4 * round, "round {round}: every flow of the set hits");
     }
     assert_eq!(flow(&l)[FP_FC_MISS as usize], 4);

@@ -592,11 +592,7 @@ fn a_cached_verdict_still_gets_every_check() {
         ("SYN", f4(&t4(SYN)), FP_R_CT_TCP_FLAGS, &data),
     ];
     for (name, pkt, reason, flow) in &variants {
-        let counted = |l: &Loaded| l.stats(SLOT_A).expect("stats").packets[*reason as usize];
-        let before = counted(&l);
-        let (verdict, out) = l.run(w.a, pkt).expect("run");
-        assert_eq!((verdict, &out), (XDP_PASS, pkt), "{name}: not punted unmodified");
-        assert_eq!(counted(&l), before + 1, "{name}: not counted as {}", reason_name(*reason as usize));
+        punts_case(&l, &w, name, pkt, *reason);
         hit(flow);
         hit(flow);
     }

@@ -346,12 +346,18 @@ pub fn forwards(l: &Loaded, w: &World, pkt: &[u8], want: &[u8]) {
 /// As `forwards`: passed up unmodified and counted under @reason.
 #[allow(dead_code)]
 pub fn punts(l: &Loaded, w: &World, pkt: &[u8], reason: fp_reason) {
+    punts_case(l, w, "", pkt, reason)
+}
+
+/// As `punts`, for one of a list of cases: `name` heads every message.
+#[allow(dead_code)]
+pub fn punts_case(l: &Loaded, w: &World, name: &str, pkt: &[u8], reason: fp_reason) {
     let before = l.stats(super::world::SLOT_A).expect("stats").packets[reason as usize];
     let (verdict, out) = l.run(w.a, pkt).expect("run");
-    assert_eq!(verdict, XDP_PASS, "not punted");
-    assert_eq!(out, pkt, "a punt must not modify the frame");
+    assert_eq!(verdict, XDP_PASS, "{name}: not punted");
+    assert_eq!(out, pkt, "{name}: a punt must not modify the frame");
     let after = l.stats(super::world::SLOT_A).expect("stats").packets[reason as usize];
-    assert_eq!(after, before + 1, "not counted as {}", reason_name(reason as usize));
+    assert_eq!(after, before + 1, "{name}: not counted as {}", reason_name(reason as usize));
 }
 
 /// Programs loaded once for all tests of a binary that use `Shared`, in one
