@@ -1,8 +1,8 @@
 """A veth whose peer runs no NAPI (no XDP program, GRO off) drops every
 frame redirected into it, where the kernel's own path delivers. So what
 would leave by such a veth goes to the kernel (`egress_peer_not_ready`),
-at start, at once when a reload adds the veth, and within a period of the
-peer's change; its other direction,
+at start, at once when a reload adds the veth, and once the daemon sees the
+peer's change (a GRO change sends an event, crates/fastpath/src/vethpeer.rs); its other direction,
 and the veth once the peer is ready, stay fast. Without this, turning GRO
 off on the server's end of r1 made the router a black hole for it."""
 

@@ -5,19 +5,43 @@
 //! program or GRO on. Without one the kernel drops every redirected frame
 //! (the veth's TX drops), where its own path would have delivered it: a
 //! container's veth with default settings would be a black hole. So the
-//! daemon checks every managed veth's peer at start and every period, and
-//! marks the veth (FP_IF_PEER_NO_XDP) while the peer is not ready or
-//! cannot be checked: what would leave by it goes to the kernel
-//! (`egress_peer_not_ready`). The peer may live in another namespace; it
-//! is found through `ip netns list-id` (named namespaces, /run/netns).
-//! A peer in a namespace without a name cannot be checked and stays
-//! marked. Peers' settings send no event here: a peer's GRO turned off
-//! while its veth is fast drops frames until the next period (1 s).
+//! daemon checks every managed veth's peer and marks the veth
+//! (FP_IF_PEER_NO_XDP) while the peer is not ready or cannot be checked:
+//! what would leave by it goes to the kernel (`egress_peer_not_ready`).
+//!
+//! The checks are netlink and ioctl calls, no forked tools, so that a node
+//! with hundreds of container veths can afford them every second. A peer
+//! in another namespace is reached through sockets made inside it, found
+//! by name in /run/netns (matched to the veth's `link_netnsid` with
+//! RTM_GETNSID); one of those sockets follows the namespace's link events,
+//! and a GRO change sends one (a FEATURE CHANGE RTM_NEWLINK), so a peer
+//! losing GRO is seen within a round of the daemon's loop, not a period.
+//! An XDP program taken off a peer sends no event: the period (1 s) finds
+//! that. A peer in a namespace without a name is read from here
+//! (IFLA_TARGET_NETNSID), which shows its XDP program but not its GRO: it
+//! passes with a native program, else it stays marked.
+//!
+//! A socket holds its namespace alive, so a namespace's sockets are closed
+//! as soon as its name is gone or it holds no managed veth's peer any
+//! more: a container's namespace deleted is freed (and its veths with it)
+//! at the next check.
 
-use std::process::Command;
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 
-use anyhow::{bail, Context, Result};
-use serde::Deserialize;
+use anyhow::{anyhow, bail, Context, Result};
+use netlink_sys::protocols::NETLINK_ROUTE;
+use netlink_sys::Socket;
+
+use crate::links::{self, LinkFacts};
+use crate::nlraw::Events;
+
+const NETNS_DIR: &str = "/run/netns";
+const RTNLGRP_LINK: u32 = 1;
+/// include/uapi/linux/ethtool.h: get the GRO flag (struct ethtool_value).
+const ETHTOOL_GGRO: u32 = 0x2b;
 
 /// A managed veth kept out of the fast path's egress, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,158 +51,110 @@ pub struct Block {
     pub why: String,
 }
 
-#[derive(Deserialize)]
-struct LinkInfo {
-    info_kind: Option<String>,
+/// Sockets made in one namespace, which they stay bound to.
+struct Space {
+    /// The namespace's nsfs inode (dev, ino); (0, 0) for the daemon's own.
+    id: (u64, u64),
+    rt: Socket,
+    events: Events,
+    /// Any socket will do for the ethtool ioctl, which acts in its namespace.
+    ethtool: OwnedFd,
 }
 
-#[derive(Deserialize)]
-struct Link {
-    ifindex: u32,
-    ifname: String,
-    /// The peer's name, when it is in the same namespace.
-    link: Option<String>,
-    link_index: Option<u32>,
-    link_netnsid: Option<i32>,
-    linkinfo: Option<LinkInfo>,
-    xdp: Option<serde_json::Value>,
-}
-
-#[derive(Deserialize)]
-struct NsId {
-    nsid: i32,
-    name: Option<String>,
-}
-
-fn output(cmd: &mut Command) -> Result<String> {
-    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
-    if !out.status.success() {
-        bail!("{cmd:?}: {}", String::from_utf8_lossy(&out.stderr).trim());
+impl Space {
+    /// In the calling thread's namespace.
+    fn here(id: (u64, u64)) -> Result<Space> {
+        // SAFETY: plain socket(2); the result is checked before use.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error()).context("opening a socket for ethtool");
+        }
+        // SAFETY: fd is a new descriptor nothing else owns.
+        let ethtool = unsafe { OwnedFd::from_raw_fd(fd) };
+        let events = Events::open(NETLINK_ROUTE, RTNLGRP_LINK, "veth peer link").context("following link events")?;
+        Ok(Space { id, rt: links::socket()?, events, ethtool })
     }
-    String::from_utf8(out.stdout).context("non-UTF-8 output")
-}
 
-/// `ip -d link show` in `ns` (None: the daemon's own).
-fn links(ns: Option<&str>) -> Result<Vec<Link>> {
-    let mut cmd = Command::new("ip");
-    if let Some(ns) = ns {
-        cmd.args(["-n", ns]);
-    }
-    let json = output(cmd.args(["-j", "-d", "link", "show"]))?;
-    serde_json::from_str(&json).context("parsing `ip -j -d link show`")
-}
-
-/// Whether `dev` in `ns` has GRO on (`ethtool -k`).
-fn gro_on(ns: Option<&str>, dev: &str) -> Result<bool> {
-    let text = match ns {
-        Some(ns) => output(Command::new("ip").args(["netns", "exec", ns, "ethtool", "-k", dev]))?,
-        None => output(Command::new("ethtool").args(["-k", dev]))?,
-    };
-    parse_gro(&text).with_context(|| format!("no generic-receive-offload line in `ethtool -k {dev}`"))
-}
-
-fn parse_gro(ethtool_k: &str) -> Option<bool> {
-    ethtool_k
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("generic-receive-offload:"))
-        .map(|v| v.trim().starts_with("on"))
-}
-
-/// Whether `ip -j`'s "xdp" object holds a native (driver mode) program:
-/// only that gives a veth its NAPI ring; a generic-mode one does not.
-fn native_xdp(xdp: &serde_json::Value) -> bool {
-    const XDP_ATTACHED_DRV: u64 = 1;
-    let drv = |v: &serde_json::Value| v.get("mode").and_then(|m| m.as_u64()) == Some(XDP_ATTACHED_DRV);
-    drv(xdp) || xdp.get("attached").and_then(|a| a.as_array()).is_some_and(|a| a.iter().any(drv))
-}
-
-/// Why the peer of `veth` cannot take XDP frames; None when it can.
-fn peer_problem(veth: &Link, names: &[NsId]) -> Result<Option<String>> {
-    let ns = match veth.link_netnsid {
-        None => None,
-        Some(id) => match names.iter().find(|n| n.nsid == id).and_then(|n| n.name.clone()) {
-            Some(name) => Some(name),
-            None => return Ok(Some(format!("its peer is in a namespace without a name (nsid {id}): cannot check it"))),
-        },
-    };
-    let peers = links(ns.as_deref())?;
-    let peer = peers.iter().find(|p| match (veth.link_netnsid, veth.link_index, &veth.link) {
-        (Some(_), Some(i), _) => p.ifindex == i,
-        (None, _, Some(name)) => &p.ifname == name,
-        _ => false,
-    });
-    let Some(peer) = peer else {
-        return Ok(Some("its peer was not found".into()));
-    };
-    if peer.xdp.as_ref().is_some_and(native_xdp) || gro_on(ns.as_deref(), &peer.ifname)? {
-        return Ok(None);
-    }
-    let at = ns.map(|n| format!(" in namespace {n}")).unwrap_or_default();
-    Ok(Some(format!(
-        "its peer {}{at} has neither an XDP program nor GRO, so the kernel would drop redirected frames \
-         (`ethtool -K {} gro on` there makes it fast)",
-        peer.ifname, peer.ifname
-    )))
-}
-
-/// The managed veths (`ports`: name, ifindex) whose peer is not ready.
-pub fn probe(ports: &[(String, u32)]) -> Vec<Block> {
-    let block = |ifindex: u32, dev: &str, why: String| Block { ifindex, dev: dev.to_string(), why };
-    let ours = match links(None) {
-        Ok(l) => l,
-        // Nothing known about any port: the veths cannot be told apart, so
-        // every port is held (only a veth needs it, but which is which?).
-        Err(e) => return ports.iter().map(|(d, i)| block(*i, d, format!("cannot list links: {e:#}"))).collect(),
-    };
-    let veths: Vec<&Link> = ours
-        .iter()
-        .filter(|l| ports.iter().any(|(_, i)| *i == l.ifindex))
-        .filter(|l| l.linkinfo.as_ref().and_then(|k| k.info_kind.as_deref()) == Some("veth"))
-        .collect();
-    if veths.is_empty() {
-        return Vec::new();
-    }
-    let names: Vec<NsId> = output(Command::new("ip").args(["-j", "netns", "list-id"]))
-        .ok()
-        .and_then(|j| serde_json::from_str(&j).ok())
-        .unwrap_or_default();
-    veths
-        .into_iter()
-        .filter_map(|v| match peer_problem(v, &names) {
-            Ok(None) => None,
-            Ok(Some(why)) => Some(block(v.ifindex, &v.ifname, why)),
-            Err(e) => Some(block(v.ifindex, &v.ifname, format!("cannot check its peer: {e:#}"))),
+    /// In the namespace named `name` (/run/netns), entered by a thread of
+    /// its own so that the daemon's threads stay where they are.
+    fn open(name: &str, id: (u64, u64)) -> Result<Space> {
+        let file = File::open(format!("{NETNS_DIR}/{name}")).with_context(|| format!("opening namespace {name}"))?;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+                    .with_context(|| format!("entering namespace {name}"))?;
+                Space::here(id)
+            })
+            .join()
+            .map_err(|_| anyhow!("namespace {name}: thread panicked"))?
         })
-        .collect()
+    }
+
+    /// Whether `dev` has GRO on (ETHTOOL_GGRO, as `ethtool -k` reads it).
+    fn gro(&self, dev: &str) -> Result<bool> {
+        #[repr(C)]
+        struct Value {
+            cmd: u32,
+            data: u32,
+        }
+        #[repr(C)]
+        struct IfReq {
+            name: [u8; libc::IFNAMSIZ],
+            data: *mut Value,
+            _rest: [u8; 16],
+        }
+        if dev.len() >= libc::IFNAMSIZ {
+            bail!("device name {dev} too long");
+        }
+        let mut v = Value { cmd: ETHTOOL_GGRO, data: 0 };
+        let mut req = IfReq { name: [0; libc::IFNAMSIZ], data: &mut v, _rest: [0; 16] };
+        req.name[..dev.len()].copy_from_slice(dev.as_bytes());
+        // SAFETY: req is a valid struct ifreq whose data points at v, both live across the call.
+        if unsafe { libc::ioctl(self.ethtool.as_raw_fd(), libc::SIOCETHTOOL as _, &mut req) } < 0 {
+            return Err(std::io::Error::last_os_error()).with_context(|| format!("reading {dev}'s GRO (ETHTOOL_GGRO)"));
+        }
+        Ok(v.data != 0)
+    }
 }
 
-/// The current blocks, probed again every period and as soon as the
-/// managed ports change (a reload adds a veth: it must be held from its
-/// first table write, not from the next period).
+/// The current blocks, probed again every period, as soon as the managed
+/// ports change (a reload adds a veth: it must be held from its first
+/// table write, not from the next period), and on a link event in a
+/// namespace holding a managed veth or its peer.
 pub struct Watcher {
     current: Vec<Block>,
     ports: Vec<(String, u32)>,
+    own: Option<Space>,
+    /// By namespace name.
+    spaces: HashMap<String, Space>,
 }
 
 impl Watcher {
     /// Probes `ports` now, before the first tables are written.
     pub fn new(ports: &[(String, u32)]) -> Self {
-        Watcher { current: probe(ports), ports: ports.to_vec() }
+        let mut w = Watcher { current: Vec::new(), ports: ports.to_vec(), own: None, spaces: HashMap::new() };
+        w.current = w.probe(ports);
+        w
     }
 
-    /// Whether `refresh` probes: on a period, or for ports other than those
-    /// probed last.
+    /// Whether `refresh` probes without an event: on a period, or for
+    /// ports other than those probed last.
     fn due(&self, period: bool, ports: &[(String, u32)]) -> bool {
         period || ports != self.ports.as_slice()
     }
 
-    /// Probes again when due; true if the blocked veths or reasons changed.
+    /// Probes again when due or told of a link change; true if the
+    /// blocked veths or reasons changed.
     pub fn refresh(&mut self, period: bool, ports: impl FnOnce() -> Vec<(String, u32)>) -> bool {
+        let mut evented = false;
+        for s in self.own.iter_mut().chain(self.spaces.values_mut()) {
+            evented |= s.events.drain();
+        }
         let ports = ports();
-        if !self.due(period, &ports) {
+        if !evented && !self.due(period, &ports) {
             return false;
         }
-        let now = probe(&ports);
+        let now = self.probe(&ports);
         self.ports = ports;
         let changed = now != self.current;
         self.current = now;
@@ -188,15 +164,124 @@ impl Watcher {
     pub fn blocking(&self) -> &[Block] {
         &self.current
     }
+
+    /// The managed veths (`ports`: name, ifindex) whose peer is not ready.
+    fn probe(&mut self, ports: &[(String, u32)]) -> Vec<Block> {
+        let block = |ifindex: u32, dev: &str, why: String| Block { ifindex, dev: dev.to_string(), why };
+        let ours = match links::dump() {
+            Ok(l) => l,
+            // Nothing known about any port: the veths cannot be told apart, so
+            // every port is held (only a veth needs it, but which is which?).
+            Err(e) => return ports.iter().map(|(d, i)| block(*i, d, format!("cannot list links: {e:#}"))).collect(),
+        };
+        let veths: Vec<&LinkFacts> =
+            ours.iter().filter(|l| l.veth && ports.iter().any(|(_, i)| *i == l.ifindex)).collect();
+        if veths.is_empty() {
+            self.own = None;
+            self.spaces.clear();
+            return Vec::new();
+        }
+        if self.own.is_none() {
+            self.own = Space::here((0, 0)).map_err(|e| log::warn!("veth peer check: {e:#}")).ok();
+        }
+        let named = if veths.iter().any(|v| v.link_netnsid.is_some()) { self.named() } else { HashMap::new() };
+        let mut used = HashSet::new();
+        let blocks = veths
+            .into_iter()
+            .filter_map(|v| match self.peer_problem(v, &named, &mut used) {
+                Ok(None) => None,
+                Ok(Some(why)) => Some(block(v.ifindex, &v.name, why)),
+                Err(e) => Some(block(v.ifindex, &v.name, format!("cannot check its peer: {e:#}"))),
+            })
+            .collect();
+        self.spaces.retain(|name, _| used.contains(name));
+        blocks
+    }
+
+    /// The named namespaces by the id ours gives them, with their inodes.
+    fn named(&self) -> HashMap<i32, (String, (u64, u64))> {
+        let (Some(own), Ok(dir)) = (&self.own, std::fs::read_dir(NETNS_DIR)) else {
+            return HashMap::new();
+        };
+        let mut out = HashMap::new();
+        for e in dir.flatten() {
+            let Ok(name) = e.file_name().into_string() else { continue };
+            let Ok(file) = File::open(e.path()) else { continue };
+            let Ok(md) = file.metadata() else { continue };
+            if let Ok(Some(nsid)) = links::nsid_of(&own.rt, file.as_fd()) {
+                out.insert(nsid, (name, (md.dev(), md.ino())));
+            }
+        }
+        out
+    }
+
+    /// The sockets of namespace `name`, made again if the name now stands
+    /// for another namespace.
+    fn space(&mut self, name: &str, id: (u64, u64)) -> Result<&Space> {
+        if self.spaces.get(name).is_none_or(|s| s.id != id) {
+            self.spaces.remove(name);
+            self.spaces.insert(name.to_string(), Space::open(name, id)?);
+        }
+        Ok(&self.spaces[name])
+    }
+
+    /// Why the peer of `veth` cannot take XDP frames; None when it can.
+    /// `used`: the namespaces whose sockets this check needed.
+    fn peer_problem(
+        &mut self,
+        veth: &LinkFacts,
+        named: &HashMap<i32, (String, (u64, u64))>,
+        used: &mut HashSet<String>,
+    ) -> Result<Option<String>> {
+        let Some(index) = veth.link else {
+            return Ok(Some("its peer was not found".into()));
+        };
+        let (space, at) = match veth.link_netnsid {
+            None => (self.own.as_ref().ok_or_else(|| anyhow!("no socket in this namespace"))?, String::new()),
+            Some(nsid) => match named.get(&nsid) {
+                Some((name, id)) => {
+                    used.insert(name.clone());
+                    (self.space(name, *id)?, format!(" in namespace {name}"))
+                }
+                None => {
+                    let own = self.own.as_ref().ok_or_else(|| anyhow!("no socket in this namespace"))?;
+                    if links::get_on(&own.rt, index, Some(nsid))?.is_some_and(|p| p.xdp_native) {
+                        return Ok(None);
+                    }
+                    return Ok(Some(format!(
+                        "its peer is in a namespace without a name (nsid {nsid}): its GRO cannot be checked \
+                         (name the namespace with `ip netns attach`, or give the peer an XDP program)"
+                    )));
+                }
+            },
+        };
+        let Some(peer) = links::get_on(&space.rt, index, None)? else {
+            return Ok(Some("its peer was not found".into()));
+        };
+        if peer.xdp_native || space.gro(&peer.name)? {
+            return Ok(None);
+        }
+        Ok(Some(format!(
+            "its peer {}{at} has neither an XDP program nor GRO, so the kernel would drop redirected frames \
+             (`ethtool -K {} gro on` there makes it fast)",
+            peer.name, peer.name
+        )))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::Command;
 
     #[test]
     fn a_changed_port_set_is_probed_at_once() {
-        let w = Watcher { current: Vec::new(), ports: vec![("r0".into(), 4), ("r1".into(), 5)] };
+        let w = Watcher {
+            current: Vec::new(),
+            ports: vec![("r0".into(), 4), ("r1".into(), 5)],
+            own: None,
+            spaces: HashMap::new(),
+        };
         let same = [("r0".to_string(), 4), ("r1".to_string(), 5)];
         assert!(!w.due(false, &same));
         assert!(w.due(true, &same));
@@ -205,31 +290,90 @@ mod tests {
         assert!(w.due(false, &[("r0".into(), 4), ("wan".into(), 5)]), "a port renamed");
     }
 
-    #[test]
-    fn gro_state_from_ethtool_k() {
-        let on = "Features for s0:\nrx-checksumming: on\ngeneric-receive-offload: on\nlarge-receive-offload: off [fixed]\n";
-        let off = "Features for s0:\ngeneric-receive-offload: off\n";
-        assert_eq!(parse_gro(on), Some(true));
-        assert_eq!(parse_gro(off), Some(false));
-        assert_eq!(parse_gro("Features for s0:\n"), None);
+    fn ip(args: &[&str]) {
+        let out = Command::new("ip").args(args).output().expect("running ip");
+        assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
 
+    fn gro(ns: &str, dev: &str, on: bool) {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, "ethtool", "-K", dev, "gro", if on { "on" } else { "off" }])
+            .output()
+            .expect("running ethtool");
+        assert!(out.status.success(), "ethtool: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// Namespaces of this test, deleted whatever happens.
+    struct Spaces(Vec<String>);
+
+    impl Drop for Spaces {
+        fn drop(&mut self) {
+            for n in self.0.iter().rev() {
+                let _ = Command::new("ip").args(["netns", "del", n]).stderr(std::process::Stdio::null()).status();
+            }
+        }
+    }
+
+    /// Router side in namespace "r", peer in "h": the watcher runs in "r"
+    /// (a thread of its own), as a daemon there would.
     #[test]
-    fn link_json_of_a_veth_in_another_namespace() {
-        let json = r#"[{"ifindex":2,"link_index":3,"ifname":"r1","flags":["UP"],"link_netnsid":0,
-            "linkinfo":{"info_kind":"veth"}},{"ifindex":1,"ifname":"lo"},
-            {"ifindex":4,"ifname":"s0","link":"r9","xdp":{"mode":1,"prog":{"id":7}},"linkinfo":{"info_kind":"veth"}}]"#;
-        let l: Vec<Link> = serde_json::from_str(json).unwrap();
-        assert_eq!((l[0].link_index, l[0].link_netnsid), (Some(3), Some(0)));
-        assert!(l[1].linkinfo.is_none() && l[1].xdp.is_none());
-        assert_eq!(l[2].link.as_deref(), Some("r9"));
-        assert!(l[2].xdp.as_ref().is_some_and(native_xdp));
-        let generic: serde_json::Value = serde_json::from_str(r#"{"mode":2,"prog":{"id":9}}"#).unwrap();
-        let multi: serde_json::Value =
-            serde_json::from_str(r#"{"mode":3,"attached":[{"mode":2,"prog":{"id":9}},{"mode":1,"prog":{"id":7}}]}"#).unwrap();
-        assert!(!native_xdp(&generic) && native_xdp(&multi));
-        // A peer in a namespace nobody named cannot be checked: held.
-        let why = peer_problem(&l[0], &[NsId { nsid: 0, name: None }]).unwrap().unwrap();
-        assert!(why.contains("without a name"), "{why}");
+    fn a_peer_is_checked_over_netlink_and_its_gro_change_is_an_event() {
+        if !crate::bench::test_root("a_peer_is_checked_over_netlink_and_its_gro_change_is_an_event") {
+            return;
+        }
+        let tag = format!("fpvp{}", std::process::id());
+        let (r, h, u) = (format!("{tag}r"), format!("{tag}h"), format!("{tag}u"));
+        let _spaces = Spaces(vec![r.clone(), h.clone(), u.clone()]);
+        for n in [&r, &h, &u] {
+            ip(&["netns", "add", n]);
+        }
+        ip(&["-n", &r, "link", "add", "fpv0", "type", "veth", "peer", "name", "fpv1", "netns", &h]);
+        ip(&["-n", &r, "link", "add", "fpv2", "type", "veth", "peer", "name", "fpv3", "netns", &u]);
+        ip(&["-n", &r, "link", "add", "fpv4", "type", "veth", "peer", "name", "fpv5"]);
+        // A veth's GRO is off until asked for.
+        gro(&h, "fpv1", false);
+        let file = File::open(format!("{NETNS_DIR}/{r}")).unwrap();
+        let (h2, u2, r2) = (h.clone(), u.clone(), r.clone());
+        std::thread::spawn(move || {
+            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+            let dump = links::dump().unwrap();
+            let idx = |n: &str| dump.iter().find(|l| l.name == n).unwrap().ifindex;
+            let ports = vec![("fpv0".to_string(), idx("fpv0"))];
+            let mut w = Watcher::new(&ports);
+            assert_eq!(w.blocking().len(), 1, "{:?}", w.blocking());
+            let why = &w.blocking()[0].why;
+            assert!(why.contains(&format!("its peer fpv1 in namespace {h2} has neither")), "{why}");
+            assert!(!w.refresh(false, || ports.clone()), "nothing changed, nothing due");
+
+            gro(&h2, "fpv1", true);
+            assert!(w.refresh(false, || ports.clone()), "the feature change's event probes at once");
+            assert!(w.blocking().is_empty(), "{:?}", w.blocking());
+            gro(&h2, "fpv1", false);
+            assert!(w.refresh(false, || ports.clone()));
+            assert_eq!(w.blocking().len(), 1);
+
+            // A peer whose namespace lost its name: XDP visible, GRO not.
+            // And a peer in the daemon's own namespace.
+            let two = vec![
+                ("fpv0".to_string(), idx("fpv0")),
+                ("fpv2".to_string(), idx("fpv2")),
+                ("fpv4".to_string(), idx("fpv4")),
+            ];
+            let keep = File::open(format!("{NETNS_DIR}/{u2}")).unwrap();
+            gro(&u2, "fpv3", true);
+            ip(&["netns", "del", &u2]);
+            assert!(w.refresh(false, || two.clone()), "a port added");
+            let b = w.blocking().iter().find(|b| b.dev == "fpv2").expect("fpv2 held");
+            assert!(b.why.contains("without a name"), "{}", b.why);
+            let b = w.blocking().iter().find(|b| b.dev == "fpv4").expect("fpv4 held");
+            assert!(b.why.contains("its peer fpv5 has neither"), "{}", b.why);
+            gro(&r2, "fpv5", true);
+            assert!(w.refresh(false, || two.clone()), "an event in the daemon's own namespace");
+            assert!(!w.blocking().iter().any(|b| b.dev == "fpv4"), "{:?}", w.blocking());
+            assert_eq!(w.spaces.keys().collect::<Vec<_>>(), vec![&h2], "sockets only where a peer is checked");
+            drop(keep);
+        })
+        .join()
+        .unwrap();
     }
 }
