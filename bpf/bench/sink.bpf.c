@@ -5,6 +5,8 @@
  * stack, so the sink still answers the router like a host would if the
  * router ever has to resolve it. Being an XDP program on that veth is also
  * what makes the router's veth accept XDP-redirected frames towards it.
+ * With expect_saddr set it also counts frames from any other IPv4 source:
+ * a bench whose router translates addresses (source NAT) checks that it did.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -17,6 +19,9 @@ struct sink_count {
 	__u64 bytes;
 };
 
+/* The IPv4 source every frame should carry (network order); 0: any. */
+const volatile __u32 expect_saddr = 0;
+
 /* Frames seen by the sink, per CPU (the bench sums and zeroes them). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -25,17 +30,32 @@ struct {
 	__type(value, struct sink_count);
 } sink_stats SEC(".maps");
 
+/* Frames from another source than expect_saddr, per CPU; never zeroed. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} sink_strays SEC(".maps");
+
 SEC("xdp")
 int fp_bench_sink(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
+	struct iphdr *ip = (void *)(eth + 1);
 	struct sink_count *c;
+	__u64 *strays;
 	__u32 zero = 0;
 
 	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
 		return XDP_PASS;
+	if (expect_saddr && ((void *)(ip + 1) > data_end || ip->saddr != expect_saddr)) {
+		strays = bpf_map_lookup_elem(&sink_strays, &zero);
+		if (strays)
+			(*strays)++;
+	}
 	c = bpf_map_lookup_elem(&sink_stats, &zero);
 	if (c) {
 		c->packets++;

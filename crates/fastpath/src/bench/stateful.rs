@@ -283,7 +283,11 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
     // dropping) at s0 throughout.
     let (mut cells, fp_verdicts) = {
         let mut sink_obj = MaybeUninit::uninit();
-        let sink = Sink::attach(&mut sink_obj, &topo)?;
+        // Every frame must come from the generator, or with --snat from
+        // the translated address: a router that forwarded without
+        // translating would otherwise be measured as if it had.
+        let source = if a.snat { ctlab::SNAT_TO.parse().context("SNAT_TO")? } else { std::net::Ipv4Addr::from(topo::IP_G0) };
+        let sink = Sink::attach_expecting(&mut sink_obj, &topo, Some(source))?;
         let bench = Bench { plan: &plan, topo: &topo, sink: &sink, stop, g0: topo.ifindex(&topo.gen, topo::G0)?, dsts: None };
         let mut ctx = PacketCtx {
             exe,
@@ -410,6 +414,28 @@ fn packet_side(
     let (good, _) = ctlab::flow_entries(topo, c.args.ct_mark)?;
     let seen = c.setup.before_mode.entry(mode.name()).or_insert(good.len());
     *seen = (*seen).min(good.len());
+    let strays = bench.sink.strays()?;
+    let verdicts = measure_mode(bench, mode, f, c)?;
+    // raw redirects without any lookup, so it never translates.
+    let n = bench.sink.strays()? - strays;
+    if n > 0 && !(c.args.snat && mode == Mode::Raw) {
+        bail!(
+            "{}: {n} frames reached the sink from another source than {}{}",
+            mode.name(),
+            if c.args.snat { ctlab::SNAT_TO.to_string() } else { std::net::Ipv4Addr::from(topo::IP_G0).to_string() },
+            if c.args.snat { ": forwarded without the source NAT" } else { "" }
+        );
+    }
+    Ok(verdicts)
+}
+
+fn measure_mode(
+    bench: &Bench<'_>,
+    mode: Mode,
+    f: &mut dyn FnMut(Option<&FpStats>) -> Result<()>,
+    c: &mut PacketCtx<'_>,
+) -> Result<Option<Verdicts>> {
+    let topo = bench.topo;
     let mut obj = MaybeUninit::uninit();
     match mode {
         Mode::KernelCt => f(None).map(|()| None),

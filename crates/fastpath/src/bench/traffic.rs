@@ -385,7 +385,21 @@ pub struct Sink<'obj> {
 
 impl<'obj> Sink<'obj> {
     pub fn attach(storage: &'obj mut MaybeUninit<OpenObject>, topo: &topo::Topology) -> Result<Self> {
-        let open = SinkSkelBuilder::default().open(storage).context("opening sink.bpf.o")?;
+        Self::attach_expecting(storage, topo, None)
+    }
+
+    /// As `attach`; with `source`, frames from any other IPv4 source are
+    /// counted apart (`strays`).
+    pub fn attach_expecting(
+        storage: &'obj mut MaybeUninit<OpenObject>,
+        topo: &topo::Topology,
+        source: Option<std::net::Ipv4Addr>,
+    ) -> Result<Self> {
+        let mut open = SinkSkelBuilder::default().open(storage).context("opening sink.bpf.o")?;
+        if let Some(src) = source {
+            open.maps.rodata_data.as_deref_mut().context("sink.bpf.o has no .rodata")?.expect_saddr =
+                u32::from_ne_bytes(src.octets());
+        }
         let skel = open.load().context("loading sink.bpf.o")?;
         let ifindex = topo.ifindex(&topo.sink, topo::S0)?;
         let link = topo::in_netns(&topo.sink, || skel.progs.fp_bench_sink.attach_xdp(ifindex as i32))?
@@ -408,6 +422,18 @@ impl<'obj> Sink<'obj> {
             total.1 += read_u64(&v, 8);
         }
         Ok(total)
+    }
+
+    /// Frames from another source than the expected one, since the attach.
+    pub fn strays(&self) -> Result<u64> {
+        let vals = self
+            .skel
+            .maps
+            .sink_strays
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .context("reading sink_strays")?
+            .context("sink_strays has no slot 0")?;
+        Ok(vals.iter().map(|v| read_u64(v, 0)).sum())
     }
 
     pub fn zero(&self) -> Result<()> {
@@ -607,6 +633,34 @@ mod tests {
         let pkts: u64 = per_cpu.iter().map(|v| read_u64(v, 0)).sum();
         let bytes: u64 = per_cpu.iter().map(|v| read_u64(v, 8)).sum();
         assert_eq!((pkts, bytes), (2, 2 * ipv4.len() as u64));
+    }
+
+    #[test]
+    fn sink_counts_frames_from_another_source_apart() {
+        if !root("sink_counts_frames_from_another_source_apart") {
+            return;
+        }
+        let mut obj = MaybeUninit::uninit();
+        let mut open = SinkSkelBuilder::default().open(&mut obj).unwrap();
+        open.maps.rodata_data.as_deref_mut().unwrap().expect_saddr = u32::from_ne_bytes([198, 51, 100, 1]);
+        let skel = open.load().unwrap();
+        let untranslated = frame(64).unwrap();
+        let mut translated = untranslated.clone();
+        translated[26..30].copy_from_slice(&[198, 51, 100, 1]);
+        for pkt in [&translated, &untranslated, &translated] {
+            let input = ProgramInput { data_in: Some(pkt), ..Default::default() };
+            assert_eq!(skel.progs.fp_bench_sink.test_run(input).unwrap().return_value, XDP_DROP);
+        }
+        let strays: u64 = skel
+            .maps
+            .sink_strays
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .unwrap()
+            .unwrap()
+            .iter()
+            .map(|v| read_u64(v, 0))
+            .sum();
+        assert_eq!(strays, 1, "the one frame from the generator's own address");
     }
 
     #[test]
