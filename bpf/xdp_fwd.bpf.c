@@ -916,9 +916,10 @@ int fp_xdp_fwd_hw(struct xdp_md *ctx)
  * device-bound), with the general path inlined: no BPF call and return per
  * packet (with the watchdog's memo stores, the call was the 4-5 % the
  * stateful packet rate lost when the express path came). A stateful
- * instance's express path is inlined in front of it: as a function of its
- * own its frame, the general path's and fp_nat_rewrite()'s would exceed
- * the 512-byte stack together, inlined the frame stays the general path's.
+ * instance's express paths (IPv4, then IPv6) are inlined in front of it: as
+ * functions of their own their frames, the general path's and
+ * fp_nat_rewrite()'s would exceed the 512-byte stack together, inlined the
+ * frame stays the general path's.
  * AF_XDP instances never take the express path.
  */
 SEC("xdp.frags")
@@ -930,6 +931,8 @@ int fp_xdp_fwd_full(struct xdp_md *ctx)
 	fp_take_meta_hint(&p);
 	if (fp_cfg.stateful) {
 		r = fp_express(ctx, &fp_cfg, &fp_rt, p.hash, p.hash_src);
+		if (r == FP_XP_DECLINED && fp_frame_is_ip6(ctx))
+			r = fp_express6(ctx, &fp_cfg, &fp_rt, p.hash, p.hash_src);
 		if (r != FP_XP_DECLINED)
 			return r == FP_R_FORWARDED ? XDP_REDIRECT : XDP_PASS;
 	}
@@ -945,6 +948,8 @@ int fp_xdp_fwd_full_hw(struct xdp_md *ctx)
 	fp_take_nic_hints(&p);
 	if (fp_cfg.stateful && !p.vlan_stripped) {
 		r = fp_express(ctx, &fp_cfg, &fp_rt, p.hash, p.hash_src);
+		if (r == FP_XP_DECLINED && fp_frame_is_ip6(ctx))
+			r = fp_express6(ctx, &fp_cfg, &fp_rt, p.hash, p.hash_src);
 		if (r != FP_XP_DECLINED)
 			return r == FP_R_FORWARDED ? XDP_REDIRECT : XDP_PASS;
 	}

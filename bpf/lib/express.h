@@ -2,8 +2,8 @@
 /*
  * express.h — the common case on its own: an IPv4 TCP/UDP packet of a flow
  * the cache holds, in a stateless instance or, in stateful mode, of a flow
- * whose conntrack verdict the cache holds too; and an IPv6 TCP/UDP packet
- * of a cached flow in a stateless instance (fp_express6, at the end).
+ * whose conntrack verdict the cache holds too; and the same for an IPv6
+ * TCP/UDP packet (fp_express6, at the end).
  *
  * It takes the decision the general path (xdp_fwd.bpf.c) takes for such a
  * packet, with every check the general path makes on the way: ingress
@@ -52,28 +52,29 @@ _Static_assert(__builtin_offsetof(struct iphdr, daddr) == __builtin_offsetof(str
 	       "saddr and daddr are one word, as in struct fp_flow_key4");
 
 /*
- * Stateful mode: fp_ct_pass() would let this hit of way @f through on its
- * cached verdict (the caller finds a NATed flow's translation). The L4
- * header must be whole in the frame and in the datagram (fp_ct_l4_reason())
- * and carry no flag conntrack must see; the verdict must be current as
- * fp_ct_gate() judges it.
+ * Stateful mode: fp_ct_pass() would let this hit through on its cached
+ * verdict @h (the caller finds a NATed flow's translation). The L4 header
+ * (@proto, as the way's key has it: the packet's, since the key matched; at
+ * the constant @l4_off, @l4_len bytes in the datagram) must be whole in the
+ * frame and in the datagram (fp_ct_l4_reason()) and carry no flag
+ * conntrack must see; the verdict must be current as fp_ct_gate() judges it.
  */
 static __always_inline bool fp_express_ct_ok(struct xdp_md *ctx, const struct fp_runtime *rt,
-					     const struct fp_watch *w, const struct fp_flow_way4 *f, __u32 tot_len)
+					     const struct fp_watch *w, const struct fp_ct_hot *h, __u8 proto,
+					     __u32 l4_off, __u32 l4_len)
 {
-	__u8 *l4 = (void *)(long)ctx->data + FP_ETH_HLEN + FP_IP4_HLEN;
-	__u32 state = f->ct.state, t = state >> FP_CTH_FLAG_BITS, limit;
+	__u8 *l4 = (void *)(long)ctx->data + l4_off;
+	__u32 state = h->state, t = state >> FP_CTH_FLAG_BITS, limit;
 
-	/* The protocol as the way's key has it (the packet's: the key matched). */
-	if (f->key.proto == IPPROTO_TCP) {
-		if (tot_len < FP_IP4_HLEN + 20 || (void *)(l4 + 20) > (void *)(long)ctx->data_end ||
+	if (proto == IPPROTO_TCP) {
+		if (l4_len < 20 || (void *)(l4 + 20) > (void *)(long)ctx->data_end ||
 		    (l4[13] & (FP_TCP_FIN | FP_TCP_SYN | FP_TCP_RST)))
 			return false;
-	} else if (tot_len < FP_IP4_HLEN + 8 || (void *)(l4 + 8) > (void *)(long)ctx->data_end) {
+	} else if (l4_len < 8 || (void *)(l4 + 8) > (void *)(long)ctx->data_end) {
 		return false;
 	}
 	/* A verdict dropped (t 0) or held for a FIN or RST. */
-	if (!t || (state & FP_CTH_CLOSING) || f->ct.ct_generation != rt->ct_generation)
+	if (!t || (state & FP_CTH_CLOSING) || h->ct_generation != rt->ct_generation)
 		return false;
 	/* The coarse clock as fp_coarse_ns() read it in this jiffy (the
 	 * caller found kept_jiffies current); not read here, a helper call
@@ -177,7 +178,8 @@ static __always_inline __u32 fp_express(struct xdp_md *ctx, const volatile struc
 	if (f->generation != (__u32)rt->generation || f->used != clock || tot_len > f->mtu)
 		return FP_XP_DECLINED;
 	if (cfg->stateful) {
-		if (!fp_express_ct_ok(ctx, rt, &st->watch, f, tot_len))
+		if (!fp_express_ct_ok(ctx, rt, &st->watch, &f->ct, f->key.proto, FP_ETH_HLEN + FP_IP4_HLEN,
+				      tot_len - FP_IP4_HLEN))
 			return FP_XP_DECLINED;
 		/* NAT: the translation is in the way's fp_ct_flows line, as
 		 * fp_ct_gate() finds it. */
@@ -217,13 +219,14 @@ static __always_inline __u32 fp_express(struct xdp_md *ctx, const volatile struc
 }
 
 /*
- * The same for an IPv6 TCP/UDP packet in a stateless instance: the checks
- * fp_fwd_ip6() makes in front of the cache and on a hit (version, a
- * datagram the frame holds, no extension header, hop limit, MTU), the
- * cache hit with its key built as the general path builds it. A function
- * of its own, called only for IPv6 frames: its frame (the key on the
- * stack) stays out of the IPv4 path's. Stateful instances leave IPv6 to
- * the general path (their verdict is in another line, fp_ct_flows).
+ * The same for an IPv6 TCP/UDP packet: the checks fp_fwd_ip6() makes in
+ * front of the cache and on a hit (version, a datagram the frame holds, no
+ * extension header, hop limit, MTU), the cache hit with its key built as
+ * the general path builds it; in stateful mode the cached verdict, which
+ * for IPv6 is in the way's fp_ct_flows line with its NAT. Called only for
+ * IPv6 frames, after the IPv4 path declined: in a stateless instance as a
+ * function of its own, so that its frame (the key on the stack) stays out
+ * of the IPv4 path's; a stateful instance inlines it as it does the rest.
  */
 static __always_inline __u32 fp_express6(struct xdp_md *ctx, const volatile struct fp_config *cfg,
 					 const struct fp_runtime *rt, __u32 hash, __u32 hash_src)
@@ -235,12 +238,15 @@ static __always_inline __u32 fp_express6(struct xdp_md *ctx, const volatile stru
 	struct fp_flow_key k __attribute__((aligned(8))) = {};
 	__u32 slot = cfg->ingress_slot, idx, len, ip_len, clock, r;
 	const struct fp_flow_way *f;
+	const struct fp_nat *nat = NULL;
+	struct fp_ct_way *cw = NULL;
 	struct fp_flow_set *s;
+	struct fp_ct_set *c;
 	struct fp_stats *st;
 	__u16 *ports;
 	int way;
 
-	if (cfg->stateful || cfg->afxdp || !cfg->flow_sets || !rt->flow_timeout)
+	if (cfg->afxdp || !cfg->flow_sets || !rt->flow_timeout)
 		return FP_XP_DECLINED;
 	/* Ethernet, the IPv6 header and the ports. */
 	ports = (void *)(ip6 + 1);
@@ -278,22 +284,37 @@ static __always_inline __u32 fp_express6(struct xdp_md *ctx, const volatile stru
 		return FP_XP_DECLINED;
 	way &= FP_FLOW_WAYS - 1;
 	f = &s->way[way];
-	if (s->generation[way] != (__u32)rt->generation || s->used[way] != clock || ip_len > f->mtu ||
-	    (st->guard.since && (__s32)(s->used[way] - st->guard.since) <= 0))
+	if (s->generation[way] != (__u32)rt->generation || s->used[way] != clock || ip_len > f->mtu)
 		return FP_XP_DECLINED;
+	if (cfg->stateful) {
+		c = bpf_map_lookup_elem(&fp_ct_flows, &idx);
+		if (!c)
+			return FP_XP_DECLINED;
+		cw = &c->way[way];
+		if (!fp_express_ct_ok(ctx, rt, &st->watch, &cw->hot, k.proto, FP_ETH_HLEN + FP_IP6_HLEN,
+				      ip_len - FP_IP6_HLEN))
+			return FP_XP_DECLINED;
+		if (cw->hot.state & FP_CTH_NAT)
+			nat = &cw->nat;
+	} else if (st->guard.since && (__s32)(s->used[way] - st->guard.since) <= 0) {
+		return FP_XP_DECLINED;
+	}
 
 	/* A hit, counted as fp_flow_lookup() counts one. */
 	if (hash_src < FP_HS__COUNT)
 		st->hash_src[hash_src]++;
-	st->guard.left--;
+	if (!cfg->stateful)
+		st->guard.left--;
 	st->flow[FP_FC_HIT]++;
 	r = fp_tx_commit(ctx, f->slot, &len, FP_ETH_HLEN + ip_len);
 	if (r == FP_R_FORWARDED) {
 		s->packets[way]++;
+		if (cw)
+			cw->hot.bytes += ip_len;
 		/* The trim invalidated every packet pointer. */
 		eth = (void *)(long)ctx->data;
 		ip6 = (void *)(eth + 1);
-		if ((void *)(ip6 + 1) > (void *)(long)ctx->data_end) {
+		if ((void *)(ip6 + 1) > (void *)(long)ctx->data_end || (nat && !fp_nat_rewrite(ctx, nat))) {
 			r = FP_R_REDIRECT_FAILED;
 		} else {
 			fp_tx_rewrite_eth(eth, f->dmac, f->smac);

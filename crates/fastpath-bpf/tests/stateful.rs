@@ -55,6 +55,8 @@ const UDP_EST: &str = "-p udp -s 192.0.2.10 -d 203.0.113.20 --sport 1000 --dport
                        --status ASSURED,SEEN_REPLY --mark 1";
 const TCP6_EST: &str = "-p tcp -s 2001:db8:a::10 -d 2001:db8:2::20 --sport 1000 --dport 80 --state ESTABLISHED \
                         --timeout 100 --status ASSURED,SEEN_REPLY --mark 1";
+const UDP6_EST: &str = "-p udp -s 2001:db8:a::10 -d 2001:db8:2::20 --sport 1000 --dport 53 --timeout 100 \
+                        --status ASSURED,SEEN_REPLY --mark 1";
 const TCP_FILTER: &str = "-p tcp -s 192.0.2.10 -d 203.0.113.20 --sport 1000 --dport 80";
 const UDP_FILTER: &str = "-p udp -s 192.0.2.10 -d 203.0.113.20 --sport 1000 --dport 53";
 
@@ -97,6 +99,17 @@ fn t6(flags: u8) -> Ip6 {
     p.nexthdr = TCP;
     p.payload = tcp(1000, 80, flags);
     p
+}
+
+fn u6() -> Ip6 {
+    let mut p = Ip6::new(v6("2001:db8:a::10"), v6("2001:db8:2::20"));
+    p.nexthdr = UDP;
+    p.payload = udp_ports(1000, 53);
+    p
+}
+
+fn f6(p: &Ip6) -> Vec<u8> {
+    p.frame(MAC_A, MAC_CLIENT)
 }
 
 fn f4(p: &Ip4) -> Vec<u8> {
@@ -598,6 +611,66 @@ fn a_cached_verdict_still_gets_every_check() {
     }
 }
 
+/// The same for IPv6 flows, whose verdict is in the way's fp_ct_flows
+/// line: every check, and a FIN's hold until the next bump.
+#[test]
+fn a_cached_ipv6_verdict_still_gets_every_check() {
+    let Some((mut lab, mut w)) = shared_lab("a_cached_ipv6_verdict_still_gets_every_check") else { return };
+    w.rt.flow_timeout = 30;
+    w.rt.ct_revalidate_ms = 600_000;
+    w.conntrack = vec![TCP6_EST.into(), UDP6_EST.into()];
+    let l = lab.program(&w).expect("load");
+    let hit = |p: &Ip6| {
+        let before = hits(&l);
+        forwards(&l, &w, &f6(p), &out6(p));
+        assert_eq!(hits(&l), before + 1, "the flow no longer hits");
+    };
+    let data = t6(ACK);
+    let udp = u6();
+    forwards(&l, &w, &f6(&data), &out6(&data));
+    forwards(&l, &w, &f6(&udp), &out6(&udp));
+    hit(&data);
+    hit(&udp);
+
+    let mut bare_tcp = t6(ACK);
+    bare_tcp.payload.truncate(20);
+    let mut bare_udp = u6();
+    bare_udp.payload.truncate(8);
+    bare_udp.payload[4..6].copy_from_slice(&8u16.to_be_bytes());
+    hit(&bare_tcp);
+    hit(&bare_udp);
+
+    let mut short_tcp = t6(ACK);
+    short_tcp.payload.truncate(19);
+    let mut short_udp = u6();
+    short_udp.payload.truncate(7);
+    let mut hop1 = t6(ACK);
+    hop1.hop = 1;
+    let variants: Vec<(&str, Vec<u8>, fp_reason, &Ip6)> = vec![
+        ("tcp header cut short", f6(&short_tcp), FP_R_CT_UNSUPPORTED, &data),
+        ("udp header cut short", f6(&short_udp), FP_R_CT_UNSUPPORTED, &udp),
+        ("hop limit 1", f6(&hop1), FP_R_TTL_EXCEEDED, &data),
+        ("another host's MAC", data.frame(MAC_B, MAC_CLIENT), FP_R_L2_OTHER_HOST, &data),
+        ("SYN", f6(&t6(SYN)), FP_R_CT_TCP_FLAGS, &data),
+    ];
+    for (name, pkt, reason, flow) in &variants {
+        punts_case(&l, &w, name, pkt, *reason);
+        hit(flow);
+        hit(flow);
+    }
+
+    // A FIN holds the verdict: the segments behind it go to the kernel
+    // until the next generation bump.
+    punts(&l, &w, &f6(&t6(FIN | ACK)), FP_R_CT_TCP_FLAGS);
+    punts(&l, &w, &f6(&data), FP_R_CT_NOT_ESTABLISHED);
+    w.rt.ct_generation += 1;
+    set_rt(&l, &w);
+    forwards(&l, &w, &f6(&data), &out6(&data));
+    let before = hits(&l);
+    forwards(&l, &w, &f6(&data), &out6(&data));
+    assert_eq!(hits(&l), before + 1, "the flow hits again after the bump");
+}
+
 /// A (re)validation sets the entry's timeout to what the kernel's own
 /// refresh would (TCP established; UDP stream for an assured, older entry);
 /// cached hits in between leave it alone.
@@ -637,14 +710,19 @@ fn validation_refreshes_the_conntrack_timeout() {
 fn per_flow_packets_and_bytes() {
     let Some((_lab, mut w)) = lab("per_flow_packets_and_bytes") else { return };
     w.rt.flow_timeout = 30;
-    w.conntrack = vec![TCP_EST.into(), UDP_EST.into()];
+    w.conntrack = vec![TCP_EST.into(), UDP_EST.into(), TCP6_EST.into(), UDP6_EST.into()];
     let l = Loaded::new(&w).expect("load");
     let p = t4(ACK);
     let u = u4();
+    let (p6, u6) = (t6(ACK), u6());
     for _ in 0..3 {
         forwards(&l, &w, &f4(&p), &out4(&p));
+        forwards(&l, &w, &f6(&p6), &out6(&p6));
     }
     forwards(&l, &w, &f4(&u), &out4(&u));
+    for _ in 0..2 {
+        forwards(&l, &w, &f6(&u6), &out6(&u6));
+    }
     // Punted packets are the kernel's to count.
     punts(&l, &w, &f4(&t4(FIN)), FP_R_CT_TCP_FLAGS);
 
@@ -666,7 +744,11 @@ fn per_flow_packets_and_bytes() {
     got.sort();
     let tcp_len = p.bytes().len() as u64;
     let udp_len = u.bytes().len() as u64;
-    assert_eq!(got, vec![(TCP, 3, 3 * tcp_len), (UDP, 1, udp_len)]);
+    let (tcp6_len, udp6_len) = (p6.bytes().len() as u64, u6.bytes().len() as u64);
+    assert_eq!(
+        got,
+        vec![(TCP, 3, 3 * tcp_len), (TCP, 3, 3 * tcp6_len), (UDP, 1, udp_len), (UDP, 2, 2 * udp6_len)]
+    );
 }
 
 /// The reasons of stateful mode; prog_run.rs's completeness check leaves them here.
