@@ -17,9 +17,11 @@
 //! and a GRO change sends one (a FEATURE CHANGE RTM_NEWLINK), so a peer
 //! losing GRO is seen within a round of the daemon's loop, not a period.
 //! An XDP program taken off a peer sends no event: the period (1 s) finds
-//! that. A peer in a namespace without a name is read from here
-//! (IFLA_TARGET_NETNSID), which shows its XDP program but not its GRO: it
-//! passes with a native program, else it stays marked.
+//! that. A peer in a namespace without a name (a Docker or LXC container's)
+//! is read from here (IFLA_TARGET_NETNSID), which shows its XDP program;
+//! for its GRO the namespace is entered through a process in it
+//! (/proc/PID/ns/net), with a socket made for that one question: it gets no
+//! events, the period finds its changes.
 //!
 //! A socket holds its namespace alive, so a namespace's sockets are closed
 //! as soon as its name is gone or it holds no managed veth's peer any
@@ -30,6 +32,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
 use netlink_sys::protocols::NETLINK_ROUTE;
@@ -64,57 +67,93 @@ struct Space {
 impl Space {
     /// In the calling thread's namespace.
     fn here(id: (u64, u64)) -> Result<Space> {
-        // SAFETY: plain socket(2); the result is checked before use.
-        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error()).context("opening a socket for ethtool");
-        }
-        // SAFETY: fd is a new descriptor nothing else owns.
-        let ethtool = unsafe { OwnedFd::from_raw_fd(fd) };
         let events = Events::open(NETLINK_ROUTE, RTNLGRP_LINK, "veth peer link").context("following link events")?;
-        Ok(Space { id, rt: links::socket()?, events, ethtool })
+        Ok(Space { id, rt: links::socket()?, events, ethtool: ethtool_socket()? })
     }
 
-    /// In the namespace named `name` (/run/netns), entered by a thread of
-    /// its own so that the daemon's threads stay where they are.
+    /// In the namespace named `name` (/run/netns).
     fn open(name: &str, id: (u64, u64)) -> Result<Space> {
         let file = File::open(format!("{NETNS_DIR}/{name}")).with_context(|| format!("opening namespace {name}"))?;
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
-                    .with_context(|| format!("entering namespace {name}"))?;
-                Space::here(id)
-            })
-            .join()
-            .map_err(|_| anyhow!("namespace {name}: thread panicked"))?
-        })
+        inside(&file, &format!("namespace {name}"), || Space::here(id))
     }
 
-    /// Whether `dev` has GRO on (ETHTOOL_GGRO, as `ethtool -k` reads it).
+    /// Whether `dev` has GRO on.
     fn gro(&self, dev: &str) -> Result<bool> {
-        #[repr(C)]
-        struct Value {
-            cmd: u32,
-            data: u32,
-        }
-        #[repr(C)]
-        struct IfReq {
-            name: [u8; libc::IFNAMSIZ],
-            data: *mut Value,
-            _rest: [u8; 16],
-        }
-        if dev.len() >= libc::IFNAMSIZ {
-            bail!("device name {dev} too long");
-        }
-        let mut v = Value { cmd: ETHTOOL_GGRO, data: 0 };
-        let mut req = IfReq { name: [0; libc::IFNAMSIZ], data: &mut v, _rest: [0; 16] };
-        req.name[..dev.len()].copy_from_slice(dev.as_bytes());
-        // SAFETY: req is a valid struct ifreq whose data points at v, both live across the call.
-        if unsafe { libc::ioctl(self.ethtool.as_raw_fd(), libc::SIOCETHTOOL as _, &mut req) } < 0 {
-            return Err(std::io::Error::last_os_error()).with_context(|| format!("reading {dev}'s GRO (ETHTOOL_GGRO)"));
-        }
-        Ok(v.data != 0)
+        gro(&self.ethtool, dev)
     }
+}
+
+/// A socket for the ethtool ioctl, which acts in the namespace it was made in.
+fn ethtool_socket() -> Result<OwnedFd> {
+    // SAFETY: plain socket(2); the result is checked before use.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error()).context("opening a socket for ethtool");
+    }
+    // SAFETY: fd is a new descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Runs `f` in a thread of its own inside the namespace open as `ns`, so
+/// that the daemon's threads stay where they are.
+fn inside<T: Send>(ns: &File, what: &str, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).with_context(|| format!("entering {what}"))?;
+            f()
+        })
+        .join()
+        .map_err(|_| anyhow!("{what}: thread panicked"))?
+    })
+}
+
+/// Whether `dev` in the namespace of socket `sock` has GRO on
+/// (ETHTOOL_GGRO, as `ethtool -k` reads it).
+fn gro(sock: &OwnedFd, dev: &str) -> Result<bool> {
+    #[repr(C)]
+    struct Value {
+        cmd: u32,
+        data: u32,
+    }
+    #[repr(C)]
+    struct IfReq {
+        name: [u8; libc::IFNAMSIZ],
+        data: *mut Value,
+        _rest: [u8; 16],
+    }
+    if dev.len() >= libc::IFNAMSIZ {
+        bail!("device name {dev} too long");
+    }
+    let mut v = Value { cmd: ETHTOOL_GGRO, data: 0 };
+    let mut req = IfReq { name: [0; libc::IFNAMSIZ], data: &mut v, _rest: [0; 16] };
+    req.name[..dev.len()].copy_from_slice(dev.as_bytes());
+    // SAFETY: req is a valid struct ifreq whose data points at v, both live across the call.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCETHTOOL as _, &mut req) } < 0 {
+        return Err(std::io::Error::last_os_error()).with_context(|| format!("reading {dev}'s GRO (ETHTOOL_GGRO)"));
+    }
+    Ok(v.data != 0)
+}
+
+/// For each namespace without a name that a process is in, by the id ours
+/// gives it: that process's /proc/PID/ns/net.
+fn by_process(own: &Socket) -> HashMap<i32, PathBuf> {
+    let mut out = HashMap::new();
+    let mut seen = HashSet::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return out };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let path = PathBuf::from(format!("/proc/{pid}/ns/net"));
+        // Processes come and go while we look: whatever fails is skipped.
+        let Ok(md) = std::fs::metadata(&path) else { continue };
+        if !seen.insert((md.dev(), md.ino())) {
+            continue;
+        }
+        let Ok(file) = File::open(&path) else { continue };
+        if let Ok(Some(nsid)) = links::nsid_of(own, file.as_fd()) {
+            out.insert(nsid, path);
+        }
+    }
+    out
 }
 
 /// The current blocks, probed again every period, as soon as the managed
@@ -185,10 +224,10 @@ impl Watcher {
             self.own = Space::here((0, 0)).map_err(|e| log::warn!("veth peer check: {e:#}")).ok();
         }
         let named = if veths.iter().any(|v| v.link_netnsid.is_some()) { self.named() } else { HashMap::new() };
-        let mut used = HashSet::new();
+        let (mut used, mut unnamed) = (HashSet::new(), None);
         let blocks = veths
             .into_iter()
-            .filter_map(|v| match self.peer_problem(v, &named, &mut used) {
+            .filter_map(|v| match self.peer_problem(v, &named, &mut used, &mut unnamed) {
                 Ok(None) => None,
                 Ok(Some(why)) => Some(block(v.ifindex, &v.name, why)),
                 Err(e) => Some(block(v.ifindex, &v.name, format!("cannot check its peer: {e:#}"))),
@@ -225,13 +264,49 @@ impl Watcher {
         Ok(&self.spaces[name])
     }
 
+    /// As `peer_problem`, for peer `index` in the namespace without a name
+    /// that ours calls `nsid`.
+    fn unnamed_peer_problem(
+        &self,
+        index: u32,
+        nsid: i32,
+        unnamed: &mut Option<HashMap<i32, PathBuf>>,
+    ) -> Result<Option<String>> {
+        let own = self.own.as_ref().ok_or_else(|| anyhow!("no socket in this namespace"))?;
+        let Some(peer) = links::get_on(&own.rt, index, Some(nsid))? else {
+            return Ok(Some("its peer was not found".into()));
+        };
+        if peer.xdp_native {
+            return Ok(None);
+        }
+        let Some(path) = unnamed.get_or_insert_with(|| by_process(&own.rt)).get(&nsid) else {
+            return Ok(Some(format!(
+                "its peer {} is in a namespace without a name or process (nsid {nsid}): its GRO cannot be \
+                 checked (name the namespace with `ip netns attach`, or give the peer an XDP program)",
+                peer.name
+            )));
+        };
+        let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let what = format!("the namespace of {}", path.display());
+        if inside(&file, &what, || gro(&ethtool_socket()?, &peer.name))? {
+            return Ok(None);
+        }
+        Ok(Some(format!(
+            "its peer {} in {what} (nsid {nsid}, no name) has neither an XDP program nor GRO, so the kernel \
+             would drop redirected frames (`ethtool -K {} gro on` there makes it fast)",
+            peer.name, peer.name
+        )))
+    }
+
     /// Why the peer of `veth` cannot take XDP frames; None when it can.
-    /// `used`: the namespaces whose sockets this check needed.
+    /// `used`: the namespaces whose sockets this check needed; `unnamed`:
+    /// the namespaces without a name, looked for once per probe.
     fn peer_problem(
         &mut self,
         veth: &LinkFacts,
         named: &HashMap<i32, (String, (u64, u64))>,
         used: &mut HashSet<String>,
+        unnamed: &mut Option<HashMap<i32, PathBuf>>,
     ) -> Result<Option<String>> {
         let Some(index) = veth.link else {
             return Ok(Some("its peer was not found".into()));
@@ -243,16 +318,7 @@ impl Watcher {
                     used.insert(name.clone());
                     (self.space(name, *id)?, format!(" in namespace {name}"))
                 }
-                None => {
-                    let own = self.own.as_ref().ok_or_else(|| anyhow!("no socket in this namespace"))?;
-                    if links::get_on(&own.rt, index, Some(nsid))?.is_some_and(|p| p.xdp_native) {
-                        return Ok(None);
-                    }
-                    return Ok(Some(format!(
-                        "its peer is in a namespace without a name (nsid {nsid}): its GRO cannot be checked \
-                         (name the namespace with `ip netns attach`, or give the peer an XDP program)"
-                    )));
-                }
+                None => return self.unnamed_peer_problem(index, nsid, unnamed),
             },
         };
         let Some(peer) = links::get_on(&space.rt, index, None)? else {
@@ -322,18 +388,30 @@ mod tests {
             return;
         }
         let tag = format!("fpvp{}", std::process::id());
-        let (r, h, u) = (format!("{tag}r"), format!("{tag}h"), format!("{tag}u"));
-        let _spaces = Spaces(vec![r.clone(), h.clone(), u.clone()]);
-        for n in [&r, &h, &u] {
+        let (r, h, u, q) = (format!("{tag}r"), format!("{tag}h"), format!("{tag}u"), format!("{tag}q"));
+        let _spaces = Spaces(vec![r.clone(), h.clone(), u.clone(), q.clone()]);
+        for n in [&r, &h, &u, &q] {
             ip(&["netns", "add", n]);
         }
+        ip(&["-n", &r, "link", "add", "fpv6", "type", "veth", "peer", "name", "fpv7", "netns", &q]);
+        // A process keeps q alive once its name is gone, as a container's does.
+        let mut holder = Command::new("ip").args(["netns", "exec", &q, "sleep", "60"]).spawn().expect("sleep in q");
+        struct Reap<'a>(&'a mut std::process::Child);
+        impl Drop for Reap<'_> {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let holder = Reap(&mut holder);
+        let pid = holder.0.id().to_string();
         ip(&["-n", &r, "link", "add", "fpv0", "type", "veth", "peer", "name", "fpv1", "netns", &h]);
         ip(&["-n", &r, "link", "add", "fpv2", "type", "veth", "peer", "name", "fpv3", "netns", &u]);
         ip(&["-n", &r, "link", "add", "fpv4", "type", "veth", "peer", "name", "fpv5"]);
         // A veth's GRO is off until asked for.
         gro(&h, "fpv1", false);
         let file = File::open(format!("{NETNS_DIR}/{r}")).unwrap();
-        let (h2, u2, r2) = (h.clone(), u.clone(), r.clone());
+        let (h2, u2, r2, q2) = (h.clone(), u.clone(), r.clone(), q.clone());
         std::thread::spawn(move || {
             nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
             let dump = links::dump().unwrap();
@@ -372,8 +450,25 @@ mod tests {
             assert!(!w.blocking().iter().any(|b| b.dev == "fpv4"), "{:?}", w.blocking());
             assert_eq!(w.spaces.keys().collect::<Vec<_>>(), vec![&h2], "sockets only where a peer is checked");
             drop(keep);
+
+            // A namespace without a name that a process is in: its GRO is
+            // read through the process (no events from there: a period).
+            let three = vec![("fpv0".to_string(), idx("fpv0")), ("fpv6".to_string(), idx("fpv6"))];
+            let lost = |w: &Watcher| w.blocking().iter().find(|b| b.dev == "fpv6").map(|b| b.why.clone());
+            ip(&["netns", "del", &q2]);
+            assert!(w.refresh(false, || three.clone()), "a port added");
+            let why = lost(&w).expect("fpv6 held while its peer has no GRO");
+            assert!(why.contains("its peer fpv7 in the namespace of /proc/") && why.contains("has neither"), "{why}");
+            let out = Command::new("nsenter")
+                .args(["-t", &pid, "-n", "ethtool", "-K", "fpv7", "gro", "on"])
+                .output()
+                .expect("nsenter");
+            assert!(out.status.success(), "nsenter: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(w.refresh(true, || three.clone()));
+            assert_eq!(lost(&w), None, "{:?}", w.blocking());
         })
         .join()
         .unwrap();
+        drop(holder);
     }
 }
