@@ -139,7 +139,7 @@ pub fn get_on(sock: &Socket, index: u32, nsid: Option<i32>) -> Result<Option<Lin
     let msg = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&data)
         .map_err(|e| anyhow::anyhow!("decoding RTM_GETLINK reply: {e}"))?;
     match msg.payload {
-        NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(m)) => Ok(Some(facts(&m))),
+        NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(m)) if m.header.index == index => Ok(Some(facts(&m))),
         NetlinkPayload::Error(e) if e.raw_code() == -libc::ENODEV => Ok(None),
         NetlinkPayload::Error(e) => bail!("RTM_GETLINK {index}: {e}"),
         _ => bail!("RTM_GETLINK {index}: unexpected reply"),

@@ -224,16 +224,25 @@ impl Watcher {
             self.own = Space::here((0, 0)).map_err(|e| log::warn!("veth peer check: {e:#}")).ok();
         }
         let named = if veths.iter().any(|v| v.link_netnsid.is_some()) { self.named() } else { HashMap::new() };
-        let (mut used, mut unnamed) = (HashSet::new(), None);
+        let (mut used, mut unnamed, mut failed) = (HashSet::new(), None, false);
         let blocks = veths
             .into_iter()
             .filter_map(|v| match self.peer_problem(v, &named, &mut used, &mut unnamed) {
                 Ok(None) => None,
                 Ok(Some(why)) => Some(block(v.ifindex, &v.name, why)),
-                Err(e) => Some(block(v.ifindex, &v.name, format!("cannot check its peer: {e:#}"))),
+                Err(e) => {
+                    failed = true;
+                    Some(block(v.ifindex, &v.name, format!("cannot check its peer: {e:#}")))
+                }
             })
             .collect();
         self.spaces.retain(|name, _| used.contains(name));
+        // A failed exchange may leave a reply behind that the next request
+        // would take for its own: the next probe starts on new sockets.
+        if failed {
+            self.own = None;
+            self.spaces.clear();
+        }
         blocks
     }
 
