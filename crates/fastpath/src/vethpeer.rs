@@ -166,12 +166,20 @@ pub struct Watcher {
     own: Option<Space>,
     /// By namespace name.
     spaces: HashMap<String, Space>,
+    /// The ids our namespace gives the named ones, by their inodes.
+    nsids: HashMap<(u64, u64), i32>,
 }
 
 impl Watcher {
     /// Probes `ports` now, before the first tables are written.
     pub fn new(ports: &[(String, u32)]) -> Self {
-        let mut w = Watcher { current: Vec::new(), ports: ports.to_vec(), own: None, spaces: HashMap::new() };
+        let mut w = Watcher {
+            current: Vec::new(),
+            ports: ports.to_vec(),
+            own: None,
+            spaces: HashMap::new(),
+            nsids: HashMap::new(),
+        };
         w.current = w.probe(ports);
         w
     }
@@ -242,24 +250,33 @@ impl Watcher {
         if failed {
             self.own = None;
             self.spaces.clear();
+            self.nsids.clear();
         }
         blocks
     }
 
     /// The named namespaces by the id ours gives them, with their inodes.
-    fn named(&self) -> HashMap<i32, (String, (u64, u64))> {
+    /// A name's inode is a live namespace (the name keeps it alive), whose
+    /// id does not change: ids are asked once per inode, not every probe.
+    fn named(&mut self) -> HashMap<i32, (String, (u64, u64))> {
         let (Some(own), Ok(dir)) = (&self.own, std::fs::read_dir(NETNS_DIR)) else {
             return HashMap::new();
         };
-        let mut out = HashMap::new();
+        let (mut out, mut ids) = (HashMap::new(), HashMap::new());
         for e in dir.flatten() {
             let Ok(name) = e.file_name().into_string() else { continue };
-            let Ok(file) = File::open(e.path()) else { continue };
-            let Ok(md) = file.metadata() else { continue };
-            if let Ok(Some(nsid)) = links::nsid_of(&own.rt, file.as_fd()) {
-                out.insert(nsid, (name, (md.dev(), md.ino())));
+            let Ok(md) = std::fs::metadata(e.path()) else { continue };
+            let id = (md.dev(), md.ino());
+            let nsid = match self.nsids.get(&id) {
+                Some(n) => Some(*n),
+                None => File::open(e.path()).ok().and_then(|f| links::nsid_of(&own.rt, f.as_fd()).ok().flatten()),
+            };
+            if let Some(nsid) = nsid {
+                ids.insert(id, nsid);
+                out.insert(nsid, (name, id));
             }
         }
+        self.nsids = ids;
         out
     }
 
@@ -356,6 +373,7 @@ mod tests {
             ports: vec![("r0".into(), 4), ("r1".into(), 5)],
             own: None,
             spaces: HashMap::new(),
+            nsids: HashMap::new(),
         };
         let same = [("r0".to_string(), 4), ("r1".to_string(), 5)];
         assert!(!w.due(false, &same));
