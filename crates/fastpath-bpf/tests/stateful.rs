@@ -59,6 +59,7 @@ const UDP6_EST: &str = "-p udp -s 2001:db8:a::10 -d 2001:db8:2::20 --sport 1000 
                         --status ASSURED,SEEN_REPLY --mark 1";
 const TCP_FILTER: &str = "-p tcp -s 192.0.2.10 -d 203.0.113.20 --sport 1000 --dport 80";
 const UDP_FILTER: &str = "-p udp -s 192.0.2.10 -d 203.0.113.20 --sport 1000 --dport 53";
+const UDP6_FILTER: &str = "-p udp -s 2001:db8:a::10 -d 2001:db8:2::20 --sport 1000 --dport 53";
 
 /// A 20-byte TCP header (and a few bytes of data); the program never
 /// checks the L4 checksum.
@@ -484,6 +485,41 @@ fn cached_verdict_rechecked_after_revalidate_interval() {
     forwards(&l, &w, &f4(&p), &out4(&p));
     std::thread::sleep(Duration::from_millis(400));
     punts(&l, &w, &f4(&p), FP_R_CT_NEW);
+}
+
+/// The interval as the express path judges it. The coarse clock moves once
+/// a jiffy, and the first packet of a jiffy takes the general path (the
+/// watchdog's memo), which judges its own flow's verdict against the fresh
+/// clock; a second flow's packet right behind it, in the same jiffy, is
+/// the express path's to judge against the memo. Its verdict, older than
+/// the interval (2 ms), must be looked up again, which finds it deleted.
+#[test]
+fn a_verdict_past_the_interval_is_rechecked_right_behind_another_flow() {
+    let Some((mut lab, mut w)) = shared_lab("a_verdict_past_the_interval_is_rechecked_right_behind_another_flow")
+    else {
+        return;
+    };
+    w.rt.flow_timeout = 30;
+    w.rt.ct_revalidate_ms = 2;
+    w.conntrack = vec![TCP_EST.into(), UDP_EST.into(), TCP6_EST.into(), UDP6_EST.into()];
+    let l = lab.program(&w).expect("load");
+    let (a4, b4, a6, b6) = (t4(ACK), u4(), t6(ACK), u6());
+    let cases: [(&str, Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>, &str, &str); 2] = [
+        ("ipv4", f4(&a4), out4(&a4), f4(&b4), out4(&b4), UDP_FILTER, UDP_EST),
+        ("ipv6", f6(&a6), out6(&a6), f6(&b6), out6(&b6), UDP6_FILTER, UDP6_EST),
+    ];
+    for (name, a, a_out, b, b_out, b_filter, b_entry) in &cases {
+        forwards(&l, &w, a, a_out);
+        forwards(&l, &w, b, b_out);
+        forwards(&l, &w, b, b_out);
+        conntrack::delete(b_filter).expect("conntrack -D");
+        std::thread::sleep(Duration::from_millis(10));
+        forwards(&l, &w, a, a_out);
+        let (verdict, _) = l.run(w.a, b).expect("run");
+        assert_eq!(verdict, XDP_PASS, "{name}: a verdict older than the interval was trusted");
+        punts(&l, &w, b, FP_R_CT_NEW);
+        conntrack::insert(b_entry).expect("conntrack -I");
+    }
 }
 
 /// ct_revalidate_ms 0: every packet is checked, even within one tick of
