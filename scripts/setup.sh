@@ -9,7 +9,6 @@ cd "$root"
 
 pkgs=(
 	clang-19 llvm-19 libclang-19-dev   # BPF compiler; bindgen needs libclang
-	clang-14                           # oldest supported BPF compiler (tests/clang_compat.rs)
 	bpftool libelf-dev zlib1g-dev pkg-config build-essential
 	nftables conntrack ethtool tcpdump iperf3 iproute2 iputils-ping
 	python3-venv

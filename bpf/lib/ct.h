@@ -162,7 +162,7 @@ static __always_inline void fp_ct_want_liberal(const struct nf_conn *ct, const s
 	const struct nf_conntrack_tuple *t = &ct->tuplehash[IP_CT_DIR_ORIGINAL].tuple;
 	struct fp_ct_liberal_seen *seen, first = {};
 	__u32 zero = 0;
-	/* Off the stack: the forward path is close to the 512-byte limit with older clang. */
+	/* Off the stack: the forward path is at the 512-byte limit. */
 	struct fp_flow_key *k = bpf_map_lookup_elem(&fp_ct_liberal_key, &zero);
 	__u64 now = bpf_ktime_get_coarse_ns();
 

@@ -192,7 +192,7 @@ struct {
 
 /*
  * Stateful mode: where fp_ct_want_liberal() builds a request's key, off the
- * stack (the forward path is close to the 512-byte limit with clang-14).
+ * stack (the forward path is at the 512-byte limit).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
