@@ -286,8 +286,7 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         // Every frame must come from the generator, or with --snat from
         // the translated address: a router that forwarded without
         // translating would otherwise be measured as if it had.
-        let source = if a.snat { ctlab::SNAT_TO.parse().context("SNAT_TO")? } else { std::net::Ipv4Addr::from(topo::IP_G0) };
-        let sink = Sink::attach_expecting(&mut sink_obj, &topo, Some(source))?;
+        let sink = Sink::attach_expecting(&mut sink_obj, &topo, Some(sink_source(a.snat)?))?;
         let bench = Bench { plan: &plan, topo: &topo, sink: &sink, stop, g0: topo.ifindex(&topo.gen, topo::G0)?, dsts: None };
         let mut ctx = PacketCtx {
             exe,
@@ -422,11 +421,21 @@ fn packet_side(
         bail!(
             "{}: {n} frames reached the sink from another source than {}{}",
             mode.name(),
-            if c.args.snat { ctlab::SNAT_TO.to_string() } else { std::net::Ipv4Addr::from(topo::IP_G0).to_string() },
+            sink_source(c.args.snat)?,
             if c.args.snat { ": forwarded without the source NAT" } else { "" }
         );
     }
     Ok(verdicts)
+}
+
+/// The source every frame at the sink carries: the generator's, or with
+/// --snat the address the router translates it to.
+fn sink_source(snat: bool) -> Result<std::net::Ipv4Addr> {
+    if snat {
+        ctlab::SNAT_TO.parse().context("SNAT_TO")
+    } else {
+        Ok(std::net::Ipv4Addr::from(topo::IP_G0))
+    }
 }
 
 fn measure_mode(
