@@ -922,6 +922,16 @@ int fp_xdp_fwd_hw(struct xdp_md *ctx)
  * frame stays the general path's.
  * AF_XDP instances never take the express path.
  */
+/* A stateful instance's express paths, IPv4 then IPv6, inlined. */
+static __always_inline __u32 fp_express_stateful(struct xdp_md *ctx, const struct fp_pkt *p)
+{
+	__u32 r = fp_express(ctx, &fp_cfg, &fp_rt, p->hash, p->hash_src);
+
+	if (r == FP_XP_DECLINED && fp_frame_is_ip6(ctx))
+		r = fp_express6(ctx, &fp_cfg, &fp_rt, p->hash, p->hash_src);
+	return r;
+}
+
 SEC("xdp.frags")
 int fp_xdp_fwd_full(struct xdp_md *ctx)
 {
@@ -930,9 +940,7 @@ int fp_xdp_fwd_full(struct xdp_md *ctx)
 
 	fp_take_meta_hint(&p);
 	if (fp_cfg.stateful) {
-		r = fp_express(ctx, &fp_cfg, &fp_rt, p.hash, p.hash_src);
-		if (r == FP_XP_DECLINED && fp_frame_is_ip6(ctx))
-			r = fp_express6(ctx, &fp_cfg, &fp_rt, p.hash, p.hash_src);
+		r = fp_express_stateful(ctx, &p);
 		if (r != FP_XP_DECLINED)
 			return r == FP_R_FORWARDED ? XDP_REDIRECT : XDP_PASS;
 	}
@@ -947,9 +955,7 @@ int fp_xdp_fwd_full_hw(struct xdp_md *ctx)
 
 	fp_take_nic_hints(&p);
 	if (fp_cfg.stateful && !p.vlan_stripped) {
-		r = fp_express(ctx, &fp_cfg, &fp_rt, p.hash, p.hash_src);
-		if (r == FP_XP_DECLINED && fp_frame_is_ip6(ctx))
-			r = fp_express6(ctx, &fp_cfg, &fp_rt, p.hash, p.hash_src);
+		r = fp_express_stateful(ctx, &p);
 		if (r != FP_XP_DECLINED)
 			return r == FP_R_FORWARDED ? XDP_REDIRECT : XDP_PASS;
 	}

@@ -297,7 +297,12 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
             ct_verdicts: &mut ct_verdicts,
             not_measured: &mut not_measured,
         };
-        rounds::run(&bench, &mut |mode, f| packet_side(&bench, mode, f, &mut ctx))?
+        rounds::run(&bench, &mut |mode, f| {
+            let strays = bench.sink.strays()?;
+            let v = packet_side(&bench, mode, f, &mut ctx)?;
+            check_sources(mode, a.snat, bench.sink.strays()? - strays)?;
+            Ok(v)
+        })?
     };
     for (m, v) in &fp_verdicts {
         if !v.mostly_forwarded() {
@@ -413,38 +418,6 @@ fn packet_side(
     let (good, _) = ctlab::flow_entries(topo, c.args.ct_mark)?;
     let seen = c.setup.before_mode.entry(mode.name()).or_insert(good.len());
     *seen = (*seen).min(good.len());
-    let strays = bench.sink.strays()?;
-    let verdicts = measure_mode(bench, mode, f, c)?;
-    // raw redirects without any lookup, so it never translates.
-    let n = bench.sink.strays()? - strays;
-    if n > 0 && !(c.args.snat && mode == Mode::Raw) {
-        bail!(
-            "{}: {n} frames reached the sink from another source than {}{}",
-            mode.name(),
-            sink_source(c.args.snat)?,
-            if c.args.snat { ": forwarded without the source NAT" } else { "" }
-        );
-    }
-    Ok(verdicts)
-}
-
-/// The source every frame at the sink carries: the generator's, or with
-/// --snat the address the router translates it to.
-fn sink_source(snat: bool) -> Result<std::net::Ipv4Addr> {
-    if snat {
-        ctlab::SNAT_TO.parse().context("SNAT_TO")
-    } else {
-        Ok(std::net::Ipv4Addr::from(topo::IP_G0))
-    }
-}
-
-fn measure_mode(
-    bench: &Bench<'_>,
-    mode: Mode,
-    f: &mut dyn FnMut(Option<&FpStats>) -> Result<()>,
-    c: &mut PacketCtx<'_>,
-) -> Result<Option<Verdicts>> {
-    let topo = bench.topo;
     let mut obj = MaybeUninit::uninit();
     match mode {
         Mode::KernelCt => f(None).map(|()| None),
@@ -476,6 +449,30 @@ fn measure_mode(
             rounds::under_daemon(bench, daemon, mode, f).map(Some)
         }
         _ => bail!("{}: not a mode of `fastpath bench stateful`", mode.name()),
+    }
+}
+
+/// `n` frames of `mode` reached the sink from another source than they
+/// should: a mode that translates (raw never does) forwarded untranslated.
+fn check_sources(mode: Mode, snat: bool, n: u64) -> Result<()> {
+    if n > 0 && !(snat && mode == Mode::Raw) {
+        bail!(
+            "{}: {n} frames reached the sink from another source than {}{}",
+            mode.name(),
+            sink_source(snat)?,
+            if snat { ": forwarded without the source NAT" } else { "" }
+        );
+    }
+    Ok(())
+}
+
+/// The source every frame at the sink carries: the generator's, or with
+/// --snat the address the router translates it to.
+fn sink_source(snat: bool) -> Result<std::net::Ipv4Addr> {
+    if snat {
+        ctlab::SNAT_TO.parse().context("SNAT_TO")
+    } else {
+        Ok(std::net::Ipv4Addr::from(topo::IP_G0))
     }
 }
 

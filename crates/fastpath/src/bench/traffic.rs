@@ -407,15 +407,16 @@ impl<'obj> Sink<'obj> {
         Ok(Sink { skel, _link: link })
     }
 
+    /// Slot 0 of a per-CPU map of the sink, one value per CPU.
+    fn per_cpu(map: &impl MapCore, what: &str) -> Result<Vec<Vec<u8>>> {
+        map.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .with_context(|| format!("reading {what}"))?
+            .with_context(|| format!("{what} has no slot 0"))
+    }
+
     /// (packets, bytes) over all CPUs.
     pub fn read(&self) -> Result<(u64, u64)> {
-        let vals = self
-            .skel
-            .maps
-            .sink_stats
-            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
-            .context("reading sink_stats")?
-            .context("sink_stats has no slot 0")?;
+        let vals = Self::per_cpu(&self.skel.maps.sink_stats, "sink_stats")?;
         let mut total = (0u64, 0u64);
         for v in vals {
             total.0 += read_u64(&v, 0);
@@ -426,13 +427,7 @@ impl<'obj> Sink<'obj> {
 
     /// Frames from another source than the expected one, since the attach.
     pub fn strays(&self) -> Result<u64> {
-        let vals = self
-            .skel
-            .maps
-            .sink_strays
-            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
-            .context("reading sink_strays")?
-            .context("sink_strays has no slot 0")?;
+        let vals = Self::per_cpu(&self.skel.maps.sink_strays, "sink_strays")?;
         Ok(vals.iter().map(|v| read_u64(v, 0)).sum())
     }
 
