@@ -9,7 +9,7 @@ import threading
 import time
 
 from lab import Daemon, Lab, Sender, assert_recompute_writes_nothing, counter_delta, set_hash_seed, wait_for
-from pkts import udp4, udp_series
+from pkts import udp4, udp6, udp_series
 
 
 def neigh_state(lab: Lab, addr: str, dev: str = "r1") -> str | None:
@@ -285,6 +285,54 @@ def test_a_new_address_is_punted_ahead_of_the_recompute(lab, daemon):
         lab.ip(lab.router, "addr", "del", f"{vip}/32", "dev", "r0")
     wait_for("the address gone from the FIB", lambda: action() != "local", 5)
     assert reconciles()["ahead"] == mid["ahead"]
+
+
+def test_the_last_ipv4_address_gone_punts_ipv4_out_of_its_interface_ahead_of_the_redump(lab, daemon):
+    """An interface losing its last IPv4 address makes the kernel flush
+    every IPv4 route through it without a message each. The daemon punts
+    IPv4 leaving by it at once (counted `ahead`), before the route re-dump
+    and recompute (seconds with a full table); IPv6 goes on being
+    forwarded, and the recompute lifts the punt: an IPv4 route through the
+    interface, added while it has no address, is fast-pathed."""
+    def entry(prefix):
+        return next((r for r in daemon.routes() if r["prefix"] == prefix), None)
+
+    def reconciles():
+        return daemon.status()["reconciles"]
+
+    def send(mk, n=5):
+        sent = daemon.counters("r0")
+        tx = Sender(lab.c0)
+        for f in udp_series(mk, lab, range(n)):
+            tx.send(f)
+        tx.close()
+        time.sleep(0.3)
+        return counter_delta(sent, daemon.counters("r0"))
+
+    lab.gateway_routes()
+    wait_for("the gateway routes", lambda: entry(Lab.REMOTE4) and entry(Lab.REMOTE6), 5)
+    lab.resolve_neighbours()
+    before = reconciles()
+    lab.ip(lab.router, "addr", "del", f"{Lab.R1_4}/24", "dev", "r1")
+    try:
+        # The kernel said nothing about the route via S4: only the re-dump shows it gone.
+        wait_for("the flushed route gone", lambda: entry(Lab.REMOTE4) is None, 5)
+        daemon.wait_converged(0.3)
+        after = reconciles()
+        assert after["ahead"] > before["ahead"] and after["full"] > before["full"], (before, after)
+        assert "r1 (last IPv4 address gone: IPv4 punted)" in daemon.log.read_text()
+        d = send(udp6)
+        assert d.get("forwarded", 0) == 5, d
+        # No address needed to route through it; the kernel's neighbour entry stays put.
+        lab.ip(lab.router, "neigh", "replace", Lab.S4, "lladdr", lab.s0.mac, "dev", "r1", "nud", "permanent")
+        lab.ip(lab.router, "route", "add", Lab.REMOTE4, "via", Lab.S4, "dev", "r1", "onlink")
+        wait_for("the route without an address", lambda: (entry(Lab.REMOTE4) or {}).get("action") == "forward", 5)
+        d = send(udp4)
+        assert d.get("forwarded", 0) == 5 and d.get("egress_down", 0) == 0, d
+    finally:
+        lab.ip(lab.router, "route", "del", Lab.REMOTE4, check=False)
+        lab.ip(lab.router, "neigh", "del", Lab.S4, "dev", "r1", check=False)
+        lab.ip(lab.router, "addr", "add", f"{Lab.R1_4}/24", "dev", "r1", check=False)
 
 
 def test_a_deleted_next_hop_object_punts_its_routes_ahead_of_the_redump(lab, daemon):

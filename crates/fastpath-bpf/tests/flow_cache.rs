@@ -97,7 +97,7 @@ fn punts(l: &Loaded, w: &World, pkt: &[u8], reason: fp_reason) {
     assert_eq!(verdict, XDP_PASS, "not punted");
     assert_eq!(out, pkt, "a punt must not modify the frame");
     let s = l.stats(SLOT_A).expect("stats");
-    assert!(s.packets[reason as usize] > 0, "not counted as {}", reason_name(reason as usize));
+    assert!(s.packets[reason as usize] > 0, "not counted as {}: {:?}", reason_name(reason as usize), s.packets.iter().enumerate().filter(|(_, n)| **n > 0).map(|(i, n)| (reason_name(i), *n)).collect::<Vec<_>>());
 }
 
 fn bump(l: &Loaded, w: &mut World) {
@@ -190,6 +190,30 @@ fn link_down_is_seen_by_the_next_packet() {
     l.skel.maps.fp_ifaces.update(&SLOT_B.to_ne_bytes(), raw(&down), MapFlags::ANY).expect("ifaces");
     bump(&l, &mut w);
     punts(&l, &w, &f, FP_R_EGRESS_DOWN);
+}
+
+/// An egress that lost its last IPv4 address (the kernel flushing its
+/// IPv4 routes, the daemon re-dumping them) stops cached IPv4 flows at the
+/// generation bump and leaves IPv6 ones alone.
+#[test]
+fn a_flushed_egress_stops_cached_ipv4_flows_only() {
+    let Some((mut lab, mut w)) = lab("a_flushed_egress_stops_cached_ipv4_flows_only") else { return };
+    let l = lab.program(&w).expect("load");
+    let p = p4(1000);
+    let f = p.frame(MAC_A, MAC_CLIENT);
+    let q = p6();
+    let g = q.frame(MAC_A, MAC_CLIENT);
+    for _ in 0..2 {
+        forwards(&l, &w, &f, &out4(&p, MAC_GW4));
+        forwards(&l, &w, &g, &out6(&q));
+    }
+    assert_eq!(flow(&l)[FP_FC_HIT as usize], 2);
+    let mut flushed = w.iface_mut(w.b).clone();
+    flushed.flags |= (FP_IF_PRESENT | FP_IF_V4_FLUSH) as u16;
+    l.skel.maps.fp_ifaces.update(&SLOT_B.to_ne_bytes(), raw(&flushed), MapFlags::ANY).expect("ifaces");
+    bump(&l, &mut w);
+    punts(&l, &w, &f, FP_R_EGRESS_DOWN);
+    forwards(&l, &w, &g, &out6(&q));
 }
 
 /// TTL and length are per packet, not per flow: a hit still punts them.

@@ -314,6 +314,12 @@ fn forward_ipv6() {
             f6(&p),
             out6(&p, MAC_GW6),
         ),
+        Case::forward(
+            "an egress flushing its IPv4 routes still takes v6",
+            move |w| *flags_mut(w, b) |= FP_IF_V4_FLUSH as u16,
+            f6(&p),
+            out6(&p, MAC_GW6),
+        ),
     ];
     run_all(&world, &cases);
 }
@@ -684,6 +690,7 @@ fn punt_cases(world: &World) -> Vec<Case> {
         ),
         Case::punt("egress down", move |w| *flags_mut(w, b) &= !(FP_IF_UP as u16), f4(&p4), FP_R_EGRESS_DOWN),
         Case::punt("v6 egress down", move |w| *flags_mut(w, b) &= !(FP_IF_UP as u16), f6(&p6), FP_R_EGRESS_DOWN),
+        Case::punt("egress lost its last IPv4 address", move |w| *flags_mut(w, b) |= FP_IF_V4_FLUSH as u16, f4(&p4), FP_R_EGRESS_DOWN),
         Case::punt("tc policy on the egress", move |w| *flags_mut(w, b) |= FP_IF_TC_EGRESS as u16, f4(&p4), FP_R_TC_EGRESS),
         Case::punt("v6 tc policy on the egress", move |w| *flags_mut(w, b) |= FP_IF_TC_EGRESS as u16, f6(&p6), FP_R_TC_EGRESS),
         Case::punt("veth peer not ready", move |w| *flags_mut(w, b) |= FP_IF_PEER_NO_XDP as u16, f4(&p4), FP_R_EGRESS_PEER_NOT_READY),

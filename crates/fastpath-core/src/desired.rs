@@ -68,6 +68,10 @@ pub mod if_flags {
     pub const PEER_NO_XDP: u16 = 1 << 8;
     /// The bits the daemon's watchers set, not derived from kernel link state.
     pub const WATCHED: u16 = TC | PEER_NO_XDP;
+    /// Lost its last IPv4 address: written ahead of the re-dump (the
+    /// kernel flushes its IPv4 routes unannounced), never computed, so the
+    /// recompute after the re-dump clears it.
+    pub const V4_FLUSH: u16 = 1 << 9;
 
     pub const ALL: &[(&str, u16)] = &[
         ("FP_IF_UP", UP),
@@ -78,6 +82,7 @@ pub mod if_flags {
         ("FP_IF_TC_INGRESS", TC_INGRESS),
         ("FP_IF_TC_EGRESS", TC_EGRESS),
         ("FP_IF_PEER_NO_XDP", PEER_NO_XDP),
+        ("FP_IF_V4_FLUSH", V4_FLUSH),
     ];
 }
 

@@ -109,6 +109,9 @@ pub struct Followups {
     /// IPv4 addresses deleted from an interface that keeps another one
     /// (`Mirror::settle_sources`).
     pub gone_sources: Vec<IpAddr>,
+    /// Interfaces that lost their last IPv4 address: the kernel flushed
+    /// every IPv4 route through them, unannounced (`fib` re-dumps them).
+    pub v4_flushed: Vec<u32>,
 }
 
 impl Followups {
@@ -182,7 +185,10 @@ pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
                 IpAddr::V4(_) if state.addrs.keys().any(|o| o.ifindex == a.ifindex && o.addr.is_ipv4()) => {
                     f.gone_sources.push(a.addr)
                 }
-                IpAddr::V4(_) => f.fib = true,
+                IpAddr::V4(_) => {
+                    f.fib = true;
+                    f.v4_flushed.push(a.ifindex);
+                }
                 IpAddr::V6(_) => {}
             }
             changed
@@ -336,6 +342,9 @@ pub struct Ahead<'a> {
     /// Next-hop objects this poll's messages deleted (their routes are
     /// still in the state: the re-dump that drops them comes after).
     pub gone_nexthops: &'a [u32],
+    /// Interfaces whose last IPv4 address this poll's messages deleted
+    /// (the routes the kernel flushed with it are still in the state).
+    pub v4_flushed: &'a [u32],
 }
 
 /// `apply`, noting in `t` what changed.
@@ -714,6 +723,7 @@ impl Mirror {
                 routes: &self.touched.routes[first_route..],
                 other: self.touched.other,
                 gone_nexthops: &self.touched.gone_nexthops[first_gone..],
+                v4_flushed: &f.v4_flushed,
             };
             ahead(state, &a);
         }
@@ -1362,7 +1372,7 @@ mod tests {
         // An interface's last IPv4 address: every route through it goes
         // without a message.
         let (changed, f) = run(&mut st, Msg::DelAddr(a.clone()));
-        assert!(changed && f.fib && f.gone_sources.is_empty());
+        assert!(changed && f.fib && f.gone_sources.is_empty() && f.v4_flushed == [3]);
         // Another one stays: only the routes preferring the address as
         // source go (`settle_sources` looks for them); IPv6: nothing goes
         // unannounced.
@@ -1371,11 +1381,11 @@ mod tests {
             run(&mut st, Msg::NewAddr(x.clone()));
         }
         let (changed, f) = run(&mut st, Msg::DelAddr(vip.clone()));
-        assert!(changed && !f.fib && f.gone_sources == [vip.addr]);
+        assert!(changed && !f.fib && f.gone_sources == [vip.addr] && f.v4_flushed.is_empty());
         let v6 = Addr { addr: ip("2001:db8::1"), prefix_len: 64, ..a.clone() };
         run(&mut st, Msg::NewAddr(v6.clone()));
         let (changed, f) = run(&mut st, Msg::DelAddr(v6));
-        assert!(changed && !f.fib && f.gone_sources.is_empty());
+        assert!(changed && !f.fib && f.gone_sources.is_empty() && f.v4_flushed.is_empty());
         st.addrs.clear();
 
         // Neighbours: every state kept, last message wins.

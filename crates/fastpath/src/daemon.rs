@@ -364,7 +364,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
         // New policy must stop the fast path now, not at the next period.
         if xfrm_watch.poll() {
             lp.xfrm_block = xfrm_watch.findings().clone();
-            lp.restrict_ifaces(&state);
+            lp.restrict_ifaces(&state, &[]);
             pending.everything();
         }
         // By the names the ports have now (tc reports names, not ifindexes).
@@ -374,7 +374,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
         };
         if tc_watch.refresh(last_periodic.elapsed() >= PERIODIC, ports) {
             lp.tc_block = tc_watch.blocking().to_vec();
-            lp.restrict_ifaces(&state);
+            lp.restrict_ifaces(&state, &[]);
             pending.everything();
         }
         if veth_watch.refresh(last_periodic.elapsed() >= PERIODIC, ports) {
@@ -387,7 +387,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
             lp.veth_block = veth_watch.blocking().to_vec();
             // A newly blocked veth must stop at once (cached flows go back
             // through the checks); one unblocked waits for the recompute.
-            lp.restrict_ifaces(&state);
+            lp.restrict_ifaces(&state, &[]);
             pending.everything();
         }
 
@@ -396,7 +396,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
         // its commit, not at the next period.
         if nf_watch.refresh(periodic) {
             lp.netfilter_block = nf_watch.blocking().to_vec();
-            lp.restrict_ifaces(&state);
+            lp.restrict_ifaces(&state, &[]);
             pending.everything();
         }
         if periodic {
@@ -795,7 +795,7 @@ impl Loop {
     /// neighbours changed since the last reconcile).
     fn ahead(&mut self, state: &KernelState, a: &Ahead) {
         if a.other {
-            self.restrict_ifaces(state);
+            self.restrict_ifaces(state, a.v4_flushed);
         }
         // A resource model decides what reaches the FIB maps (and counts it).
         if self.admission.is_some() {
@@ -861,14 +861,21 @@ impl Loop {
     /// What a link, rule or netfilter change takes away (down, gone, no
     /// forwarding, a smaller MTU, a stricter rp_filter; a family no longer
     /// looked up in the main table, or behind a netfilter chain the data
-    /// path would bypass) goes to the maps before the route re-dump and
-    /// full recompute it needs. A failed write is left to that recompute,
-    /// which follows in any case.
-    fn restrict_ifaces(&mut self, state: &KernelState) {
+    /// path would bypass; IPv4 out of `v4_flushed`, the interfaces that
+    /// lost their last IPv4 address and with it every IPv4 route through
+    /// them) goes to the maps before the route re-dump and full recompute
+    /// it needs. A failed write is left to that recompute, which follows
+    /// in any case.
+    fn restrict_ifaces(&mut self, state: &KernelState, v4_flushed: &[u32]) {
         let applied = self.reconciler.applied();
         let mut r = iface_restrict::restrictions(&applied.ifaces, state);
-        // As `punt_for_bypass` will in the recompute: tc and veth peer marks on the ports.
-        for (ifindex, bits) in self.watched_bits() {
+        // As `punt_for_bypass` will in the recompute: tc and veth peer
+        // marks on the ports. V4_FLUSH is the recompute's to clear.
+        let mut bits = self.watched_bits();
+        for i in v4_flushed {
+            *bits.entry(*i).or_insert(0) |= if_flags::V4_FLUSH;
+        }
+        for (ifindex, bits) in bits {
             let pos = r.iter().position(|(i, _)| *i == ifindex);
             let Some(mut e) = pos.map(|p| r[p].1.clone()).or_else(|| applied.ifaces.get(&ifindex).cloned()) else {
                 continue;
@@ -897,7 +904,14 @@ impl Loop {
                 self.ops.reconciles_ahead += 1;
                 let mut names: Vec<String> = r
                     .iter()
-                    .map(|(i, _)| state.links.get(i).map_or_else(|| format!("ifindex {i}"), |l| l.name.clone()))
+                    .map(|(i, _)| {
+                        let name = state.links.get(i).map_or_else(|| format!("ifindex {i}"), |l| l.name.clone());
+                        if v4_flushed.contains(i) {
+                            format!("{name} (last IPv4 address gone: IPv4 punted)")
+                        } else {
+                            name
+                        }
+                    })
                     .collect();
                 if let Some(s) = sw {
                     names.push(format!("policy punt {:#x}", s.policy_punt));

@@ -13,6 +13,12 @@
 //!   removed. Timed from the `ip addr` command until fp_fib4's answer for the
 //!   address is a local route (from then on its packets are punted to the
 //!   kernel, which delivers them), and back.
+//! - An interface's last IPv4 address removed (r0's 192.0.2.1/24): the
+//!   kernel flushes every IPv4 route through it unannounced, so the daemon
+//!   re-dumps every route. Timed from the `ip addr del` until r0's fp_ifaces
+//!   entry has FP_IF_V4_FLUSH (from then on IPv4 leaving by r0 is punted,
+//!   cached flows included), and until the recompute from the re-dumped
+//!   routes has lifted it again. The address is put back after each.
 
 use std::mem::offset_of;
 use std::process::Command;
@@ -20,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use fastpath_bpf::intf::{fp_iface, fp_route, fp_route_type, FP_IF_UP, FP_MAX_IFACES};
+use fastpath_bpf::intf::{fp_iface, fp_route, fp_route_type, FP_IF_UP, FP_IF_V4_FLUSH, FP_MAX_IFACES};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
 use super::router;
@@ -44,16 +50,8 @@ pub fn link_flaps(t: &Topology, daemon_pid: u32, flaps: usize, stop: &AtomicBool
             wait_idle(daemon_pid, stop)?;
             let t0 = Instant::now();
             set_link(&t.sink, topo::S0, state)?;
-            while up(&ifaces, slot)? != want_up {
-                if stop.load(Ordering::Relaxed) {
-                    bail!("interrupted");
-                }
-                if t0.elapsed() > Duration::from_secs(60) {
-                    bail!("r1 not {state} in fp_ifaces 60 s after its peer went {state}");
-                }
-                std::thread::sleep(Duration::from_micros(100));
-            }
-            let took = t0.elapsed().as_secs_f64();
+            let took = wait_until(t0, stop, || Ok(flag(&ifaces, slot, FP_IF_UP)? == want_up))
+                .with_context(|| format!("r1 {state} in fp_ifaces after its peer went {state}"))?;
             if want_up { &mut out.up } else { &mut out.down }.push(took);
         }
     }
@@ -74,21 +72,58 @@ pub fn address_takeovers(t: &Topology, daemon_pid: u32, n: usize, stop: &AtomicB
             wait_idle(daemon_pid, stop)?;
             let t0 = Instant::now();
             ip(&["-n", &t.router, "addr", verb, &vip, "dev", topo::R0])?;
-            while local(&fib4)? != want_local {
-                if stop.load(Ordering::Relaxed) {
-                    bail!("interrupted");
-                }
-                if t0.elapsed() > Duration::from_secs(60) {
-                    bail!("{vip} not {} in fp_fib4 60 s after ip addr {verb}", if want_local { "local" } else { "gone" });
-                }
-                std::thread::sleep(Duration::from_micros(100));
-            }
-            let took = t0.elapsed().as_secs_f64();
+            let took = wait_until(t0, stop, || Ok(local(&fib4)? == want_local)).with_context(|| {
+                format!("{vip} {} in fp_fib4 after ip addr {verb}", if want_local { "local" } else { "not local" })
+            })?;
             // `down`: the address taken (punted), `up`: given back.
             if want_local { &mut out.down } else { &mut out.up }.push(took);
         }
     }
     Ok(out)
+}
+
+/// r0's only IPv4 address.
+const R0_ADDR: &str = "192.0.2.1/24";
+
+/// Seconds per loss of r0's last IPv4 address: until IPv4 out of r0 was
+/// punted, until the recompute lifted that (the address still gone).
+pub fn address_losses(t: &Topology, daemon_pid: u32, n: usize, stop: &AtomicBool) -> Result<Flaps> {
+    let ifaces = router::fastpath_map(t, "fp_ifaces")?;
+    let slot = slot_of(&ifaces, t.ifindex(&t.router, topo::R0)?)?;
+    let mut out = Flaps::default();
+    for _ in 0..n {
+        wait_idle(daemon_pid, stop)?;
+        let t0 = Instant::now();
+        ip(&["-n", &t.router, "addr", "del", R0_ADDR, "dev", topo::R0])?;
+        let res = (|| {
+            let punted = wait_until(t0, stop, || flag(&ifaces, slot, FP_IF_V4_FLUSH))
+                .context("IPv4 out of r0 punted after its last address went")?;
+            let lifted = wait_until(t0, stop, || Ok(!flag(&ifaces, slot, FP_IF_V4_FLUSH)?))
+                .context("the punt lifted by the recompute")?;
+            Ok::<_, anyhow::Error>((punted, lifted))
+        })();
+        // Back before anything else runs, failed or not.
+        ip(&["-n", &t.router, "addr", "add", R0_ADDR, "dev", topo::R0])?;
+        let (punted, lifted) = res?;
+        out.down.push(punted);
+        out.up.push(lifted);
+    }
+    wait_idle(daemon_pid, stop)?;
+    Ok(out)
+}
+
+/// Seconds from `t0` until `done`, polled every 100 us for up to 60 s.
+fn wait_until(t0: Instant, stop: &AtomicBool, mut done: impl FnMut() -> Result<bool>) -> Result<f64> {
+    while !done()? {
+        if stop.load(Ordering::Relaxed) {
+            bail!("interrupted");
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            bail!("not within 60 s");
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    Ok(t0.elapsed().as_secs_f64())
 }
 
 /// fp_fib4's longest match for VIP is a local route.
@@ -123,11 +158,12 @@ fn field_u32(v: &[u8], off: usize) -> u32 {
     v.get(off..off + 4).map_or(0, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
 }
 
-fn up(map: &MapHandle, slot: u32) -> Result<bool> {
+/// The fp_ifaces entry in `slot` has `bit` (an FP_IF_*) set.
+fn flag(map: &MapHandle, slot: u32, bit: u32) -> Result<bool> {
     let v = entry(map, slot)?;
     let off = offset_of!(fp_iface, flags);
     let flags = v.get(off..off + 2).map_or(0, |b| u16::from_ne_bytes([b[0], b[1]]));
-    Ok(u32::from(flags) & FP_IF_UP != 0)
+    Ok(u32::from(flags) & bit != 0)
 }
 
 fn slot_of(map: &MapHandle, ifindex: u32) -> Result<u32> {

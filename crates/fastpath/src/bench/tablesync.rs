@@ -95,6 +95,11 @@ pub struct FulltableArgs {
     /// added to r0 and removed, each timed until fp_fib4 follows (0: skip).
     #[arg(long, default_value_t = 3)]
     pub takeovers: usize,
+    /// r0's last IPv4 address removed with the full table present, each
+    /// timed until r0's fp_ifaces entry punts IPv4 and until the recompute
+    /// lifts that; put back after each (0: skip).
+    #[arg(long, default_value_t = 3)]
+    pub addr_losses: usize,
     /// ECMP changes with the full table present: a multipath route added
     /// and deleted, a next-hop group object losing a path and getting it
     /// back, each this many times, timed until fp_fib4 follows (0: skip).
@@ -248,6 +253,12 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
         println!("   and removed: no longer local after {}", summary(&f.up));
         res.takeovers = Some(f);
     }
+    if a.addr_losses > 0 {
+        let f = failover::address_losses(&topo, d.pid(), a.addr_losses, stop)?;
+        println!("   r0's last IPv4 address removed: IPv4 out of r0 punted after {}", summary(&f.down));
+        println!("   and the recompute lifted that after {}", summary(&f.up));
+        res.addr_losses = Some(f);
+    }
     let full_memlock = map_memlock(&topo)?;
     println!("   daemon log (tail):\n{}", indent(&d.log_tail()));
     d.stop()?;
@@ -351,6 +362,10 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
         println!("| address added: local in fp_fib4, median / max | {:.2} / {:.2} ms | |", median(&f.down) * 1e3, max(&f.down) * 1e3);
         println!("| address removed: not local, median / max | {:.2} / {:.2} ms | |", median(&f.up) * 1e3, max(&f.up) * 1e3);
     }
+    if let Some(f) = &res.addr_losses {
+        println!("| last IPv4 address removed: IPv4 punted, median / max | {:.2} / {:.2} ms | |", median(&f.down) * 1e3, max(&f.down) * 1e3);
+        println!("| and the punt lifted by the recompute, median / max | {:.2} / {:.2} ms | |", median(&f.up) * 1e3, max(&f.up) * 1e3);
+    }
     drop(topo);
     Ok(())
 }
@@ -371,6 +386,7 @@ struct Results {
     ecmp: Option<ecmp_changes::EcmpTimes>,
     flaps: Option<failover::Flaps>,
     takeovers: Option<failover::Flaps>,
+    addr_losses: Option<failover::Flaps>,
 }
 
 pub(super) struct Churn {
