@@ -291,7 +291,7 @@ pub struct StatusArgs {
 }
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).format_timestamp_millis().init();
     let cli = Cli::parse();
     let res = match cli.cmd {
         Cmd::Run(args) => config::for_run(args).and_then(daemon::run),

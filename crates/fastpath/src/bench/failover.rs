@@ -18,7 +18,8 @@
 //!   re-dumps every route. Timed from the `ip addr del` until r0's fp_ifaces
 //!   entry has FP_IF_V4_FLUSH (from then on IPv4 leaving by r0 is punted,
 //!   cached flows included), and until the recompute from the re-dumped
-//!   routes has lifted it again. The address is put back after each.
+//!   routes has lifted it again. The address and the routes are put back
+//!   after each.
 
 use std::mem::offset_of;
 use std::process::Command;
@@ -85,28 +86,74 @@ pub fn address_takeovers(t: &Topology, daemon_pid: u32, n: usize, stop: &AtomicB
 /// r0's only IPv4 address.
 const R0_ADDR: &str = "192.0.2.1/24";
 
-/// Seconds per loss of r0's last IPv4 address: until IPv4 out of r0 was
-/// punted, until the recompute lifted that (the address still gone).
-pub fn address_losses(t: &Topology, daemon_pid: u32, n: usize, stop: &AtomicBool) -> Result<Flaps> {
+/// Seconds per loss of r0's last IPv4 address, from the start of `ip addr del`.
+#[derive(Default)]
+pub struct Losses {
+    /// Until r0's fp_ifaces entry punted IPv4 (polled while `ip` runs).
+    pub punted: Vec<f64>,
+    /// Until `ip addr del` returned: the kernel's flush of r0's routes.
+    pub ip: Vec<f64>,
+    /// Until the recompute from the re-dumped routes lifted the punt.
+    pub lifted: Vec<f64>,
+}
+
+/// `restore` puts back the routes the kernel flushed, after the address.
+pub fn address_losses(
+    t: &Topology,
+    daemon_pid: u32,
+    n: usize,
+    stop: &AtomicBool,
+    mut restore: impl FnMut() -> Result<()>,
+) -> Result<Losses> {
     let ifaces = router::fastpath_map(t, "fp_ifaces")?;
     let slot = slot_of(&ifaces, t.ifindex(&t.router, topo::R0)?)?;
-    let mut out = Flaps::default();
+    let mut out = Losses::default();
     for _ in 0..n {
         wait_idle(daemon_pid, stop)?;
         let t0 = Instant::now();
-        ip(&["-n", &t.router, "addr", "del", R0_ADDR, "dev", topo::R0])?;
+        let mut del = Command::new("ip")
+            .args(["-n", &t.router, "addr", "del", R0_ADDR, "dev", topo::R0])
+            .spawn()
+            .context("running ip")?;
+        let mut ip_done = None;
+        let mut ip_exited = |ip_done: &mut Option<(f64, bool)>| -> Result<()> {
+            if ip_done.is_none() {
+                if let Some(st) = del.try_wait().context("waiting for ip")? {
+                    *ip_done = Some((t0.elapsed().as_secs_f64(), st.success()));
+                }
+            }
+            Ok(())
+        };
         let res = (|| {
-            let punted = wait_until(t0, stop, || flag(&ifaces, slot, FP_IF_V4_FLUSH))
-                .context("IPv4 out of r0 punted after its last address went")?;
-            let lifted = wait_until(t0, stop, || Ok(!flag(&ifaces, slot, FP_IF_V4_FLUSH)?))
-                .context("the punt lifted by the recompute")?;
+            let punted = wait_until(t0, stop, || {
+                ip_exited(&mut ip_done)?;
+                flag(&ifaces, slot, FP_IF_V4_FLUSH)
+            })
+            .context("IPv4 out of r0 punted after its last address went")?;
+            let lifted = wait_until(t0, stop, || {
+                ip_exited(&mut ip_done)?;
+                Ok(!flag(&ifaces, slot, FP_IF_V4_FLUSH)? && ip_done.is_some())
+            })
+            .context("the punt lifted by the recompute")?;
             Ok::<_, anyhow::Error>((punted, lifted))
         })();
+        let ip_done = match ip_done {
+            Some(d) => Some(d),
+            None => {
+                let st = del.wait().context("waiting for ip")?;
+                res.is_ok().then(|| (t0.elapsed().as_secs_f64(), st.success()))
+            }
+        };
         // Back before anything else runs, failed or not.
         ip(&["-n", &t.router, "addr", "add", R0_ADDR, "dev", topo::R0])?;
+        restore()?;
         let (punted, lifted) = res?;
-        out.down.push(punted);
-        out.up.push(lifted);
+        match ip_done {
+            Some((secs, true)) => out.ip.push(secs),
+            _ => bail!("ip addr del {R0_ADDR} dev {} failed", topo::R0),
+        }
+        out.punted.push(punted);
+        out.lifted.push(lifted);
     }
     wait_idle(daemon_pid, stop)?;
     Ok(out)

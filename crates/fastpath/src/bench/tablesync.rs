@@ -95,9 +95,10 @@ pub struct FulltableArgs {
     /// added to r0 and removed, each timed until fp_fib4 follows (0: skip).
     #[arg(long, default_value_t = 3)]
     pub takeovers: usize,
-    /// r0's last IPv4 address removed with the full table present, each
+    /// r0's last IPv4 address removed with the full table present (the
+    /// kernel flushes the table's routes via r0: half the IPv4 ones), each
     /// timed until r0's fp_ifaces entry punts IPv4 and until the recompute
-    /// lifts that; put back after each (0: skip).
+    /// lifts that; address and routes put back after each (0: skip).
     #[arg(long, default_value_t = 3)]
     pub addr_losses: usize,
     /// ECMP changes with the full table present: a multipath route added
@@ -254,9 +255,23 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
         res.takeovers = Some(f);
     }
     if a.addr_losses > 0 {
-        let f = failover::address_losses(&topo, d.pid(), a.addr_losses, stop)?;
-        println!("   r0's last IPv4 address removed: IPv4 out of r0 punted after {}", summary(&f.down));
-        println!("   and the recompute lifted that after {}", summary(&f.up));
+        // The table's IPv4 routes via r0's gateways go with its address.
+        let text = std::fs::read_to_string(&add).context("reading the route batch")?;
+        let r0_routes: String = text
+            .lines()
+            .filter(|l| l.ends_with(&format!(" dev {}", topo::R0)) && !l.contains(':'))
+            .map(|l| format!("{}\n", l.replacen("route add", "route replace", 1)))
+            .collect();
+        let r0_batch = work.join("r0.batch");
+        std::fs::write(&r0_batch, r0_routes).context("writing the r0 route batch")?;
+        let restore = || {
+            run_ip(&["-n", &r, "-batch", &path_str(&r0_batch)?])?;
+            wait_mirrored(d.socket(), want, Instant::now(), timeout, stop, &d).map(|_| ())
+        };
+        let f = failover::address_losses(&topo, d.pid(), a.addr_losses, stop, restore)?;
+        println!("   r0's last IPv4 address removed: IPv4 out of r0 punted after {}", summary(&f.punted));
+        println!("   (`ip addr del`, the kernel flushing r0's routes, returned after {})", summary(&f.ip));
+        println!("   and the recompute lifted the punt after {}", summary(&f.lifted));
         res.addr_losses = Some(f);
     }
     let full_memlock = map_memlock(&topo)?;
@@ -363,8 +378,13 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
         println!("| address removed: not local, median / max | {:.2} / {:.2} ms | |", median(&f.up) * 1e3, max(&f.up) * 1e3);
     }
     if let Some(f) = &res.addr_losses {
-        println!("| last IPv4 address removed: IPv4 punted, median / max | {:.2} / {:.2} ms | |", median(&f.down) * 1e3, max(&f.down) * 1e3);
-        println!("| and the punt lifted by the recompute, median / max | {:.2} / {:.2} ms | |", median(&f.up) * 1e3, max(&f.up) * 1e3);
+        for (what, v) in [
+            ("last IPv4 address removed: IPv4 punted", &f.punted),
+            ("`ip addr del` returned (kernel flush)", &f.ip),
+            ("the punt lifted by the recompute", &f.lifted),
+        ] {
+            println!("| {what}, median / max | {:.2} / {:.2} ms | |", median(v) * 1e3, max(v) * 1e3);
+        }
     }
     drop(topo);
     Ok(())
@@ -386,7 +406,7 @@ struct Results {
     ecmp: Option<ecmp_changes::EcmpTimes>,
     flaps: Option<failover::Flaps>,
     takeovers: Option<failover::Flaps>,
-    addr_losses: Option<failover::Flaps>,
+    addr_losses: Option<failover::Losses>,
 }
 
 pub(super) struct Churn {
