@@ -335,6 +335,56 @@ def test_the_last_ipv4_address_gone_punts_ipv4_out_of_its_interface_ahead_of_the
         lab.ip(lab.router, "addr", "add", f"{Lab.R1_4}/24", "dev", "r1", check=False)
 
 
+def test_ipv6_switched_off_on_the_egress_stops_ipv6_through_it_at_once(lab, daemon):
+    """net.ipv6.conf.r1.disable_ipv6=1: the kernel drops IPv6 leaving by r1
+    (ip6_output) and flushes r1's IPv6 routes, unannounced under
+    net.ipv6.route.skip_notify_on_dev_down=1. Only the addresses' messages
+    tell: the daemon re-reads r1's sysctls on them, punts IPv6 out of r1 at
+    once (counted `ahead`) and re-dumps the routes; IPv4 goes on. Switched
+    on again, with its address and route back, IPv6 is fast-pathed again."""
+    def entry(prefix):
+        return next((r for r in daemon.routes() if r["prefix"] == prefix), None)
+
+    def reconciles():
+        return daemon.status()["reconciles"]
+
+    def send(mk, n=5):
+        sent = daemon.counters("r0")
+        tx = Sender(lab.c0)
+        for f in udp_series(mk, lab, range(n)):
+            tx.send(f)
+        tx.close()
+        time.sleep(0.3)
+        return counter_delta(sent, daemon.counters("r0"))
+
+    lab.sysctl(lab.router, "net.ipv6.route.skip_notify_on_dev_down", "1")
+    lab.gateway_routes()
+    wait_for("the gateway routes", lambda: entry(Lab.REMOTE4) and entry(Lab.REMOTE6), 5)
+    lab.resolve_neighbours()
+    assert send(udp6).get("forwarded", 0) == 5
+    before = reconciles()
+    lab.sysctl(lab.router, "net.ipv6.conf.r1.disable_ipv6", "1")
+    # Nothing announced the route's end: only the re-dump shows it gone.
+    wait_for("the flushed IPv6 route gone", lambda: entry(Lab.REMOTE6) is None, 5)
+    daemon.wait_converged(0.3)
+    after = reconciles()
+    assert after["ahead"] > before["ahead"] and after["full"] > before["full"], (before, after)
+    r1 = next(i for i in daemon.status()["interfaces"] if i["name"] == "r1")
+    assert not r1["fwd6"], r1
+    d = send(udp6)
+    assert d.get("forwarded", 0) == 0 and d.get("no_route", 0) == 5, d
+    d = send(udp4)
+    assert d.get("forwarded", 0) == 5, d
+
+    lab.sysctl(lab.router, "net.ipv6.conf.r1.disable_ipv6", "0")
+    lab.ip(lab.router, "-6", "addr", "add", f"{Lab.R1_6}/64", "dev", "r1", "nodad")
+    lab.ip(lab.router, "-6", "route", "replace", Lab.REMOTE6, "via", Lab.S6)
+    wait_for("the IPv6 route back", lambda: (entry(Lab.REMOTE6) or {}).get("action") == "forward", 5)
+    lab.resolve_neighbours()
+    d = send(udp6)
+    assert d.get("forwarded", 0) == 5, d
+
+
 def test_a_deleted_next_hop_object_punts_its_routes_ahead_of_the_redump(lab, daemon):
     """`ip nexthop del` takes the routes using the object with it, without a
     message each: the daemon punts their prefixes at once (counted `ahead`),

@@ -45,7 +45,7 @@ enum fp_reason {
 	FP_R_ECMP,                 /* multipath route whose hash we cannot reproduce (policy, seed, protocol) */
 	FP_R_NO_NEIGH,             /* neighbour missing or not in a usable NUD state */
 	FP_R_EGRESS_NOT_MANAGED,   /* egress interface has no fastpath program / devmap slot */
-	FP_R_EGRESS_DOWN,          /* egress interface not running (IPv4: or its routes being flushed) */
+	FP_R_EGRESS_DOWN,          /* egress interface not running, or not for this family now */
 	FP_R_MTU,                  /* packet larger than the egress/route MTU */
 	FP_R_SAME_IFACE,           /* egress == ingress: the kernel may send a redirect */
 	FP_R_INGRESS_UNKNOWN,      /* program runs on an interface missing from fp_ifaces */
@@ -119,6 +119,8 @@ enum fp_route_type {
 #define FP_IF_PEER_NO_XDP (1U << 8)  /* the peer runs no NAPI (no XDP program, GRO off) or could not be checked */
 /* Written ahead of a recompute, never derived from kernel state (the recompute clears it): */
 #define FP_IF_V4_FLUSH    (1U << 9)  /* lost its last IPv4 address: the kernel flushes its IPv4 routes unannounced */
+/* From kernel state, but unlike the bits above one that forbids: */
+#define FP_IF_V6_OFF      (1U << 10) /* net.ipv6.conf.<dev>.disable_ipv6: ip6_output() drops what leaves by it */
 
 /* Family bits for fp_runtime switches. */
 #define FP_FAM_V4 (1U << 0)

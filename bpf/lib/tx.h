@@ -47,8 +47,9 @@ fp_tx_resolve(struct fp_tx *tx, const struct fp_route *rt, __u32 nh_id, __u32 in
 		return FP_R_EGRESS_NOT_MANAGED;
 	if (!(out->flags & FP_IF_UP))
 		return FP_R_EGRESS_DOWN;
-	/* Until the recompute from re-dumped routes: the kernel flushed its IPv4 routes through it. */
-	if (family == FP_AF_INET && (out->flags & FP_IF_V4_FLUSH))
+	/* IPv4: until the recompute from re-dumped routes (the kernel flushed
+	 * those through it); IPv6: the kernel drops it there. */
+	if (out->flags & (family == FP_AF_INET ? FP_IF_V4_FLUSH : FP_IF_V6_OFF))
 		return FP_R_EGRESS_DOWN;
 	/* A redirect would pass the egress qdisc and tc egress by. */
 	if (out->flags & FP_IF_TC_EGRESS)

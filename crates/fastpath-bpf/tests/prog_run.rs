@@ -113,6 +113,12 @@ fn forward_ipv4() {
     let big = with4(|p| p.payload = udp(1500 - 28));
     let cases = vec![
         Case::forward("via gateway", same, f4(&p), out4(&p, MAC_GW4)),
+        Case::forward(
+            "an egress with IPv6 disabled still takes v4",
+            move |w| *flags_mut(w, b) |= FP_IF_V6_OFF as u16,
+            f4(&p),
+            out4(&p, MAC_GW4),
+        ),
         Case::forward("on-link destination", same, f4(&onlink), out4(&onlink, MAC_HOST_B)),
         Case::forward("ethernet padding trimmed to tot_len", same, pad_to(f4(&short), 60, 0), out4(&short, MAC_GW4)),
         Case::forward("non-zero padding trimmed too", same, pad_to(f4(&short), 60, 0xAA), out4(&short, MAC_GW4)),
@@ -691,6 +697,7 @@ fn punt_cases(world: &World) -> Vec<Case> {
         Case::punt("egress down", move |w| *flags_mut(w, b) &= !(FP_IF_UP as u16), f4(&p4), FP_R_EGRESS_DOWN),
         Case::punt("v6 egress down", move |w| *flags_mut(w, b) &= !(FP_IF_UP as u16), f6(&p6), FP_R_EGRESS_DOWN),
         Case::punt("egress lost its last IPv4 address", move |w| *flags_mut(w, b) |= FP_IF_V4_FLUSH as u16, f4(&p4), FP_R_EGRESS_DOWN),
+        Case::punt("v6 egress with IPv6 disabled", move |w| *flags_mut(w, b) |= FP_IF_V6_OFF as u16, f6(&p6), FP_R_EGRESS_DOWN),
         Case::punt("tc policy on the egress", move |w| *flags_mut(w, b) |= FP_IF_TC_EGRESS as u16, f4(&p4), FP_R_TC_EGRESS),
         Case::punt("v6 tc policy on the egress", move |w| *flags_mut(w, b) |= FP_IF_TC_EGRESS as u16, f6(&p6), FP_R_TC_EGRESS),
         Case::punt("veth peer not ready", move |w| *flags_mut(w, b) |= FP_IF_PEER_NO_XDP as u16, f4(&p4), FP_R_EGRESS_PEER_NOT_READY),

@@ -72,6 +72,9 @@ pub mod if_flags {
     /// kernel flushes its IPv4 routes unannounced), never computed, so the
     /// recompute after the re-dump clears it.
     pub const V4_FLUSH: u16 = 1 << 9;
+    /// net.ipv6.conf.<dev>.disable_ipv6: the kernel drops IPv6 leaving by
+    /// it (ip6_output). Unlike the bits above, one that forbids.
+    pub const V6_OFF: u16 = 1 << 10;
 
     pub const ALL: &[(&str, u16)] = &[
         ("FP_IF_UP", UP),
@@ -83,6 +86,7 @@ pub mod if_flags {
         ("FP_IF_TC_EGRESS", TC_EGRESS),
         ("FP_IF_PEER_NO_XDP", PEER_NO_XDP),
         ("FP_IF_V4_FLUSH", V4_FLUSH),
+        ("FP_IF_V6_OFF", V6_OFF),
     ];
 }
 
@@ -922,6 +926,11 @@ fn iface_flags(state: &KernelState, ifindex: u32, admin_up: bool, running: bool)
     if sys.forwarding6 && state.sysctl.forwarding6_all && !sys.disable_ipv6 {
         flags |= if_flags::FWD6;
     }
+    // Its routes go with it, but only announced by default
+    // (net.ipv6.route.skip_notify_on_dev_down).
+    if sys.disable_ipv6 {
+        flags |= if_flags::V6_OFF;
+    }
     flags | rpf_flags(sys.rp_filter)
 }
 
@@ -1570,7 +1579,7 @@ mod tests {
             c(true, true, false, true, true, false, 0, UP | FWD6),
             c(true, true, true, false, true, false, 0, UP | FWD4),
             c(true, true, true, true, false, false, 0, UP | FWD4),
-            c(true, true, true, true, true, true, 0, UP | FWD4),
+            c(true, true, true, true, true, true, 0, UP | FWD4 | V6_OFF),
             c(
                 true,
                 true,

@@ -7,7 +7,8 @@
 //! the recompute finds, it cannot give the data path more than the
 //! interface's new state allows, so taking that permission away first is
 //! always safe: `restrictions` gives the entries with the lost flags
-//! cleared, the MTUs lowered and a stricter rp_filter in force (each level
+//! cleared (IPv6 turned off on the link: its V6_OFF set), the MTUs lowered
+//! and a stricter rp_filter in force (each level
 //! refuses every source the one below does, and the check reads only the
 //! FIB, which such a change leaves as it is), which the daemon writes (and
 //! bumps the generation, so cached flows go back through the checks) before
@@ -27,6 +28,8 @@ use crate::tables::{IfaceEntry, Switches};
 
 /// Flags that allow forwarding: clearing one only ever punts more.
 const PERMISSIONS: u16 = if_flags::UP | if_flags::FWD4 | if_flags::FWD6;
+/// Flags from kernel state that forbid: setting one only ever punts more.
+const DENIALS: u16 = if_flags::V6_OFF;
 const RPF: u16 = if_flags::RPF_STRICT | if_flags::RPF_LOOSE;
 
 /// rp_filter off < loose < strict.
@@ -69,8 +72,9 @@ pub fn carrier_back(applied: &BTreeMap<u32, IfaceEntry>, state: &KernelState, li
 
 /// Entries of `applied` (ifindex -> entry, as in `Desired::ifaces`) that
 /// `state` takes permission from, restricted to what both allow: a lost
-/// UP/FWD4/FWD6 cleared, each MTU at the lower of the two, the stricter
-/// rp_filter. Everything else of an entry stays as applied.
+/// UP/FWD4/FWD6 cleared, a new V6_OFF set, each MTU at the lower of the
+/// two, the stricter rp_filter. Everything else of an entry stays as
+/// applied.
 pub fn restrictions(applied: &BTreeMap<u32, IfaceEntry>, state: &KernelState) -> Vec<(u32, IfaceEntry)> {
     applied
         .iter()
@@ -80,6 +84,7 @@ pub fn restrictions(applied: &BTreeMap<u32, IfaceEntry>, state: &KernelState) ->
             match &now {
                 Some(n) => {
                     e.flags &= !(PERMISSIONS & !n.flags);
+                    e.flags |= n.flags & DENIALS;
                     e.mtu = e.mtu.min(n.mtu);
                     e.mtu6 = e.mtu6.min(n.mtu6);
                     if rpf_level(n.flags) > rpf_level(e.flags) {
@@ -174,6 +179,20 @@ mod tests {
     }
 
     #[test]
+    fn ipv6_turned_off_is_written_ahead_and_turned_on_waits() {
+        let before = state(&[(2, true, true, 1500)]);
+        let a = applied(&before);
+        let mut off = before.clone();
+        off.if_sysctl.get_mut(&2).unwrap().disable_ipv6 = true;
+        let r = restrictions(&a, &off);
+        assert_eq!(r.len(), 1);
+        // FWD6 goes with it: IPv6 neither in nor out.
+        assert_eq!(r[0].1.flags, (a[&2].flags | if_flags::V6_OFF) & !if_flags::FWD6);
+        let turned_off = applied(&off);
+        assert!(restrictions(&turned_off, &before).is_empty());
+    }
+
+    #[test]
     fn forwarding_off_clears_its_family_only() {
         let before = state(&[(2, true, true, 1500)]);
         let a = applied(&before);
@@ -236,16 +255,18 @@ mod tests {
         /// either the old entry or the new state's own entry forbids.
         #[test]
         fn never_widens(
-            old in proptest::collection::vec((any::<bool>(), any::<bool>(), 1280u32..9000, any::<bool>(), any::<bool>(), 0u8..3), 1..5),
-            new in proptest::collection::vec((any::<bool>(), any::<bool>(), 1280u32..9000, any::<bool>(), any::<bool>(), 0u8..3, any::<bool>()), 1..5),
+            old in proptest::collection::vec((any::<bool>(), any::<bool>(), 1280u32..9000, any::<bool>(), any::<bool>(), 0u8..6), 1..5),
+            new in proptest::collection::vec((any::<bool>(), any::<bool>(), 1280u32..9000, any::<bool>(), any::<bool>(), 0u8..6, any::<bool>()), 1..5),
         ) {
+            // The last number: rp_filter (mod 3), and disable_ipv6 from 3 up.
             let mk = |v: &[(bool, bool, u32, bool, bool, u8)]| {
                 let mut st = state(&v.iter().enumerate().map(|(i, l)| (i as u32 + 2, l.0, l.1, l.2)).collect::<Vec<_>>());
                 for (i, l) in v.iter().enumerate() {
                     let s = st.if_sysctl.get_mut(&(i as u32 + 2)).unwrap();
                     s.forwarding4 = l.3;
                     s.forwarding6 = l.4;
-                    s.rp_filter = l.5;
+                    s.rp_filter = l.5 % 3;
+                    s.disable_ipv6 = l.5 >= 3;
                 }
                 st
             };
@@ -262,12 +283,14 @@ mod tests {
                 let got = r.get(i).unwrap_or(old);
                 let now = desired::iface_entry(&after, *i, old.slot);
                 prop_assert_eq!(got.flags & PERMISSIONS & !old.flags, 0);
+                prop_assert_eq!(old.flags & DENIALS & !got.flags, 0);
                 prop_assert!(got.mtu <= old.mtu && got.mtu6 <= old.mtu6);
                 prop_assert!(rpf_level(got.flags) >= rpf_level(old.flags));
                 prop_assert!(got.flags & RPF != RPF, "strict and loose at once");
                 match now {
                     Some(n) => {
                         prop_assert_eq!(got.flags & PERMISSIONS & !n.flags, 0);
+                        prop_assert_eq!(n.flags & DENIALS & !got.flags, 0);
                         prop_assert!(got.mtu <= n.mtu && got.mtu6 <= n.mtu6);
                         prop_assert!(rpf_level(got.flags) >= rpf_level(n.flags));
                     }

@@ -22,7 +22,7 @@
 
 use std::cell::RefCell;
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
@@ -31,7 +31,9 @@ use std::time::Duration;
 
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
-use crate::model::{Family, KernelState, Link, Neighbour, Route, RouteKey, RouteKind, RouteTarget, NUD_USABLE, RT_TABLE_LOCAL};
+use crate::model::{
+    Family, IfSysctl, KernelState, Link, Neighbour, Route, RouteKey, RouteKind, RouteTarget, NUD_USABLE, RT_TABLE_LOCAL,
+};
 use crate::parse::{self, Msg};
 use crate::sysctl::SysctlReader;
 
@@ -170,8 +172,18 @@ pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
             f.fib = true;
             changed
         }
-        Msg::NewAddr(a) => state.addrs.insert(a, ()).is_none(),
+        Msg::NewAddr(a) => {
+            // disable_ipv6 switched either way shows as its addresses
+            // going or coming; no message says so (`ipv6_switched`).
+            if a.addr.is_ipv6() {
+                f.link_sysctls.insert(a.ifindex);
+            }
+            state.addrs.insert(a, ()).is_none()
+        }
         Msg::DelAddr(a) => {
+            if a.addr.is_ipv6() {
+                f.link_sysctls.insert(a.ifindex);
+            }
             let changed = state.addrs.remove(&a).is_some();
             // IPv4 flushes, unannounced, the routes whose preferred source
             // the address was, and with an interface's last address every
@@ -554,6 +566,14 @@ fn errno_error(code: i32) -> MirrorError {
     MirrorError::Io(io::Error::from_raw_os_error(-code))
 }
 
+/// A link whose disable_ipv6 changed. Turning IPv6 off takes the link's
+/// IPv6 routes with it, and on again brings its link-local ones back,
+/// unannounced when net.ipv6.route.skip_notify_on_dev_down is set: the
+/// routes are re-dumped whatever that sysctl says (it is rarely done).
+fn ipv6_switched(before: &BTreeMap<u32, IfSysctl>, after: &BTreeMap<u32, IfSysctl>) -> bool {
+    after.iter().any(|(i, s)| before.get(i).is_some_and(|o| o.disable_ipv6 != s.disable_ipv6))
+}
+
 pub struct Mirror {
     events: Socket,
     dumper: Socket,
@@ -695,7 +715,9 @@ impl Mirror {
             self.touched.other = true;
         }
         if f.all_sysctls {
-            changed |= self.refresh_sysctls(state);
+            let before = state.if_sysctl.clone();
+            changed |= self.refresh_sysctls_only(state);
+            f.fib |= ipv6_switched(&before, &state.if_sysctl);
         } else if !f.link_sysctls.is_empty() {
             let all_rp = self.sysctl.all_rp_filter();
             for idx in std::mem::take(&mut f.link_sysctls) {
@@ -704,6 +726,7 @@ impl Mirror {
                 };
                 let s = self.sysctl.link(&link.name, all_rp);
                 if state.if_sysctl.get(&idx) != Some(&s) {
+                    f.fib |= state.if_sysctl.get(&idx).is_some_and(|o| o.disable_ipv6 != s.disable_ipv6);
                     state.if_sysctl.insert(idx, s);
                     changed = true;
                     self.touched.other = true;
@@ -780,8 +803,22 @@ impl Mirror {
         std::mem::take(&mut self.touched)
     }
 
-    /// Re-reads the sysctls of every link into `state`; true if anything changed.
-    pub fn refresh_sysctls(&mut self, state: &mut KernelState) -> bool {
+    /// Re-reads every sysctl we keep into `state`; true if one changed. IPv6 switched
+    /// on or off on a link re-dumps the routes too (`ipv6_switched`).
+    pub fn refresh_sysctls(&mut self, state: &mut KernelState) -> Result<bool, MirrorError> {
+        let before = state.if_sysctl.clone();
+        let changed = self.refresh_sysctls_only(state);
+        if ipv6_switched(&before, &state.if_sysctl) {
+            if let Err(e) = self.refresh_fib(state) {
+                // Found switched, and re-dumped, again the next time.
+                state.if_sysctl = before;
+                return Err(e);
+            }
+        }
+        Ok(changed)
+    }
+
+    fn refresh_sysctls_only(&mut self, state: &mut KernelState) -> bool {
         let (per_link, global) = self.sysctl.read_all(&state.links);
         let changed = per_link != state.if_sysctl || global != state.sysctl;
         self.touched.other |= changed;
@@ -1383,9 +1420,12 @@ mod tests {
         let (changed, f) = run(&mut st, Msg::DelAddr(vip.clone()));
         assert!(changed && !f.fib && f.gone_sources == [vip.addr] && f.v4_flushed.is_empty());
         let v6 = Addr { addr: ip("2001:db8::1"), prefix_len: 64, ..a.clone() };
-        run(&mut st, Msg::NewAddr(v6.clone()));
+        let (changed, f) = run(&mut st, Msg::NewAddr(v6.clone()));
+        assert!(changed && f.link_sysctls == BTreeSet::from([3]));
         let (changed, f) = run(&mut st, Msg::DelAddr(v6));
         assert!(changed && !f.fib && f.gone_sources.is_empty() && f.v4_flushed.is_empty());
+        // ... but it may be disable_ipv6 switched on: the link's sysctls are re-read.
+        assert_eq!(f.link_sysctls, BTreeSet::from([3]));
         st.addrs.clear();
 
         // Neighbours: every state kept, last message wins.

@@ -191,9 +191,9 @@ fn dump_and_follow() {
             s.if_sysctl.get(&t0).is_some_and(|c| c.forwarding4)
         });
         sh("sysctl -qw net.ipv4.conf.all.rp_filter=2");
-        assert!(m.refresh_sysctls(&mut st));
+        assert!(m.refresh_sysctls(&mut st).unwrap());
         assert_eq!(st.if_sysctl[&t0].rp_filter, 2);
-        assert!(!m.refresh_sysctls(&mut st));
+        assert!(!m.refresh_sysctls(&mut st).unwrap());
 
         // Link down: IPv4 flushes its routes via fpt0 without a message per route.
         let k = (Family::V4, key(RT_TABLE_MAIN, "198.51.100.0", 24, 0));
@@ -221,6 +221,45 @@ fn dump_and_follow() {
         // The followed state equals a fresh dump.
         let fresh = m.dump().expect("dump");
         assert!(st == fresh, "followed state drifted from the kernel");
+    });
+}
+
+/// IPv6 switched off on a link takes its IPv6 routes with it, and on again
+/// brings its link-local route back; with skip_notify_on_dev_down neither
+/// is announced, and only the addresses' messages tell. The mirror re-reads
+/// the link's sysctls on those and re-dumps the routes when disable_ipv6
+/// changed: it follows the kernel either way.
+#[test]
+fn ipv6_switched_off_and_on_without_route_messages() {
+    if !have_root() {
+        return;
+    }
+    in_new_netns(|| {
+        sh("sysctl -qw net.ipv6.route.skip_notify_on_dev_down=1 \
+            && ip link add fpt0 type veth peer name fpt1 && ip link set fpt0 up && ip link set fpt1 up \
+            && ip addr add 2001:db8:1::1/64 dev fpt0 nodad \
+            && ip -6 route add 2001:db8:2::/64 via 2001:db8:1::2");
+        let mut m = Mirror::open(4 << 20).expect("open");
+        let mut st = m.dump().expect("dump");
+        let t0 = ifindex(&st, "fpt0");
+        let k = (Family::V6, key(RT_TABLE_MAIN, "2001:db8:2::", 64, 1024));
+        assert!(st.routes.contains_key(&k), "{:?}", st.routes.keys().collect::<Vec<_>>());
+        let ll = |s: &KernelState| s.routes.keys().any(|(f, r)| *f == Family::V6 && r.table == RT_TABLE_MAIN && r.dst == ip("fe80::"));
+
+        sh("sysctl -qw net.ipv6.conf.fpt0.disable_ipv6=1");
+        poll_until(&mut m, &mut st, "IPv6 off: its routes gone", |s| {
+            s.if_sysctl.get(&t0).is_some_and(|c| c.disable_ipv6) && !s.routes.contains_key(&k)
+        });
+        assert!(st == m.dump().expect("dump"), "state drifted from the kernel after IPv6 went off");
+
+        sh("sysctl -qw net.ipv6.conf.fpt0.disable_ipv6=0");
+        poll_until(&mut m, &mut st, "IPv6 on: the link-local route back", |s| {
+            s.if_sysctl.get(&t0).is_some_and(|c| !c.disable_ipv6) && ll(s)
+        });
+        // The link-local address may still be tentative (DAD); the routes are what matters.
+        let fresh = m.dump().expect("dump");
+        assert!(st.routes == fresh.routes, "routes drifted from the kernel after IPv6 came back");
+        assert_eq!(m.resyncs(), 0);
     });
 }
 

@@ -404,9 +404,13 @@ pub fn run(loaded: Loaded) -> Result<()> {
             if let Some(c) = &mut lp.ct {
                 c.refresh_sysctls(&mut lp.writer);
             }
-            if mirror.refresh_sysctls(&mut state) {
-                debug!("sysctls changed: full recompute");
-                pending.everything();
+            match mirror.refresh_sysctls(&mut state) {
+                Ok(true) => {
+                    debug!("sysctls changed: full recompute");
+                    pending.everything();
+                }
+                Ok(false) => {}
+                Err(e) => error!("netlink: re-dumping the routes after IPv6 was switched on a link: {e}"),
             }
             if last_buckets.elapsed() >= BUCKET_REFRESH && state.nexthops.values().any(|n| n.resilient) {
                 last_buckets = Instant::now();
