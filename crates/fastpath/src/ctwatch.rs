@@ -104,20 +104,17 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 /// and a revocation still lands far inside its 1 s bound.
 const EVENT_COALESCE: Duration = Duration::from_millis(50);
 
-/// Waits up to `timeout` for any of `fds` (the route socket, conntrack
-/// events, ruleset events, liberal requests) to be readable. When only
-/// conntrack events or requests are, waits up to `coalesce` more for others
-/// to queue up, unless the route or ruleset socket becomes readable first.
-fn wait_coalesced(fds: [RawFd; 4], timeout: Duration, coalesce: Duration) {
-    let mut p = fds.map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
-    let ms = |d: Duration| d.as_millis().min(i32::MAX as u128) as libc::c_int;
-    // SAFETY: a valid array of pollfds and its length. EINTR just ends the
-    // wait early; the callers drain without blocking.
-    unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms(timeout)) };
-    if (p[1].revents != 0 || p[3].revents != 0) && p[0].revents == 0 && p[2].revents == 0 {
-        let mut urgent = [p[0], p[2]].map(|q| libc::pollfd { revents: 0, ..q });
-        // SAFETY: as above.
-        unsafe { libc::poll(urgent.as_mut_ptr(), urgent.len() as libc::nfds_t, ms(coalesce)) };
+/// Waits up to `timeout` for any of `urgent` (the route socket, the
+/// daemon's other watchers, ruleset events) or `lazy` (conntrack events,
+/// liberal requests) to be readable. When only `lazy` ones are, waits up to
+/// `coalesce` more for others to queue up, unless an urgent one becomes
+/// readable first.
+fn wait_coalesced(urgent: &[RawFd], lazy: [RawFd; 2], timeout: Duration, coalesce: Duration) {
+    let fds: Vec<RawFd> = urgent.iter().copied().chain(lazy).collect();
+    let p = crate::nlraw::wait_any(&fds, timeout);
+    let (u, l) = p.split_at(urgent.len());
+    if l.iter().any(|q| q.revents != 0) && u.iter().all(|q| q.revents == 0) {
+        crate::nlraw::wait_any(urgent, coalesce);
     }
 }
 
@@ -457,11 +454,12 @@ impl Watch {
         })
     }
 
-    /// Sleeps until `other` or one of our sockets is readable, or `timeout`.
-    pub fn wait(&self, other: RawFd, timeout: Duration) {
+    /// Sleeps until one of `others` or of our sockets is readable, or `timeout`.
+    pub fn wait(&self, others: &[RawFd], timeout: Duration) {
         // No ring: -1, which poll() skips.
         let ring = self.ring.as_ref().map_or(-1, |r| r.fd());
-        wait_coalesced([other, self.ct.as_raw_fd(), self.rules.as_raw_fd(), ring], timeout, EVENT_COALESCE);
+        let urgent: Vec<RawFd> = others.iter().copied().chain([self.rules.as_raw_fd()]).collect();
+        wait_coalesced(&urgent, [self.ct.as_raw_fd(), ring], timeout, EVENT_COALESCE);
     }
 
     /// Reads everything queued on both event sockets without blocking.
@@ -779,8 +777,8 @@ impl Stateful {
         Ok(s)
     }
 
-    pub fn wait(&self, other: RawFd, timeout: Duration) {
-        self.watch.wait(other, timeout);
+    pub fn wait(&self, others: &[RawFd], timeout: Duration) {
+        self.watch.wait(others, timeout);
     }
 
     /// A netns-wide liberal window tracking makes every entry liberal: the
@@ -929,26 +927,32 @@ mod tests {
         let (ct, mut ct_w) = pipe();
         ct_w.write_all(b"e").unwrap();
         let t = std::time::Instant::now();
-        wait_coalesced([route.as_raw_fd(), ct.as_raw_fd(), -1, -1], Duration::from_secs(5), Duration::from_millis(200));
+        wait_coalesced(&[route.as_raw_fd(), -1], [ct.as_raw_fd(), -1], Duration::from_secs(5), Duration::from_millis(200));
         assert!(t.elapsed() >= Duration::from_millis(150), "returned after {:?}", t.elapsed());
     }
 
-    /// ...but a route change arriving meanwhile ends the wait at once.
+    /// ...but a route change arriving meanwhile ends the wait at once, and
+    /// so does any of the other urgent sockets (the daemon's watchers: a
+    /// firewall rule must not wait behind conntrack's coalescing).
     #[test]
     fn a_route_change_ends_the_coalescing_wait() {
         use std::io::Write;
-        let (route, mut route_w) = pipe();
-        let (ct, mut ct_w) = pipe();
-        ct_w.write_all(b"e").unwrap();
-        let writer = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(50));
-            route_w.write_all(b"r").unwrap();
-            route_w
-        });
-        let t = std::time::Instant::now();
-        wait_coalesced([route.as_raw_fd(), ct.as_raw_fd(), -1, -1], Duration::from_secs(5), Duration::from_secs(30));
-        assert!(t.elapsed() < Duration::from_secs(10), "the route change waited {:?}", t.elapsed());
-        drop(writer.join().unwrap());
+        for urgent in 0..2 {
+            let (route, route_w) = pipe();
+            let (watcher, watcher_w) = pipe();
+            let (ct, mut ct_w) = pipe();
+            ct_w.write_all(b"e").unwrap();
+            let mut w = if urgent == 0 { route_w } else { watcher_w };
+            let writer = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                w.write_all(b"r").unwrap();
+                w
+            });
+            let t = std::time::Instant::now();
+            wait_coalesced(&[route.as_raw_fd(), watcher.as_raw_fd()], [ct.as_raw_fd(), -1], Duration::from_secs(5), Duration::from_secs(30));
+            assert!(t.elapsed() < Duration::from_secs(10), "socket {urgent}'s change waited {:?}", t.elapsed());
+            drop(writer.join().unwrap());
+        }
     }
 
     fn nla(ty: u16, payload: &[u8]) -> Vec<u8> {

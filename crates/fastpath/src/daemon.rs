@@ -29,7 +29,7 @@ use crate::loader::{self, Attachment};
 use crate::maps::{MapWriter, Maps};
 use crate::preflight::{self, Iface};
 use crate::published::Published;
-use crate::{ctwatch, ifset, keepalive, netfilter, pin, tcpolicy, vethpeer, xfrm, RunArgs};
+use crate::{ctwatch, ifset, keepalive, netfilter, nlraw, pin, tcpolicy, vethpeer, xfrm, RunArgs};
 
 /// How long the main loop sleeps in poll when nothing happens; bounds the
 /// reaction time to signals.
@@ -278,23 +278,23 @@ pub fn run(loaded: Loaded) -> Result<()> {
             lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
         }
         let idle = if lp.admission.as_ref().is_some_and(|a| a.has_pending()) { LANDED_POLL } else { IDLE_POLL };
-        // Conntrack events must not wait behind an idle route socket.
-        let wait = match &lp.ct {
-            Some(c) => {
-                c.wait(mirror.fd(), idle);
-                Duration::ZERO
-            }
+        // A firewall rule, IPsec policy, tc filter or veth peer change that
+        // must stop the fast path wakes the loop as a route change does,
+        // rather than waiting out the idle poll; conntrack events must not
+        // wait behind an idle route socket either.
+        let mut wake = vec![mirror.fd()];
+        nf_watch.wake_fds(&mut wake);
+        xfrm_watch.wake_fds(&mut wake);
+        tc_watch.wake_fds(&mut wake);
+        veth_watch.wake_fds(&mut wake);
+        match (&lp.ct, &fpm) {
+            (Some(c), _) => c.wait(&wake, idle),
             // In stateful mode an FPM change waits for the next poll
             // round (IDLE_POLL at most).
-            None => match &fpm {
-                Some(f) => {
-                    f.wait(mirror.fd(), idle);
-                    Duration::ZERO
-                }
-                None => idle,
-            },
-        };
-        match mirror.poll(&mut state, wait, &mut |st, a| lp.ahead(st, a)) {
+            (None, Some(f)) => f.wait(&wake, idle),
+            (None, None) => drop(nlraw::wait_any(&wake, idle)),
+        }
+        match mirror.poll(&mut state, Duration::ZERO, &mut |st, a| lp.ahead(st, a)) {
             Ok(PollOutcome::Idle) => last_poll_err = None,
             Ok(outcome) => {
                 last_poll_err = None;

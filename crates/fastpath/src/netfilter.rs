@@ -21,6 +21,7 @@
 //! overlapping addresses zones exist for) would find that entry's verdict.
 
 use std::fs;
+use std::os::fd::RawFd;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -186,8 +187,8 @@ const NFT_RECHECK: Duration = Duration::from_secs(30);
 const NFNLGRP_NFTABLES: u32 = 7;
 
 /// Re-probes while the daemon runs: rules added after start must stop the
-/// fast path too, within a round of the daemon's loop (~0.1 s) of the
-/// commit that added them.
+/// fast path too, in the round of the daemon's loop that the event of the
+/// commit adding them wakes.
 pub struct Watcher {
     allowed: bool,
     stateful: bool,
@@ -219,6 +220,13 @@ impl Watcher {
     pub fn stateful(mut self, on: bool) -> Self {
         self.stateful = on;
         self
+    }
+
+    /// The event socket, which wakes the daemon's loop (`refresh` drains it).
+    pub fn wake_fds(&self, out: &mut Vec<RawFd>) {
+        if !self.allowed {
+            out.extend(self.events.as_ref().map(Events::fd));
+        }
     }
 
     /// Called every round of the daemon's loop (`periodic`: once a second):

@@ -80,6 +80,11 @@ impl Events {
         Ok(Events { sock, buf: vec![0; 64 * 1024], what })
     }
 
+    /// For the daemon's wait: readable until `drain`ed.
+    pub fn fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
     /// Reads whatever is pending; true if anything came (an overrun counts:
     /// events were lost, so something changed).
     pub fn drain(&mut self) -> bool {
@@ -96,4 +101,15 @@ impl Events {
             }
         }
     }
+}
+
+/// Sleeps until one of `fds` is readable or `timeout` passes (negative fds
+/// are skipped); the callers then read without blocking. EINTR just ends
+/// the wait early.
+pub fn wait_any(fds: &[RawFd], timeout: std::time::Duration) -> Vec<libc::pollfd> {
+    let mut p: Vec<libc::pollfd> = fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
+    let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: a valid array of pollfds and its length.
+    unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) };
+    p
 }

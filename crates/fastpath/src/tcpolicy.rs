@@ -12,6 +12,7 @@
 //! Queueing-only disciplines (the kernel's defaults and AQMs without rates
 //! or classes) are no policy: every XDP forwarder skips them.
 
+use std::os::fd::RawFd;
 use std::process::Command;
 
 use libbpf_rs::libbpf_sys;
@@ -200,6 +201,13 @@ impl Watcher {
         let held = if allowed { Vec::new() } else { initial.bypassed.clone() };
         let (tcx, tc) = held.iter().cloned().partition(|b| b.what.contains(" tcx "));
         Watcher { allowed, tc, tcx, current: held, events, seen: ports.clone(), ports }
+    }
+
+    /// The event socket, which wakes the daemon's loop (`refresh` drains it).
+    pub fn wake_fds(&self, out: &mut Vec<RawFd>) {
+        if !self.allowed {
+            out.extend(self.events.as_ref().map(Events::fd));
+        }
     }
 
     /// Probes what is due (see the type); true if what the daemon must

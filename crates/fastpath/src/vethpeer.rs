@@ -15,7 +15,7 @@
 //! by name in /run/netns (matched to the veth's `link_netnsid` with
 //! RTM_GETNSID); one of those sockets follows the namespace's link events,
 //! and a GRO change sends one (a FEATURE CHANGE RTM_NEWLINK), so a peer
-//! losing GRO is seen within a round of the daemon's loop, not a period.
+//! losing GRO is seen in the round of the daemon's loop it wakes, not a period.
 //! An XDP program taken off a peer sends no event: the period (1 s) finds
 //! that. A peer in a namespace without a name (a Docker or LXC container's)
 //! is read from here (IFLA_TARGET_NETNSID), which shows its XDP program;
@@ -30,7 +30,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
@@ -192,6 +192,12 @@ impl Watcher {
 
     /// Probes again when due or told of a link change; true if the
     /// blocked veths or reasons changed.
+    /// The link event sockets, which wake the daemon's loop (`refresh`
+    /// drains them).
+    pub fn wake_fds(&self, out: &mut Vec<RawFd>) {
+        out.extend(self.own.iter().chain(self.spaces.values()).map(|s| s.events.fd()));
+    }
+
     pub fn refresh(&mut self, period: bool, ports: impl FnOnce() -> Vec<(String, u32)>) -> bool {
         let mut evented = false;
         for s in self.own.iter_mut().chain(self.spaces.values_mut()) {

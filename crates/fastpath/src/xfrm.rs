@@ -17,7 +17,7 @@
 //! kernel reports a policy change (XFRMNLGRP_POLICY).
 
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 
 use anyhow::{Context, Result};
 use log::{info, warn};
@@ -149,6 +149,11 @@ impl Watcher {
     /// What must be punted now.
     pub fn findings(&self) -> &Findings {
         &self.current
+    }
+
+    /// The event socket, which wakes the daemon's loop (`poll` drains it).
+    pub fn wake_fds(&self, out: &mut Vec<RawFd>) {
+        out.extend(self.socks.as_ref().map(|s| s.events.fd()));
     }
 
     /// Takes the pending policy events without blocking; after any (or an

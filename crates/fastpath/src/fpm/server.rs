@@ -164,12 +164,10 @@ impl Server {
         })
     }
 
-    /// Waits until `other` is readable, FPM changed something, or `timeout`.
-    pub fn wait(&self, other: RawFd, timeout: Duration) {
-        let mut fds = [other, self.wake.as_raw_fd()].map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
-        let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
-        // SAFETY: a valid array of pollfds and its length; EINTR only ends the wait early.
-        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    /// Waits until one of `others` is readable, FPM changed something, or `timeout`.
+    pub fn wait(&self, others: &[RawFd], timeout: Duration) {
+        let fds: Vec<RawFd> = others.iter().copied().chain([self.wake.as_raw_fd()]).collect();
+        crate::nlraw::wait_any(&fds, timeout);
     }
 
     /// What happened since the last call: the table changed since the last
