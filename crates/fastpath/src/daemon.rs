@@ -279,20 +279,19 @@ pub fn run(loaded: Loaded) -> Result<()> {
         }
         let idle = if lp.admission.as_ref().is_some_and(|a| a.has_pending()) { LANDED_POLL } else { IDLE_POLL };
         // A firewall rule, IPsec policy, tc filter or veth peer change that
-        // must stop the fast path wakes the loop as a route change does,
-        // rather than waiting out the idle poll; conntrack events must not
-        // wait behind an idle route socket either.
+        // must stop the fast path wakes the loop as a route or FPM change
+        // does, rather than waiting out the idle poll; conntrack events must
+        // not wait behind an idle route socket either. Each is drained in
+        // every round, so none stays readable.
         let mut wake = vec![mirror.fd()];
         nf_watch.wake_fds(&mut wake);
         xfrm_watch.wake_fds(&mut wake);
         tc_watch.wake_fds(&mut wake);
         veth_watch.wake_fds(&mut wake);
-        match (&lp.ct, &fpm) {
-            (Some(c), _) => c.wait(&wake, idle),
-            // In stateful mode an FPM change waits for the next poll
-            // round (IDLE_POLL at most).
-            (None, Some(f)) => f.wait(&wake, idle),
-            (None, None) => drop(nlraw::wait_any(&wake, idle)),
+        wake.extend(fpm.as_ref().map(|f| f.wake_fd()));
+        match &lp.ct {
+            Some(c) => c.wait(&wake, idle),
+            None => drop(nlraw::wait_any(&wake, idle)),
         }
         match mirror.poll(&mut state, Duration::ZERO, &mut |st, a| lp.ahead(st, a)) {
             Ok(PollOutcome::Idle) => last_poll_err = None,

@@ -164,10 +164,9 @@ impl Server {
         })
     }
 
-    /// Waits until one of `others` is readable, FPM changed something, or `timeout`.
-    pub fn wait(&self, others: &[RawFd], timeout: Duration) {
-        let fds: Vec<RawFd> = others.iter().copied().chain([self.wake.as_raw_fd()]).collect();
-        crate::nlraw::wait_any(&fds, timeout);
+    /// Readable when FPM changed something, until `take_changed`.
+    pub fn wake_fd(&self) -> RawFd {
+        self.wake.as_raw_fd()
     }
 
     /// What happened since the last call: the table changed since the last
