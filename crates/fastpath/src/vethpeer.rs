@@ -16,8 +16,9 @@
 //! RTM_GETNSID); one of those sockets follows the namespace's link events,
 //! and a GRO change sends one (a FEATURE CHANGE RTM_NEWLINK), so a peer
 //! losing GRO is seen in the round of the daemon's loop it wakes, not a period.
-//! An XDP program taken off a peer sends no event: the period (1 s) finds
-//! that. A peer in a namespace without a name (a Docker or LXC container's)
+//! An XDP program put on or taken off a peer sends no event of the peer's
+//! but a FEATURE CHANGE of our end (veth adjusts its GSO features), which
+//! the socket in our own namespace sees. A peer in a namespace without a name (a Docker or LXC container's)
 //! is read from here (IFLA_TARGET_NETNSID), which shows its XDP program;
 //! for its GRO the namespace is entered through a process in it
 //! (/proc/PID/ns/net), with a socket made for that one question: it gets no
@@ -462,6 +463,30 @@ mod tests {
             gro(&h2, "fpv1", false);
             assert!(w.refresh(false, || ports.clone()));
             assert_eq!(w.blocking().len(), 1);
+
+            // An XDP program on the peer gives it NAPI, and taking it off
+            // sends no event of the peer's own but a FEATURE CHANGE of our
+            // end: also seen at once, not left to the period.
+            {
+                use fastpath_bpf::skel::xdp_pass::XdpPassSkelBuilder;
+                use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+                let into = |ns: &str| {
+                    let f = File::open(format!("{NETNS_DIR}/{ns}")).unwrap();
+                    nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+                };
+                let mut storage = std::mem::MaybeUninit::uninit();
+                let skel = XdpPassSkelBuilder::default().open(&mut storage).unwrap().load().unwrap();
+                into(&h2);
+                let peer = links::dump().unwrap().iter().find(|l| l.name == "fpv1").unwrap().ifindex;
+                let link = skel.progs.fp_bench_xdp_pass.attach_xdp(peer as i32);
+                into(&r2);
+                let link = link.unwrap();
+                assert!(w.refresh(false, || ports.clone()), "the program put on is an event");
+                assert!(w.blocking().is_empty(), "{:?}", w.blocking());
+                drop(link);
+                assert!(w.refresh(false, || ports.clone()), "the program taken off is an event");
+                assert_eq!(w.blocking().len(), 1, "held again");
+            }
 
             // A peer whose namespace lost its name: XDP visible, GRO not.
             // And a peer in the daemon's own namespace.
