@@ -385,6 +385,38 @@ def test_ipv6_switched_off_on_the_egress_stops_ipv6_through_it_at_once(lab, daem
     assert d.get("forwarded", 0) == 5, d
 
 
+def test_a_port_given_a_new_mac_address_is_followed(lab, daemon):
+    """`ip link set r0 address NEW`: frames still sent to the old address
+    are not the router's any more (the kernel drops them as another host's)
+    and are never forwarded; frames to the new one are, and leave r1 from
+    r1's own address as before."""
+    old, new = lab.r0.mac, "02:00:00:00:09:09"
+
+    def send(dst_mac, n=5):
+        sent = daemon.counters("r0")
+        tx = Sender(lab.c0)
+        for f in udp_series(udp4, lab, range(n)):
+            tx.send(bytes.fromhex(dst_mac.replace(":", "")) + bytes(f)[6:])
+        tx.close()
+        time.sleep(0.3)
+        return counter_delta(sent, daemon.counters("r0"))
+
+    lab.gateway_routes()
+    wait_for("the gateway route", lambda: any(r["prefix"] == Lab.REMOTE4 for r in daemon.routes()), 5)
+    lab.resolve_neighbours()
+    assert send(old).get("forwarded", 0) == 5
+    lab.ip(lab.router, "link", "set", "r0", "address", new)
+    try:
+        wait_for("the new address in status", lambda: next(
+            i["mac"] for i in daemon.status()["interfaces"] if i["name"] == "r0") == new, 5)
+        d = send(old)
+        assert d.get("forwarded", 0) == 0 and d.get("l2_other_host", 0) == 5, d
+        d = send(new)
+        assert d.get("forwarded", 0) == 5, d
+    finally:
+        lab.ip(lab.router, "link", "set", "r0", "address", old)
+
+
 def test_a_deleted_next_hop_object_punts_its_routes_ahead_of_the_redump(lab, daemon):
     """`ip nexthop del` takes the routes using the object with it, without a
     message each: the daemon punts their prefixes at once (counted `ahead`),

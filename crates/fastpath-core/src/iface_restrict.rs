@@ -13,7 +13,10 @@
 //! FIB, which such a change leaves as it is), which the daemon writes (and
 //! bumps the generation, so cached flows go back through the checks) before
 //! the re-dump or recompute. Anything that widens permission (a link coming
-//! up, a larger MTU, a looser rp_filter) waits for the recompute.
+//! up, a larger MTU, a looser rp_filter) waits for the recompute. A new
+//! MAC address goes ahead too: from the change on, the kernel drops frames
+//! sent to the old one and sends from the new one, and the data path
+//! should do neither otherwise.
 //!
 //! An ip rule added, or a managed interface enslaved to a VRF, is the same
 //! kind of change for a whole family: the kernel stops looking up the main
@@ -73,8 +76,8 @@ pub fn carrier_back(applied: &BTreeMap<u32, IfaceEntry>, state: &KernelState, li
 /// Entries of `applied` (ifindex -> entry, as in `Desired::ifaces`) that
 /// `state` takes permission from, restricted to what both allow: a lost
 /// UP/FWD4/FWD6 cleared, a new V6_OFF set, each MTU at the lower of the
-/// two, the stricter rp_filter. Everything else of an entry stays as
-/// applied.
+/// two, the stricter rp_filter; and the link's MAC address as it is now.
+/// Everything else of an entry stays as applied.
 pub fn restrictions(applied: &BTreeMap<u32, IfaceEntry>, state: &KernelState) -> Vec<(u32, IfaceEntry)> {
     applied
         .iter()
@@ -83,6 +86,7 @@ pub fn restrictions(applied: &BTreeMap<u32, IfaceEntry>, state: &KernelState) ->
             let mut e = old.clone();
             match &now {
                 Some(n) => {
+                    e.mac = n.mac;
                     e.flags &= !(PERMISSIONS & !n.flags);
                     e.flags |= n.flags & DENIALS;
                     e.mtu = e.mtu.min(n.mtu);
@@ -176,6 +180,17 @@ mod tests {
         }
         // Nothing changed: nothing to write.
         assert!(restrictions(&a, &before).is_empty());
+    }
+
+    #[test]
+    fn a_new_mac_address_is_written_ahead() {
+        let before = state(&[(2, true, true, 1500), (3, true, true, 1500)]);
+        let a = applied(&before);
+        let mut after = before.clone();
+        let new = [2, 0, 0, 0, 0x99, 0x99];
+        after.links.get_mut(&2).unwrap().mac = Some(new);
+        let r = restrictions(&a, &after);
+        assert_eq!(r, vec![(2, IfaceEntry { mac: new, ..a[&2].clone() })]);
     }
 
     #[test]
@@ -289,6 +304,7 @@ mod tests {
                 prop_assert!(got.flags & RPF != RPF, "strict and loose at once");
                 match now {
                     Some(n) => {
+                        prop_assert_eq!(got.mac, n.mac);
                         prop_assert_eq!(got.flags & PERMISSIONS & !n.flags, 0);
                         prop_assert_eq!(n.flags & DENIALS & !got.flags, 0);
                         prop_assert!(got.mtu <= n.mtu && got.mtu6 <= n.mtu6);
