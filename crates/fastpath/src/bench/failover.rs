@@ -110,53 +110,65 @@ pub fn address_losses(
     let mut out = Losses::default();
     for _ in 0..n {
         wait_idle(daemon_pid, stop)?;
-        let t0 = Instant::now();
-        let mut del = Command::new("ip")
-            .args(["-n", &t.router, "addr", "del", R0_ADDR, "dev", topo::R0])
-            .spawn()
-            .context("running ip")?;
-        let mut ip_done = None;
-        let mut ip_exited = |ip_done: &mut Option<(f64, bool)>| -> Result<()> {
-            if ip_done.is_none() {
-                if let Some(st) = del.try_wait().context("waiting for ip")? {
-                    *ip_done = Some((t0.elapsed().as_secs_f64(), st.success()));
-                }
-            }
-            Ok(())
-        };
+        let mut del = Running::ip(&["-n", &t.router, "addr", "del", R0_ADDR, "dev", topo::R0])?;
+        let t0 = del.t0;
         let res = (|| {
             let punted = wait_until(t0, stop, || {
-                ip_exited(&mut ip_done)?;
+                del.check()?;
                 flag(&ifaces, slot, FP_IF_V4_FLUSH)
             })
             .context("IPv4 out of r0 punted after its last address went")?;
-            let lifted = wait_until(t0, stop, || {
-                ip_exited(&mut ip_done)?;
-                Ok(!flag(&ifaces, slot, FP_IF_V4_FLUSH)? && ip_done.is_some())
-            })
-            .context("the punt lifted by the recompute")?;
+            let lifted = wait_until(t0, stop, || Ok(del.check()?.is_some() && !flag(&ifaces, slot, FP_IF_V4_FLUSH)?))
+                .context("the punt lifted by the recompute")?;
             Ok::<_, anyhow::Error>((punted, lifted))
         })();
-        let ip_done = match ip_done {
-            Some(d) => Some(d),
-            None => {
-                let st = del.wait().context("waiting for ip")?;
-                res.is_ok().then(|| (t0.elapsed().as_secs_f64(), st.success()))
-            }
-        };
+        let (secs, ok) = del.finish()?;
         // Back before anything else runs, failed or not.
         ip(&["-n", &t.router, "addr", "add", R0_ADDR, "dev", topo::R0])?;
         restore()?;
         let (punted, lifted) = res?;
-        match ip_done {
-            Some((secs, true)) => out.ip.push(secs),
-            _ => bail!("ip addr del {R0_ADDR} dev {} failed", topo::R0),
+        if !ok {
+            bail!("ip addr del {R0_ADDR} dev {} failed", topo::R0);
         }
         out.punted.push(punted);
+        out.ip.push(secs);
         out.lifted.push(lifted);
     }
     wait_idle(daemon_pid, stop)?;
     Ok(out)
+}
+
+/// `ip` running in the background; when it exited, taken when first seen.
+struct Running {
+    child: std::process::Child,
+    t0: Instant,
+    done: Option<(f64, bool)>,
+}
+
+impl Running {
+    fn ip(args: &[&str]) -> Result<Running> {
+        let t0 = Instant::now();
+        let child = Command::new("ip").args(args).spawn().context("running ip")?;
+        Ok(Running { child, t0, done: None })
+    }
+
+    /// (seconds from the start, success) once it has exited.
+    fn check(&mut self) -> Result<Option<(f64, bool)>> {
+        if self.done.is_none() {
+            if let Some(st) = self.child.try_wait().context("waiting for ip")? {
+                self.done = Some((self.t0.elapsed().as_secs_f64(), st.success()));
+            }
+        }
+        Ok(self.done)
+    }
+
+    fn finish(&mut self) -> Result<(f64, bool)> {
+        if let Some(d) = self.check()? {
+            return Ok(d);
+        }
+        let st = self.child.wait().context("waiting for ip")?;
+        Ok((self.t0.elapsed().as_secs_f64(), st.success()))
+    }
 }
 
 /// Seconds from `t0` until `done`, polled every 100 us for up to 60 s.
