@@ -47,6 +47,21 @@ class OneWayStream:
         self.sender.close()
 
 
+def route_entry(daemon: Daemon, prefix: str) -> dict | None:
+    return next((r for r in daemon.routes() if r["prefix"] == prefix), None)
+
+
+def r0_deltas(lab: Lab, daemon: Daemon, frames) -> dict[str, int]:
+    """r0's counter deltas for `frames` sent by the client."""
+    sent = daemon.counters("r0")
+    tx = Sender(lab.c0)
+    for f in frames:
+        tx.send(f)
+    tx.close()
+    time.sleep(0.3)
+    return counter_delta(sent, daemon.counters("r0"))
+
+
 def test_vanished_neighbour_stops_the_fast_path_like_the_kernel(lab, daemon):
     """A neighbour that stops answering must stop the fast path the way it
     stops the kernel: the kernel's probes fail (FAILED/INCOMPLETE), the mirror
@@ -295,19 +310,13 @@ def test_the_last_ipv4_address_gone_punts_ipv4_out_of_its_interface_ahead_of_the
     forwarded, and the recompute lifts the punt: an IPv4 route through the
     interface, added while it has no address, is fast-pathed."""
     def entry(prefix):
-        return next((r for r in daemon.routes() if r["prefix"] == prefix), None)
+        return route_entry(daemon, prefix)
 
     def reconciles():
         return daemon.status()["reconciles"]
 
     def send(mk, n=5):
-        sent = daemon.counters("r0")
-        tx = Sender(lab.c0)
-        for f in udp_series(mk, lab, range(n)):
-            tx.send(f)
-        tx.close()
-        time.sleep(0.3)
-        return counter_delta(sent, daemon.counters("r0"))
+        return r0_deltas(lab, daemon, udp_series(mk, lab, range(n)))
 
     lab.gateway_routes()
     wait_for("the gateway routes", lambda: entry(Lab.REMOTE4) and entry(Lab.REMOTE6), 5)
@@ -343,19 +352,13 @@ def test_ipv6_switched_off_on_the_egress_stops_ipv6_through_it_at_once(lab, daem
     once (counted `ahead`) and re-dumps the routes; IPv4 goes on. Switched
     on again, with its address and route back, IPv6 is fast-pathed again."""
     def entry(prefix):
-        return next((r for r in daemon.routes() if r["prefix"] == prefix), None)
+        return route_entry(daemon, prefix)
 
     def reconciles():
         return daemon.status()["reconciles"]
 
     def send(mk, n=5):
-        sent = daemon.counters("r0")
-        tx = Sender(lab.c0)
-        for f in udp_series(mk, lab, range(n)):
-            tx.send(f)
-        tx.close()
-        time.sleep(0.3)
-        return counter_delta(sent, daemon.counters("r0"))
+        return r0_deltas(lab, daemon, udp_series(mk, lab, range(n)))
 
     lab.sysctl(lab.router, "net.ipv6.route.skip_notify_on_dev_down", "1")
     lab.gateway_routes()
@@ -393,16 +396,11 @@ def test_a_port_given_a_new_mac_address_is_followed(lab, daemon):
     old, new = lab.r0.mac, "02:00:00:00:09:09"
 
     def send(dst_mac, n=5):
-        sent = daemon.counters("r0")
-        tx = Sender(lab.c0)
-        for f in udp_series(udp4, lab, range(n)):
-            tx.send(bytes.fromhex(dst_mac.replace(":", "")) + bytes(f)[6:])
-        tx.close()
-        time.sleep(0.3)
-        return counter_delta(sent, daemon.counters("r0"))
+        mac = bytes.fromhex(dst_mac.replace(":", ""))
+        return r0_deltas(lab, daemon, [mac + f[6:] for f in udp_series(udp4, lab, range(n))])
 
     lab.gateway_routes()
-    wait_for("the gateway route", lambda: any(r["prefix"] == Lab.REMOTE4 for r in daemon.routes()), 5)
+    wait_for("the gateway route", lambda: route_entry(daemon, Lab.REMOTE4), 5)
     lab.resolve_neighbours()
     assert send(old).get("forwarded", 0) == 5
     lab.ip(lab.router, "link", "set", "r0", "address", new)
