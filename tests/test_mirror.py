@@ -288,13 +288,7 @@ def test_a_new_address_is_punted_ahead_of_the_recompute(lab, daemon):
         assert mid["ahead"] >= before["ahead"] + 1, (before, mid)
         assert action() == "local", daemon.routes()
         lab.resolve_neighbours()
-        sent = daemon.counters("r0")
-        tx = Sender(lab.c0)
-        for f in udp_series(udp4, lab, range(5), dst=vip):
-            tx.send(f)
-        tx.close()
-        time.sleep(0.3)
-        d = counter_delta(sent, daemon.counters("r0"))
+        d = r0_deltas(lab, daemon, udp_series(udp4, lab, range(5), dst=vip))
         assert d.get("local", 0) == 5 and d.get("forwarded", 0) == 0, d
     finally:
         lab.ip(lab.router, "addr", "del", f"{vip}/32", "dev", "r0")
