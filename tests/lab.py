@@ -593,6 +593,7 @@ class Daemon:
         cmd += ["--socket", str(self.sock), *self.extra]
         logf = open(self.log, "wb")
         env = dict(os.environ, RUST_LOG=os.environ.get("RUST_LOG", "info"))
+        logs_info = env["RUST_LOG"] in ("info", "debug", "trace")
         # `ip netns exec` execs the daemon, so this pid is the daemon's own.
         self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env)
         logf.close()
@@ -603,7 +604,10 @@ class Daemon:
                 raise RuntimeError(f"fastpath run exited {self.proc.returncode}:\n{self.log_text()}")
             if self.sock.exists():
                 p = self.cli("status", "--json", check=False)
-                if p.returncode == 0:
+                # The daemon holds its start's log until it is running
+                # (crates/fastpath/src/startlog.rs), a moment after the API
+                # answers: tests read the log as of this return.
+                if p.returncode == 0 and (not logs_info or "fastpath running on" in self.log_text()):
                     self.lab.daemon = self
                     return self
             time.sleep(0.1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -70,6 +71,53 @@ def test_run_not_root(idle_lab, fastpath_bin):
     line = one_line_error(p)
     assert "root" in line.lower() or "permission" in line.lower() or "privile" in line.lower(), line
     assert not lab.xdp_attached()
+
+
+def test_run_without_btf(idle_lab, fastpath_bin):
+    """A kernel without BTF: /sys/kernel/btf hidden under an empty tmpfs in a
+    mount namespace of the daemon's own, the rest of the system untouched."""
+    lab = idle_lab
+    p = sh("ip", "netns", "exec", lab.router, "unshare", "--mount", "--propagation", "private",
+           "sh", "-c", 'mount -t tmpfs none /sys/kernel/btf && exec "$@"', "sh",
+           str(FASTPATH), "run", "-i", "r0", "-i", "r1", "--socket", str(lab.tmp / "bad.sock"),
+           check=False, timeout=30)
+    line = one_line_error(p)
+    assert "BTF" in line, line
+    assert not lab.xdp_attached()
+    assert not (lab.tmp / "bad.sock").exists()
+
+
+@pytest.fixture
+def bridge_port(idle_lab):
+    """A bridge in the router: a device whose driver has no native XDP."""
+    lab = idle_lab
+    lab.ip(lab.router, "link", "add", "rbr0", "type", "bridge")
+    try:
+        lab.ip(lab.router, "link", "set", "rbr0", "up")
+        yield "rbr0"
+    finally:
+        lab.ip(lab.router, "link", "del", "rbr0", check=False)
+
+
+def test_native_mode_on_a_device_without_native_xdp(idle_lab, fastpath_bin, bridge_port):
+    """--xdp-mode native: refused, and r0, attached first, is detached again."""
+    lab = idle_lab
+    line = one_line_error(run_in_router(lab, "-i", "r0", "-i", bridge_port, "--xdp-mode", "native"))
+    assert bridge_port in line and "native XDP" in line, line
+    assert not lab.xdp_attached(), "r0 stayed attached after the refused start"
+    assert not (lab.tmp / "bad.sock").exists()
+
+
+def test_auto_mode_falls_back_to_generic_with_a_warning(idle_lab, fastpath_bin, bridge_port):
+    lab = idle_lab
+    with Daemon(lab, ["r0", bridge_port]) as d:
+        modes = {i["name"]: i["xdp_mode"] for i in d.status()["interfaces"]}
+        assert modes == {"r0": "native", bridge_port: "generic"}, modes
+        warned = [l for l in d.log_text().splitlines() if "WARN" in l and bridge_port in l]
+        assert any("generic mode" in l for l in warned), d.log_text()
+        # The kernel's own view: XDP_ATTACHED_SKB (2) is generic, DRV (1) native.
+        kernel = {n: json.loads(x)["mode"] for n, x in lab.xdp_attached().items()}
+        assert kernel == {"r0": 1, bridge_port: 2}, kernel
 
 
 def test_status_without_daemon(idle_lab, fastpath_bin):

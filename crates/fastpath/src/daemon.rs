@@ -236,6 +236,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
         ifaces.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(", "),
         lp.reconciler.generation()
     );
+    crate::startlog::release();
 
     // The initial reconcile above covered everything.
     let mut pending = Pending::Nothing;

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{bail, Context, Result};
 use fastpath_bpf::intf;
@@ -20,11 +21,17 @@ use crate::links::{self, XdpAttach};
 use crate::preflight::Iface;
 use crate::XdpMode;
 
+/// Set while a load is only a probe (the device-bound variant, which many
+/// devices refuse): libbpf's complaints about it are then debug output,
+/// the caller says in one line what it concluded.
+static PROBING: AtomicBool = AtomicBool::new(false);
+
 /// libbpf's own messages go through `log` like everything else.
 pub fn bridge_libbpf_log() {
     fn print(level: PrintLevel, msg: String) {
         let msg = msg.trim_end();
         match level {
+            PrintLevel::Warn if PROBING.load(Ordering::Relaxed) => log::debug!(target: "libbpf", "{msg}"),
             PrintLevel::Warn => log::warn!(target: "libbpf", "{msg}"),
             PrintLevel::Info => log::info!(target: "libbpf", "{msg}"),
             PrintLevel::Debug => log::debug!(target: "libbpf", "{msg}"),
@@ -307,7 +314,10 @@ fn load_one<'a>(iface: &Iface, caps: &Capacities, opts: &LoadOpts, share: &dyn F
     } else {
         HashVariant::DeviceBound
     };
-    match open_one(iface, caps, opts, variant, share()) {
+    PROBING.store(true, Ordering::Relaxed);
+    let probe = open_one(iface, caps, opts, variant, share());
+    PROBING.store(false, Ordering::Relaxed);
+    match probe {
         Ok(i) => Ok(i),
         Err(e) => {
             log::info!("{}: no device-bound RX-hash program ({e:#}); using the plain one", iface.name);

@@ -27,6 +27,7 @@ mod reload;
 mod render;
 mod resources_cli;
 mod route_batch;
+mod startlog;
 mod tcpolicy;
 mod vethpeer;
 mod xfrm;
@@ -291,10 +292,16 @@ pub struct StatusArgs {
 }
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).format_timestamp_millis().init();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .format_timestamp_millis()
+        .target(env_logger::Target::Pipe(Box::new(startlog::Gate)))
+        .init();
     let cli = Cli::parse();
     let res = match cli.cmd {
-        Cmd::Run(args) => config::for_run(args).and_then(daemon::run),
+        Cmd::Run(args) => {
+            startlog::hold();
+            config::for_run(args).and_then(daemon::run)
+        }
         Cmd::Status(args) => api::client_status(&args),
         Cmd::Routes(args) => api::client_routes(&args),
         Cmd::Neighbours(args) => api::client_neighbours(&args),
@@ -309,6 +316,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // One line, whole context chain: scripts and humans both read it.
+            startlog::discard();
             eprintln!("fastpath: {e:#}");
             ExitCode::FAILURE
         }

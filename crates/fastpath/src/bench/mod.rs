@@ -64,8 +64,8 @@ pub struct BenchArgs {
     /// Seconds per repetition.
     #[arg(long, default_value_t = 1.5)]
     pub duration: f64,
-    /// Ethernet frame sizes in bytes, FCS included (comma-separated; 512 and 1518 work too).
-    #[arg(long, value_delimiter = ',', default_values_t = vec![64usize])]
+    /// Ethernet frame sizes in bytes, FCS included (comma-separated; 1518 works too).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![64usize, 512])]
     pub sizes: Vec<usize>,
     /// Numbers of flows (UDP port pairs; see bench/README.md), comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = vec![1u32, 10_000, 1_000_000])]
