@@ -4,6 +4,7 @@ then the kernel-vs-fastpath benchmark; everything torn down at the end."""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import time
@@ -56,6 +57,10 @@ def tcp_transfer(lab: Lab) -> None:
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--bench-out", metavar="DIR", help="where the benchmark writes forward.json/png (default bench/out)")
+    ap.add_argument("--no-rt", action="store_true", help="normal scheduling for the benchmark's generator (a shared box)")
+    opts = ap.parse_args()
     if not FASTPATH.exists():
         print(f"{FASTPATH} missing: run `make build` first", file=sys.stderr)
         return 1
@@ -89,7 +94,9 @@ def main() -> int:
         print(f"exit code {d.proc.returncode}; XDP still attached: {lab.xdp_attached() or 'none'}")
 
     banner("benchmark: kernel forwarding vs fastpath (fastpath bench --quick)")
-    p = subprocess.run([fp, "bench", "--quick"], cwd=REPO)
+    bench = [fp, "bench", "--quick"] + (["--out", opts.bench_out] if opts.bench_out else []) + \
+        (["--no-rt"] if opts.no_rt else [])
+    p = subprocess.run(bench, cwd=REPO)
     if p.returncode != 0:
         print(f"fastpath bench --quick exited {p.returncode}", file=sys.stderr)
         return p.returncode
