@@ -3,6 +3,7 @@ endpoint, against a daemon running in the lab's router namespace."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -162,6 +163,16 @@ def metrics_and_listeners(lab: Lab) -> None:
     send_and_expect(lab.c0, [udp4(lab, seq=i) for i in range(20)], lab.s0)
     after = scrape(lab)
     assert sample(after, fwd) - sample(before, fwd) >= 20
+    # The flow is among the busiest (--metrics-flows, default 10) with the
+    # count `fastpath flows` has for it; the first packet of a new flow
+    # misses the cache, so at least 19 of the 20 were forwarded as a hit.
+    flow = (f'fastpath_flow_packets{{family="ipv4",proto="17",src="{lab.C4}",sport="40000",'
+            f'dst="{lab.FAR4}",dport="9",ingress="r0",egress="r1"}}')
+    listed = [f for f in json.loads(lab.daemon.cli("flows", "--json", "--limit", "0").stdout)["flows"]
+              if (f["proto"], f["src"], f["sport"], f["dst"], f["dport"]) == (17, lab.C4, 40000, lab.FAR4, 9)]
+    assert len(listed) == 1, listed
+    assert sample(after, flow) == listed[0]["packets"] >= 19, (listed, after)
+    assert "fastpath_flow_bytes" not in after, "stateless entries keep no byte counts"
     assert sample(after, 'fastpath_table_capacity{table="fib4"}') > 0
     assert sample(after, 'fastpath_table_entries{table="fib4"}') >= 1
     assert sample(after, "fastpath_full_sync_age_seconds") >= 0
@@ -189,6 +200,23 @@ def test_metrics_off(lab: Lab, fastpath_bin):
     with Daemon(lab, extra=["--metrics", "off"]):
         listening = lab.run(lab.router, "ss", "-Hltn").stdout
         assert ":9469" not in listening, listening
+
+
+def test_metrics_flows_zero_exports_no_flow(lab: Lab, fastpath_bin):
+    lab.resolve_neighbours()
+    with Daemon(lab, extra=["--metrics-flows", "0"]) as d:
+        send_and_expect(lab.c0, [udp4(lab, seq=i) for i in range(5)], lab.s0)
+        assert json.loads(d.cli("flows", "--json").stdout)["flows"], "the flow is cached"
+        text = scrape(lab)
+        assert "fastpath_flow_cache_events_total" in text
+        assert "fastpath_flow_packets" not in text, text
+
+
+def test_metrics_flows_out_of_range_is_refused(lab: Lab, fastpath_bin):
+    p = lab.run(lab.router, str(FASTPATH), "run", "-i", "r0", "-i", "r1", "--metrics-flows", "1001",
+                "--socket", str(lab.tmp / "bad.sock"), check=False)
+    assert p.returncode != 0 and "1001" in p.stderr and "--metrics-flows" in p.stderr, p.stderr
+    assert not lab.xdp_attached()
 
 
 def test_sighup_applies_the_stateful_settings(lab: Lab, fastpath_bin):

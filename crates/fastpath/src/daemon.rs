@@ -228,7 +228,12 @@ pub fn run(loaded: Loaded) -> Result<()> {
         maps.try_clone().context("opening map handles")?,
     )?;
     let metrics_server = match metrics_listener {
-        Some(l) => Some(metrics::serve(l, Arc::clone(&shared), maps.try_clone().context("opening map handles")?)?),
+        Some(l) => Some(metrics::serve(
+            l,
+            Arc::clone(&shared),
+            maps.try_clone().context("opening map handles")?,
+            usize::from(args.metrics_flows),
+        )?),
         None => None,
     };
     info!(

@@ -93,6 +93,11 @@ pub struct RunArgs {
     /// Prometheus endpoint ADDR:PORT, or `off`.
     #[arg(long, value_name = "ADDR:PORT", default_value = metrics::DEFAULT_ENDPOINT, value_parser = metrics::parse_endpoint)]
     pub metrics: metrics::Endpoint,
+    /// The busiest cached flows each scrape exports with their packet (and,
+    /// in stateful mode, byte) counts, `fastpath_flow_packets` and
+    /// `fastpath_flow_bytes` (0 = none; a series per flow, so keep it small).
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u16).range(0..=1000))]
+    pub metrics_flows: u16,
     /// Interface to run on (repeat for each interface).
     #[arg(short = 'i', long = "interface", value_name = "IFACE")]
     pub interfaces: Vec<String>,

@@ -23,6 +23,11 @@
 //!   local routes, routes of deleted next-hop objects), and interface
 //!   entries of links whose carrier came back
 //! - `fastpath_generation`: table generation
+//! - `fastpath_flow_packets`, `fastpath_flow_bytes` {family, proto, src,
+//!   sport, dst, dport, ingress, egress}: the `--metrics-flows` busiest
+//!   flows of the flow cache (what `fastpath flows` lists first), packets
+//!   forwarded by the fast path and, in stateful mode, their IP bytes.
+//!   Gauges: a flow's series ends when it leaves the top or the cache.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -38,6 +43,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
 use crate::api::{self, Shared, Status};
+use crate::flows::FlowJson;
 use crate::maps::Maps;
 
 pub const DEFAULT_ENDPOINT: &str = "127.0.0.1:9469";
@@ -118,7 +124,8 @@ impl Drop for MetricsServer {
     }
 }
 
-pub fn serve(server: tiny_http::Server, shared: Shared, maps: Maps) -> Result<MetricsServer> {
+/// `flows`: how many of the busiest cached flows each scrape exports.
+pub fn serve(server: tiny_http::Server, shared: Shared, maps: Maps, flows: usize) -> Result<MetricsServer> {
     let server = Arc::new(server);
     let srv = Arc::clone(&server);
     if let Some(a) = server.server_addr().to_ip() {
@@ -129,7 +136,7 @@ pub fn serve(server: tiny_http::Server, shared: Shared, maps: Maps) -> Result<Me
         .spawn(move || {
             // recv() fails once unblock() is called: that is the way out.
             while let Ok(req) = srv.recv() {
-                let resp = respond(req.url(), &shared, &maps);
+                let resp = respond(req.url(), &shared, &maps, flows);
                 if let Err(e) = req.respond(resp) {
                     debug!("metrics: answering a scrape: {e}");
                 }
@@ -141,7 +148,7 @@ pub fn serve(server: tiny_http::Server, shared: Shared, maps: Maps) -> Result<Me
 
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-fn respond(url: &str, shared: &Shared, maps: &Maps) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
+fn respond(url: &str, shared: &Shared, maps: &Maps, flows: usize) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
     let text = |code: u16, body: String, ctype: &str| {
         let mut r = tiny_http::Response::from_string(body).with_status_code(code);
         if let Ok(h) = tiny_http::Header::from_bytes(&b"Content-Type"[..], ctype.as_bytes()) {
@@ -157,8 +164,16 @@ fn respond(url: &str, shared: &Shared, maps: &Maps) -> tiny_http::Response<std::
         Ok(g) => Arc::clone(&g),
         Err(p) => Arc::clone(&p.into_inner()),
     };
-    match api::status(&snap, maps).map_err(|e| format!("{e:#}")).and_then(|st| {
-        render(st, snap.ops.clone(), Instant::now()).map_err(|e| format!("encoding: {e}"))
+    let busiest = |st: Status| -> Result<(Status, Vec<FlowJson>), String> {
+        // limit 0 would mean every flow to flows::list.
+        if flows == 0 {
+            return Ok((st, Vec::new()));
+        }
+        let f = crate::flows::list(&snap, maps, flows).map_err(|e| format!("{e:#}"))?;
+        Ok((st, f.flows))
+    };
+    match api::status(&snap, maps).map_err(|e| format!("{e:#}")).and_then(busiest).and_then(|(st, f)| {
+        render_with_flows(st, snap.ops.clone(), Instant::now(), f).map_err(|e| format!("encoding: {e}"))
     }) {
         Ok(body) => text(200, body, CONTENT_TYPE),
         Err(e) => text(500, format!("fastpath: {e}\n"), "text/plain; charset=utf-8"),
@@ -166,9 +181,15 @@ fn respond(url: &str, shared: &Shared, maps: &Maps) -> tiny_http::Response<std::
 }
 
 /// The exposition for one scrape.
+#[cfg(test)]
 pub fn render(status: Status, ops: OpsStats, now: Instant) -> Result<String, std::fmt::Error> {
+    render_with_flows(status, ops, now, Vec::new())
+}
+
+/// The exposition for one scrape, with the busiest flows' series.
+pub fn render_with_flows(status: Status, ops: OpsStats, now: Instant, flows: Vec<FlowJson>) -> Result<String, std::fmt::Error> {
     let mut reg = Registry::default();
-    reg.register_collector(Box::new(Scrape { status, ops, now }));
+    reg.register_collector(Box::new(Scrape { status, ops, now, flows }));
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &reg)?;
     Ok(out)
@@ -179,6 +200,7 @@ struct Scrape {
     status: Status,
     ops: OpsStats,
     now: Instant,
+    flows: Vec<FlowJson>,
 }
 
 fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
@@ -198,6 +220,51 @@ fn counters_by(e: &mut DescriptorEncoder, name: &str, help: &str, label: &str, v
 fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> std::fmt::Result {
     let g = ConstGauge::new(v);
     g.encode(e.encode_descriptor(name, help, None, g.metric_type())?)
+}
+
+impl Scrape {
+    /// The busiest flows, one series each; bytes only where the data path
+    /// keeps them (stateful mode).
+    fn encode_flows(&self, e: &mut DescriptorEncoder) -> std::fmt::Result {
+        if self.flows.is_empty() {
+            return Ok(());
+        }
+        let labels = |f: &FlowJson| -> [(&'static str, String); 8] {
+            [
+                ("family", f.family.clone()),
+                ("proto", f.proto.to_string()),
+                ("src", f.src.clone()),
+                ("sport", f.sport.to_string()),
+                ("dst", f.dst.clone()),
+                ("dport", f.dport.to_string()),
+                ("ingress", f.ingress.clone().unwrap_or_default()),
+                ("egress", f.egress.clone().unwrap_or_default()),
+            ]
+        };
+        let mut m = e.encode_descriptor(
+            "fastpath_flow_packets",
+            "Packets the fast path forwarded for one of the busiest cached flows (since it entered the cache).",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for f in &self.flows {
+            ConstGauge::new(f.packets as i64).encode(m.encode_family(&labels(f))?)?;
+        }
+        if self.flows.iter().any(|f| f.bytes.is_some()) {
+            let mut m = e.encode_descriptor(
+                "fastpath_flow_bytes",
+                "Stateful mode: IP bytes the fast path forwarded for one of the busiest cached flows.",
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            for f in &self.flows {
+                if let Some(b) = f.bytes {
+                    ConstGauge::new(b as i64).encode(m.encode_family(&labels(f))?)?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Collector for Scrape {
@@ -302,6 +369,7 @@ impl Collector for Scrape {
         )?;
         counter(&mut e, "fastpath_neigh_keepalives", "Neighbours refreshed in the kernel because fast-pathed traffic used them.", s.neigh_keepalives)?;
         gauge(&mut e, "fastpath_generation", "Table generation (bumped by every route or neighbour change).", s.generation as f64)?;
+        self.encode_flows(&mut e)?;
         if let Some(ct) = &s.conntrack {
             let c = &ct.counters;
             gauge(&mut e, "fastpath_ct_generation", "Stateful mode: conntrack generation (each bump re-checks every cached verdict).", f64::from(ct.generation))?;
@@ -450,6 +518,39 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn busiest_flows_are_labelled_series_with_bytes_only_where_kept() {
+        let flow = |proto: u8, sport: u16, packets: u64, bytes: Option<u64>| FlowJson {
+            family: "ipv4".into(),
+            proto,
+            src: "192.0.2.2".into(),
+            dst: "203.0.113.1".into(),
+            sport,
+            dport: 53,
+            ingress: Some("r0".into()),
+            egress: Some("r1".into()),
+            nexthop: 1,
+            dmac: "02:00:00:00:02:02".into(),
+            packets,
+            bytes,
+            cpus: 1,
+            idle_s: 0,
+            current: true,
+        };
+        let labels = "family=\"ipv4\",proto=\"17\",src=\"192.0.2.2\",sport=\"4000\",dst=\"203.0.113.1\",dport=\"53\",ingress=\"r0\",egress=\"r1\"";
+        let out = render_with_flows(status(), OpsStats::default(), Instant::now(), vec![flow(17, 4000, 37, Some(3404))])
+            .expect("encodes");
+        for line in [format!("fastpath_flow_packets{{{labels}}} 37"), format!("fastpath_flow_bytes{{{labels}}} 3404")] {
+            assert!(out.lines().any(|l| l == line), "missing {line:?} in\n{out}");
+        }
+        // Stateless entries carry no bytes: no byte series at all.
+        let out = render_with_flows(status(), OpsStats::default(), Instant::now(), vec![flow(6, 4001, 5, None)])
+            .expect("encodes");
+        assert!(out.contains("fastpath_flow_packets{") && !out.contains("fastpath_flow_bytes"), "{out}");
+        let out = render(status(), OpsStats::default(), Instant::now()).expect("encodes");
+        assert!(!out.contains("fastpath_flow_packets") && !out.contains("fastpath_flow_bytes"), "no flows, no flow series: {out}");
     }
 
     #[test]
