@@ -232,6 +232,24 @@ def nexthop_objects(lab: Lab) -> None:
         lab.ip(lab.router, "nexthop", "replace", "id", str(i + 1), "via", GW4[i], "dev", "r1")
 
 
+def fast_path_snapshot(d: Daemon) -> tuple[dict, dict]:
+    """r0's counters and flow-cache events, for assert_fast_pathed()."""
+    r0 = next(i for i in d.status()["interfaces"] if i["name"] == "r0")
+    return r0["counters"], r0["flow_cache"]
+
+
+def assert_fast_pathed(d: Daemon, snap: tuple[dict, dict], sent: int, when: str) -> None:
+    """The `sent` frames since `snap` were forwarded by fastpath itself,
+    partly from the flow cache, and none was punted for ECMP: agreeing with
+    the kernel's choices proves nothing if the kernel made them."""
+    counters, cache = fast_path_snapshot(d)
+    delta = counter_delta(snap[0], counters)
+    hits = cache["hit"] - snap[1]["hit"]
+    assert delta.get("ecmp", 0) == 0, f"{when}: resilient-group flows punted for ECMP: {delta}"
+    assert delta.get("forwarded", 0) == sent, f"{when}: {sent} frames sent, fastpath forwarded: {delta}"
+    assert hits > 0, f"{when}: no flow-cache hit: {cache} (was {snap[1]})"
+
+
 def test_resilient_group_moves_only_removed_flows(ecmp_lab: Lab):
     lab = ecmp_lab
     set_policy(lab, 1)
@@ -242,12 +260,18 @@ def test_resilient_group_moves_only_removed_flows(ecmp_lab: Lab):
     ports = range(22000, 22400)
     kernel_before = choices(lab, 4, ports)
     with Daemon(lab) as d, one_cpu():
+        snap = fast_path_snapshot(d)
         fast_before = choices(lab, 4, ports, repeat=2)
+        assert_fast_pathed(d, snap, 2 * len(ports), "before the change")
         assert fast_before == kernel_before, "fastpath and the kernel disagree on resilient buckets"
         lab.ip(lab.router, "nexthop", "replace", "id", "10", "group", "1/2", "type", "resilient",
                "buckets", "64")
         d.wait_converged(0.5)
-        fast_after = choices(lab, 4, ports)
+        snap = fast_path_snapshot(d)
+        # Twice again: each flow's first packet meets an entry the change
+        # made stale (recomputed from the new buckets), its second a hit.
+        fast_after = choices(lab, 4, ports, repeat=2)
+        assert_fast_pathed(d, snap, 2 * len(ports), "after the next hop was removed")
         st = d.status()
     kernel_after = choices(lab, 4, ports)
     assert st["totals"]["forwarded"]["packets"] > 0

@@ -13,6 +13,7 @@ counters match what was sent.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -479,6 +480,166 @@ def test_revocation_reaches_the_kernel_within_a_second(revoker: Daemon, action):
     else:
         # The kernel saw a packet of it again, and its ruleset marked it again.
         assert entry and ct_field(entry, "mark") == "1", entry
+
+
+@contextlib.contextmanager
+def one_cpu():
+    """The flow cache is per CPU and a socket's packets are received on the
+    sender's CPU: pin this thread so a flow keeps meeting its cache entry."""
+    old = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(old)})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, old)
+
+
+def r0_cache_hits(d: Daemon) -> int:
+    return next(i for i in d.status()["interfaces"] if i["name"] == "r0")["flow_cache"]["hit"]
+
+
+def rule_counter(lab: Lab, chain: str, comment: str) -> int:
+    """Packets counted by the rule of inet fastpath_fw `chain` with `comment`."""
+    out = json.loads(lab.run(lab.router, "nft", "-j", "list", "chain", "inet", "fastpath_fw", chain).stdout)
+    for item in out["nftables"]:
+        rule = item.get("rule")
+        if rule and rule.get("comment") == comment:
+            return next(e["counter"]["packets"] for e in rule["expr"] if "counter" in e)
+    raise AssertionError(f"no rule {comment!r} in chain {chain}: {out}")
+
+
+def test_added_drop_rule_stops_a_fast_flow_within_a_second(revoker: Daemon):
+    """A rule dropping an established, marked, fast-pathed flow, inserted
+    ahead of the accepts (not a flush: the rest of the ruleset and the flow's
+    conntrack entry stay): within a second its packets go to the kernel,
+    which drops them by that rule, and none reaches the server. With
+    revalidation pushed out to a minute only the ruleset event can do it."""
+    d, lab = revoker, revoker.lab
+    load_ruleset(lab)
+    cport, sport = 40041, 5141
+    tag = "fp-test-drop-40041"
+    # Pinned: the flow's packets must meet its verdict in their CPU's cache.
+    with one_cpu():
+        flow = UdpFlow(lab, cport, sport)
+        flow.establish()
+        make_fast(d, flow)  # all 20 forwarded by fastpath, none by the kernel
+        entry = ct_entry(lab, "udp", sport)
+        assert entry and "ASSURED" in entry and ct_field(entry, "mark") == "1", entry
+        ct_id = ct_field(entry, "id")
+        st0 = d.status()["conntrack"]
+
+        lab.run(lab.router, "nft", "insert", "rule", "inet", "fastpath_fw", "forward",
+                "ip", "saddr", Lab.C4, "ip", "daddr", Lab.S4, "udp", "sport", str(cport),
+                "udp", "dport", str(sport), "counter", "drop", "comment", f'"{tag}"')
+        t0 = time.monotonic()  # nft returns once the commit is done
+        time.sleep(0.5)
+        before, hits = d.counters("r0"), r0_cache_hits(d)
+        for i in range(5):
+            flow.c.sendto(b"fp-dropped-%d" % i, flow.dst)
+            time.sleep(0.02)
+        sent_by = time.monotonic() - t0
+        flow.s.settimeout(0.5)
+        try:
+            got = flow.s.recvfrom(65536)[0]
+        except socket.timeout:
+            got = None
+        assert got is None, f"the server received {got!r} after the drop rule"
+        delta = counter_delta(before, d.counters("r0"))
+        # They found the flow's cache entry, verdict and all: the bump, not
+        # a cold cache, sent them to conntrack.
+        assert r0_cache_hits(d) > hits, "the flow's cache entry was gone: nothing tested"
+    assert sent_by < 1.0, f"the test's own packets took {sent_by:.2f} s to send: no 1 s bound shown"
+    # Punted as unmarked (fastpath cleared the mark after the commit; the
+    # drop comes before the rule that would set it again), then dropped by
+    # the kernel: counted by the new rule itself.
+    assert delta.get("forwarded", 0) == 0 and delta.get("ct_unmarked", 0) == 5, delta
+    assert rule_counter(lab, "forward", tag) == 5
+    st = d.status()["conntrack"]
+    assert st["generation"] > st0["generation"] and st["ruleset_changes"] > st0["ruleset_changes"], st
+    # Not a flush: the connection itself lives on, unmarked.
+    entry = ct_entry(lab, "udp", sport)
+    assert entry and "ASSURED" in entry and ct_field(entry, "id") == ct_id, entry
+    assert ct_field(entry, "mark") in (None, "0"), entry
+
+
+def read_sysctl(lab: Lab, ns: str, key: str) -> str:
+    with in_netns(ns), open(os.path.join("/proc/sys", *key.split("."))) as f:
+        return f.read().strip()
+
+
+@pytest.mark.parametrize("revalidate_ms", [
+    1000,   # the default: the verdict, older than that, is checked again
+    60000,  # only the entry's destruction (its event) can end the verdict
+], ids=["revalidation", "events-only"])
+def test_conntrack_timeout_ends_the_fast_path(lab: Lab, fastpath_bin, revalidate_ms):
+    """A fast-pathed UDP flow left idle until conntrack has timed its entry
+    out (`conntrack -L` no longer lists it): its next packets go to the
+    kernel, which makes a fresh entry, instead of riding the verdict still
+    cached with the flow, and the daemon bumps the generation for the
+    destroyed entry."""
+    load_ruleset(lab)
+    keys = ("net.netfilter.nf_conntrack_udp_timeout", "net.netfilter.nf_conntrack_udp_timeout_stream")
+    saved = {k: read_sysctl(lab, lab.router, k) for k in keys}
+    try:
+        for k in keys:
+            lab.sysctl(lab.router, k, "3")
+        lab.resolve_neighbours()
+        # Pinned: the flow's packets must meet its verdict in their CPU's cache.
+        with stateful_daemon(lab, "--ct-revalidate-ms", str(revalidate_ms)) as d, one_cpu():
+            d.wait_neighbours_mirrored()
+            ct = d.status()["conntrack"]["timeouts_s"]
+            assert (ct["udp"], ct["udp_stream"]) == (3, 3), ct
+            flow = UdpFlow(lab, 40042, 5142)
+            flow.establish()
+            make_fast(d, flow)
+            entry = ct_entry(lab, "udp", 5142)
+            assert entry and "ASSURED" in entry and ct_field(entry, "mark") == "1", entry
+            st0 = d.status()["conntrack"]
+
+            idle = time.monotonic()
+            wait_for(lambda: ct_entry(lab, "udp", 5142) is None, 8.0, "conntrack to time the entry out", step=0.2)
+            idle = time.monotonic() - idle
+            # The flow's cache entry (--flow-timeout 30 s) outlives this
+            # pause, and with revalidation once a minute its verdict too.
+            assert idle < 10, idle
+            if revalidate_ms > 1000:
+                # Only the destroy event can end the verdict, sent as the
+                # dump above reaped the expired entry; the daemon reads
+                # conntrack events in rounds of up to 50 ms. Sent at once,
+                # the next packets were forwarded on the old verdict in two
+                # of three runs (see the README: within 0.5 s, as the
+                # revocation tests allow).
+                time.sleep(0.5)
+            before, hits = d.counters("r0"), r0_cache_hits(d)
+            flow.send(3, gap=0.02)  # the kernel forwards them: a new connection, accepted
+            delta = counter_delta(before, d.counters("r0"))
+            assert delta.get("forwarded", 0) == 0, \
+                f"sent on the timed-out entry's cached verdict: {delta}, conntrack: {ct_entry(lab, 'udp', 5142)}"
+            # They found the flow's cache entry, verdict and all: what sent
+            # them to conntrack was the revocation, not a cold cache.
+            assert r0_cache_hits(d) > hits, "the flow's cache entry was gone: nothing tested"
+            # The first finds no entry; the next ones the new, unreplied one.
+            assert delta.get("ct_new", 0) >= 1 and punted(delta) == 3, delta
+            # The destroy event of a marked entry: every cached verdict re-checked.
+            wait_for(lambda: d.status()["conntrack"]["generation"] > st0["generation"], 1.0,
+                     "a generation bump for the timed-out entry")
+            entry = ct_entry(lab, "udp", 5142)
+            # A fresh entry: the old one had seen replies and was assured.
+            # (Not told by its id: the kernel hashes the id from the entry's
+            # address and tuple, and a new entry of the same tuple often
+            # reuses the freed one's memory, so its id.)
+            assert entry and "UNREPLIED" in entry and "ASSURED" not in entry, entry
+            # And that entry, once established, is the one the flow goes fast on.
+            flow.reply()
+            time.sleep(UDP_ASSURE_S)
+            flow.send()
+            flow.reply()
+            make_fast(d, flow)
+            entry = ct_entry(lab, "udp", 5142)
+            assert entry and "ASSURED" in entry and ct_field(entry, "mark") == "1", entry
+    finally:
+        for k, v in saved.items():
+            lab.sysctl(lab.router, k, v)
 
 
 def test_ruleset_change_clears_marks_everywhere(sf: Daemon):
