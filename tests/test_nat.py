@@ -26,13 +26,15 @@ from lab import Lab, Sender
 from oracle import Case, differential_many
 from pkts import IP, TCP, UDP, Ether, IPv6, Raw, payload
 
-FAST_MARK = "0x1"
+# The fast-path bits of each direction (fastpath's --ct-mark / --ct-mark-reply defaults).
+FAST_MARK, FAST_MARK_REPLY = "0x1", "0x2"
 
 FILTER = f"""
 table inet fpnat_fw {{
   chain transit {{
     type filter hook forward priority 0; policy accept;
-    ct state established ct mark set ct mark or {FAST_MARK}
+    ct state established ct direction original ct mark set ct mark or {FAST_MARK}
+    ct state established ct direction reply ct mark set ct mark or {FAST_MARK_REPLY}
   }}
 }}
 """

@@ -198,13 +198,13 @@ def test_status_shows_the_stateful_mode(sf: Daemon):
     st = sf.status()
     assert st["mode"] == "stateful"
     ct = st["conntrack"]
-    assert ct["mark"] == 1 and ct["revalidate_ms"] == 1000
+    assert ct["mark"] == 1 and ct["mark_reply"] == 2 and ct["revalidate_ms"] == 1000
     assert ct["generation"] >= 1 and ct["events_enabled"]
     assert ct["timeouts_s"] == {"tcp": 432000, "udp": 30, "udp_stream": 120}
     # The user's forward chain is expected in this mode, not a reason to punt.
     assert st["families"]["ipv4"]["fast_path"], st["families"]
     text = sf.cli("status").stdout
-    assert "mode stateful: ct mark 0x1" in text, text
+    assert "mode stateful: ct mark 0x1, reply 0x2" in text, text
 
 
 def test_refuses_netdev_hooks(lab: Lab, fastpath_bin):
@@ -275,10 +275,12 @@ def test_zone_rule_added_while_running_punts_everything(lab: Lab, fastpath_bin):
 
 def test_example_ruleset_reports_only_what_revokes(lab: Lab):
     """The example ruleset's conntrack event mask, kernel alone: a short
-    connection sends no message fastpath listens to (its mark travels with
-    the "new" event, its end after a FIN is not reported, also when the next
-    connection on its ports replaces its TIME_WAIT entry), while what
-    revokes a verdict still is: a mark change and a live entry's destroy."""
+    connection sends fastpath one message, the update that marks its reply
+    direction when the first reply passes (its original direction's bit
+    travels with the "new" event, its end after a FIN is not reported, also
+    when the next connection on its ports replaces its TIME_WAIT entry),
+    while what revokes a verdict still is: a mark change and a live entry's
+    destroy."""
     load_ruleset(lab)
     lab.resolve_neighbours()
     port, cport = 5120, 41120
@@ -323,9 +325,10 @@ def test_example_ruleset_reports_only_what_revokes(lab: Lab):
     out, _ = ev.communicate()
     seen = [m.group(1) for line in out.splitlines() if f"dport={port} " in line
             for m in [re.match(r"\s*\[(\w+)\]", line)] if m]
-    assert seen == ["NEW", "NEW", "UPDATE", "DESTROY"], out
-    new = [line for line in out.splitlines() if "[NEW]" in line and f"dport={port} " in line]
-    assert all(ct_field(line, "mark") == "1" for line in new), new
+    assert seen == ["NEW", "UPDATE", "NEW", "UPDATE", "UPDATE", "DESTROY"], out
+    lines = [line for line in out.splitlines() if f"dport={port} " in line]
+    # NEW: the original direction's bit; the first reply's UPDATE adds the reply's.
+    assert [ct_field(line, "mark") for line in lines[:4]] == ["1", "3", "1", "3"], lines
 
 
 def test_dropped_connection_is_never_forwarded(sf: Daemon):
@@ -386,7 +389,7 @@ def test_marked_tcp_session_goes_fast(sf: Daemon):
     # 2 x 1 MiB of payload in ~1448-byte segments, plus ACKs, both ways.
     assert delta.get("forwarded", 0) >= 1000, delta
     entry = ct_entry(lab, "tcp", 5102)
-    assert entry and "ESTABLISHED" in entry and ct_field(entry, "mark") == "1", entry
+    assert entry and "ESTABLISHED" in entry and ct_field(entry, "mark") == "3", entry
 
 
 def test_marked_udp_flow_goes_fast(sf: Daemon):
@@ -395,7 +398,7 @@ def test_marked_udp_flow_goes_fast(sf: Daemon):
     flow.establish()
     make_fast(sf, flow, 50)
     entry = ct_entry(lab, "udp", 5103)
-    assert entry and "ASSURED" in entry and ct_field(entry, "mark") == "1", entry
+    assert entry and "ASSURED" in entry and ct_field(entry, "mark") == "3", entry
 
 
 def test_flows_counts_match_the_packets_sent(sf: Daemon):
@@ -524,7 +527,7 @@ def test_added_drop_rule_stops_a_fast_flow_within_a_second(revoker: Daemon):
         flow.establish()
         make_fast(d, flow)  # all 20 forwarded by fastpath, none by the kernel
         entry = ct_entry(lab, "udp", sport)
-        assert entry and "ASSURED" in entry and ct_field(entry, "mark") == "1", entry
+        assert entry and "ASSURED" in entry and ct_field(entry, "mark") == "3", entry
         ct_id = ct_field(entry, "id")
         st0 = d.status()["conntrack"]
 
@@ -562,6 +565,53 @@ def test_added_drop_rule_stops_a_fast_flow_within_a_second(revoker: Daemon):
     assert ct_field(entry, "mark") in (None, "0"), entry
 
 
+def test_replies_do_not_vouch_for_a_dropped_direction(revoker: Daemon):
+    """A rule dropping only the client's direction of an established flow:
+    the server's replies are still accepted, and marked, by the ruleset,
+    but that marks their own direction only. The client's packets keep
+    going to the kernel, which keeps dropping them, while the replies go
+    fast again. (With one mark for both directions the first reply
+    re-marked the connection and the client's packets were forwarded past
+    the drop rule.)"""
+    d, lab = revoker, revoker.lab
+    load_ruleset(lab)
+    cport, sport = 40043, 5143
+    tag = "fp-test-drop-40043"
+    with one_cpu():
+        flow = UdpFlow(lab, cport, sport)
+        flow.establish()
+        make_fast(d, flow)
+        lab.run(lab.router, "nft", "insert", "rule", "inet", "fastpath_fw", "forward",
+                "ip", "saddr", Lab.C4, "ip", "daddr", Lab.S4, "udp", "sport", str(cport),
+                "udp", "dport", str(sport), "counter", "drop", "comment", f'"{tag}"')
+        wait_for(lambda: ct_field(ct_entry(lab, "udp", sport) or "", "mark") in (None, "0"), 1.0,
+                 "the fast-path marks to be cleared")
+        # A reply: the kernel accepts it (punted, unmarked) and marks its direction.
+        before1 = d.counters("r1")
+        flow.reply()
+        wait_for(lambda: ct_field(ct_entry(lab, "udp", sport) or "", "mark") not in (None, "0"), 1.0,
+                 "the reply to mark the entry again")
+        assert ct_field(ct_entry(lab, "udp", sport) or "", "mark") == "2", "the reply's own direction only"
+        assert counter_delta(before1, d.counters("r1")).get("ct_unmarked", 0) == 1
+        before0, before1 = d.counters("r0"), d.counters("r1")
+        for i in range(5):
+            flow.c.sendto(b"fp-dropped-%d" % i, flow.dst)
+            time.sleep(0.02)
+        flow.s.settimeout(0.5)
+        try:
+            got = flow.s.recvfrom(65536)[0]
+        except socket.timeout:
+            got = None
+        assert got is None, f"the server received {got!r} past the drop rule"
+        for _ in range(5):
+            flow.reply()
+    delta0, delta1 = counter_delta(before0, d.counters("r0")), counter_delta(before1, d.counters("r1"))
+    assert delta0.get("forwarded", 0) == 0 and delta0.get("ct_unmarked", 0) == 5, delta0
+    assert rule_counter(lab, "forward", tag) == 5
+    # The accepted direction is fast again (its first packet may refill the cache).
+    assert delta1.get("forwarded", 0) >= 4, delta1
+
+
 def read_sysctl(lab: Lab, ns: str, key: str) -> str:
     with in_netns(ns), open(os.path.join("/proc/sys", *key.split("."))) as f:
         return f.read().strip()
@@ -593,7 +643,7 @@ def test_conntrack_timeout_ends_the_fast_path(lab: Lab, fastpath_bin, revalidate
             flow.establish()
             make_fast(d, flow)
             entry = ct_entry(lab, "udp", 5142)
-            assert entry and "ASSURED" in entry and ct_field(entry, "mark") == "1", entry
+            assert entry and "ASSURED" in entry and ct_field(entry, "mark") == "3", entry
             st0 = d.status()["conntrack"]
 
             idle = time.monotonic()
@@ -636,7 +686,7 @@ def test_conntrack_timeout_ends_the_fast_path(lab: Lab, fastpath_bin, revalidate
             flow.reply()
             make_fast(d, flow)
             entry = ct_entry(lab, "udp", 5142)
-            assert entry and "ASSURED" in entry and ct_field(entry, "mark") == "1", entry
+            assert entry and "ASSURED" in entry and ct_field(entry, "mark") == "3", entry
     finally:
         for k, v in saved.items():
             lab.sysctl(lab.router, k, v)

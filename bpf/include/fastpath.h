@@ -479,7 +479,7 @@ struct fp_runtime {
 	__u16 _pad;
 	__u32 mp_seed;           /* net.ipv4.fib_multipath_hash_seed (user seed, non-zero) */
 	/* Stateful mode (fp_config.stateful); ignored otherwise. */
-	__u32 ct_mark;           /* ct mark bits an entry must carry (all of them) to be fast-pathed */
+	__u32 ct_mark;           /* ct mark bits an entry must carry (all of them) for its original direction to be fast-pathed */
 	__u32 ct_generation;     /* bumped by the daemon on conntrack/ruleset events that may revoke a verdict */
 	__u32 ct_revalidate_ms;  /* a cached verdict is re-checked against conntrack at least this often */
 	__u32 ct_timeout_tcp;    /* seconds: net.netfilter.nf_conntrack_tcp_timeout_established */
@@ -509,6 +509,13 @@ struct fp_runtime {
 	 * moves them in the kernel.
 	 */
 	__u32 mp_generation;
+	/*
+	 * Stateful mode: the bits an entry must carry for its reply
+	 * direction. A ruleset decides per packet, so per direction: one bit
+	 * for both would let the replies a ruleset accepts vouch for the
+	 * other direction's packets it drops.
+	 */
+	__u32 ct_mark_reply;
 };
 
 /*
@@ -568,7 +575,8 @@ struct fp_ct_set {
 #define FP_DEFAULT_RES_BUCKETS     65536    /* resilient buckets, all groups together */
 #define FP_DEFAULT_FLOW_ENTRIES    32768    /* per CPU (2.6 MB); rounded up to FP_FLOW_WAYS * 2^n */
 #define FP_DEFAULT_FLOW_TIMEOUT    30
-#define FP_DEFAULT_CT_MARK         0x1
+#define FP_DEFAULT_CT_MARK         0x1      /* original direction */
+#define FP_DEFAULT_CT_MARK_REPLY   0x2      /* reply direction */
 #define FP_DEFAULT_CT_REVALIDATE_MS 1000
 #define FP_MAX_IFACES              256
 #define FP_DEFAULT_ORPHAN_GRACE    30       /* seconds without a daemon heartbeat before everything is punted */

@@ -4,7 +4,8 @@
  *
  * In stateful mode a packet is forwarded only when the kernel's conntrack
  * holds an entry for it that the kernel itself treats as an established
- * flow, and the user's ruleset marked it fast (fp_runtime.ct_mark). Anything
+ * flow, and the user's ruleset marked it fast for the packet's direction
+ * (fp_runtime.ct_mark, ct_mark_reply). Anything
  * that would change conntrack's state goes to the kernel instead, so
  * conntrack sees every transition: TCP SYN/FIN/RST, the handshake's last ACK
  * (the entry is still SYN_RECV), a UDP flow's first replied packet (the one
@@ -199,6 +200,7 @@ static __always_inline __u32
 fp_ct_eligible(const struct nf_conn *ct, __u32 dir, __u8 proto, const struct fp_runtime *rt, struct fp_nat *nat)
 {
 	unsigned long status = ct->status;
+	__u32 mask;
 
 	/*
 	 * Conntrack does per-packet work for these that we would skip:
@@ -220,7 +222,9 @@ fp_ct_eligible(const struct nf_conn *ct, __u32 dir, __u8 proto, const struct fp_
 	if (proto == IPPROTO_UDP && !(status & IPS_ASSURED))
 		return FP_R_CT_NOT_ESTABLISHED;
 
-	if ((ct->mark & rt->ct_mark) != rt->ct_mark)
+	/* The ruleset vouched for this packet's direction (fp_runtime.ct_mark_reply says why each has its own). */
+	mask = dir == IP_CT_DIR_ORIGINAL ? rt->ct_mark : rt->ct_mark_reply;
+	if ((ct->mark & mask) != mask)
 		return FP_R_CT_UNMARKED;
 	/*
 	 * (After the mark: the daemon makes only marked entries liberal.)

@@ -57,6 +57,9 @@ const TCP6_EST: &str = "-p tcp -s 2001:db8:a::10 -d 2001:db8:2::20 --sport 1000 
                         --timeout 100 --status ASSURED,SEEN_REPLY --mark 1";
 const UDP6_EST: &str = "-p udp -s 2001:db8:a::10 -d 2001:db8:2::20 --sport 1000 --dport 53 --timeout 100 \
                         --status ASSURED,SEEN_REPLY --mark 1";
+/// An entry the server opened: the client's packets (t4) are its replies.
+const TCP_EST_FROM_SERVER: &str = "-p tcp -s 203.0.113.20 -d 192.0.2.10 --sport 80 --dport 1000 --state ESTABLISHED \
+                                   --timeout 100 --status ASSURED,SEEN_REPLY --mark 2";
 const TCP_FILTER: &str = "-p tcp -s 192.0.2.10 -d 203.0.113.20 --sport 1000 --dport 80";
 const UDP_FILTER: &str = "-p udp -s 192.0.2.10 -d 203.0.113.20 --sport 1000 --dport 53";
 const UDP6_FILTER: &str = "-p udp -s 2001:db8:a::10 -d 2001:db8:2::20 --sport 1000 --dport 53";
@@ -133,6 +136,7 @@ fn stateful_world(a: u32, b: u32) -> World {
     let mut w = World::new(a, b);
     w.stateful = true;
     w.rt.ct_mark = 1;
+    w.rt.ct_mark_reply = 2;
     w.rt.ct_revalidate_ms = FP_DEFAULT_CT_REVALIDATE_MS;
     w.rt.ct_timeout_tcp = TCP_TIMEOUT;
     w.rt.ct_timeout_udp = UDP_TIMEOUT;
@@ -193,12 +197,18 @@ fn established_marked_flows_forward() {
     let udp = u4();
     let data6 = t6(ACK);
     let reply_dir = "-p tcp -s 203.0.113.20 -d 192.0.2.10 --sport 80 --dport 1000 --state ESTABLISHED \
-                     --timeout 100 --status ASSURED,SEEN_REPLY --mark 1";
+                     --timeout 100 --status ASSURED,SEEN_REPLY --mark 3";
     let cases = vec![
         Case::forward("tcp established, marked", entries(&[TCP_EST]), f4(&data), out4(&data)),
         Case::forward("tcp, packet in the reply direction", entries(&[reply_dir]), f4(&data), out4(&data)),
         Case::forward("udp assured, marked", entries(&[UDP_EST]), f4(&udp), out4(&udp)),
         Case::forward("ipv6 tcp established, marked", entries(&[TCP6_EST]), data6.frame(MAC_A, MAC_CLIENT), out6(&data6)),
+        Case::forward(
+            "reply direction, carrying the reply bit",
+            entries(&[TCP_EST_FROM_SERVER]),
+            f4(&data),
+            out4(&data),
+        ),
         Case::forward(
             "mark carries more bits than the mask",
             entries(&[&with_opt(TCP_EST, "--mark", "0x101")]),
@@ -266,7 +276,16 @@ fn punt_cases() -> Vec<Case> {
             FP_R_CT_NOT_ESTABLISHED,
         ),
         Case::punt("unmarked", entries(&[&with_opt(TCP_EST, "--mark", "0")]), f4(&data), FP_R_CT_UNMARKED),
-        Case::punt("wrong mark", entries(&[&with_opt(TCP_EST, "--mark", "2")]), f4(&data), FP_R_CT_UNMARKED),
+        Case::punt("wrong mark", entries(&[&with_opt(TCP_EST, "--mark", "4")]), f4(&data), FP_R_CT_UNMARKED),
+        // A ruleset that accepted the replies marked only their direction:
+        // the other direction's packets, which it may drop, go to the kernel.
+        Case::punt("original direction, only the reply bit", entries(&[&with_opt(TCP_EST, "--mark", "2")]), f4(&data), FP_R_CT_UNMARKED),
+        Case::punt(
+            "reply direction, only the original bit",
+            entries(&[&with_opt(TCP_EST_FROM_SERVER, "--mark", "1")]),
+            f4(&data),
+            FP_R_CT_UNMARKED,
+        ),
         Case::punt(
             "one of two mask bits",
             {

@@ -30,7 +30,7 @@ const TCP: u8 = 6;
 const UDP: u8 = 17;
 const ACK: u8 = 0x10;
 
-const EST: &str = "--state ESTABLISHED --timeout 100 --status ASSURED,SEEN_REPLY --mark 1";
+const EST: &str = "--state ESTABLISHED --timeout 100 --status ASSURED,SEEN_REPLY --mark 3";
 
 /// Client 192.0.2.10:1000 to 203.0.113.20:80, leaving as 198.51.100.254:40000.
 fn snat_tcp() -> String {
@@ -38,7 +38,7 @@ fn snat_tcp() -> String {
 }
 fn snat_udp() -> String {
     "-p udp -s 192.0.2.10 -d 203.0.113.20 --sport 1000 --dport 53 --timeout 100 --status ASSURED,SEEN_REPLY \
-     --mark 1 --src-nat 198.51.100.254:40000"
+     --mark 3 --src-nat 198.51.100.254:40000"
         .into()
 }
 /// Port forward: the client talks to the router (192.0.2.1:8080, a local
@@ -127,6 +127,8 @@ fn lab(test: &str) -> Option<(Lab, World)> {
     let mut w = World::new(lab.a, lab.b);
     w.stateful = true;
     w.rt.ct_mark = 1;
+    // Both directions of the translated flows are sent: each has its own bit.
+    w.rt.ct_mark_reply = 2;
     w.rt.ct_revalidate_ms = FP_DEFAULT_CT_REVALIDATE_MS;
     w.rt.ct_timeout_tcp = 5000;
     w.rt.ct_timeout_udp = 33;

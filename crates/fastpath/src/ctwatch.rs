@@ -118,6 +118,29 @@ fn wait_coalesced(urgent: &[RawFd], lazy: [RawFd; 2], timeout: Duration, coalesc
     }
 }
 
+/// The fast-path mark bits of each direction (`--ct-mark`,
+/// `--ct-mark-reply`): the ruleset sets a direction's bits when it accepts
+/// a packet of that direction, and the data path requires them of that
+/// direction's packets only (see fp_runtime.ct_mark_reply).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CtMarks {
+    pub orig: u32,
+    pub reply: u32,
+}
+
+impl CtMarks {
+    /// Every bit either direction needs: what the daemon clears.
+    pub fn all(&self) -> u32 {
+        self.orig | self.reply
+    }
+
+    /// Whether `mark` lets some direction's packets go fast, so that a
+    /// verdict cached for it may rest on this mark.
+    pub fn fast_somewhere(&self, mark: u32) -> bool {
+        mark & self.orig == self.orig || mark & self.reply == self.reply
+    }
+}
+
 /// What one ctnetlink event says about its entry; attributes the kernel
 /// left out of the message are None (it omits the mark when it is 0 and
 /// did not change, and the TCP state when it did not change).
@@ -136,9 +159,14 @@ impl CtEvent {
     /// Whether a verdict cached for this entry may now be wrong. An entry
     /// without the mark attribute has mark 0 and had it before, so it was
     /// never fast: its set-up and timeout events cost the data path nothing.
-    pub fn revokes(&self, mask: u32) -> bool {
+    /// A mark that still lets one direction go fast revokes nothing when the
+    /// entry stays established: the event cannot tell a direction's bits
+    /// being set from the other's being cleared (a user clearing one
+    /// direction's bits by hand waits for the revalidation; the daemon's
+    /// own clearing bumps anyway).
+    pub fn revokes(&self, marks: CtMarks) -> bool {
         let Some(mark) = self.mark else { return false };
-        let marked = mark & mask == mask;
+        let marked = marks.fast_somewhere(mark);
         if self.destroy {
             return marked;
         }
@@ -153,10 +181,10 @@ impl CtEvent {
     /// kernel must be told to be liberal before the fast path starves it of
     /// sequence numbers. Without the protoinfo in the event we cannot tell,
     /// and ask anyway (the update is idempotent, and its own event says liberal).
-    pub fn needs_liberal(&self, mask: u32) -> bool {
+    pub fn needs_liberal(&self, marks: CtMarks) -> bool {
         !self.destroy
             && self.proto == Some(IPPROTO_TCP)
-            && self.mark.is_some_and(|m| m & mask == mask)
+            && self.mark.is_some_and(|m| marks.fast_somewhere(m))
             && self.liberal != Some(true)
     }
 }
@@ -403,7 +431,7 @@ pub struct Watch {
     rules: Socket,
     /// Dumps and updates; no groups, so replies never mix with events.
     req: Socket,
-    mask: u32,
+    marks: CtMarks,
     seq: u32,
     buf: Vec<u8>,
     /// EVENT_BATCH slots for the event sockets' datagrams.
@@ -422,7 +450,7 @@ pub struct Watch {
 }
 
 impl Watch {
-    pub fn open(mask: u32, rcvbuf: usize, ab: CtAb, ring: Option<ctliberal::Ring>) -> io::Result<Watch> {
+    pub fn open(marks: CtMarks, rcvbuf: usize, ab: CtAb, ring: Option<ctliberal::Ring>) -> io::Result<Watch> {
         let mut ct = Socket::new(NETLINK_NETFILTER)?;
         set_rcvbuf(&mut ct, rcvbuf)?;
         ct.bind_auto()?;
@@ -442,7 +470,7 @@ impl Watch {
             ct,
             rules,
             req,
-            mask,
+            marks,
             seq: 0,
             buf: vec![0; RECV_BUF],
             ev_buf: vec![0; EVENT_BATCH * EVENT_SLOT],
@@ -529,10 +557,10 @@ impl Watch {
             self.counters.events += 1;
             let a = &payload[NFGENMSG_LEN..];
             let ev = parse_ct_event(a, destroy);
-            if ev.revokes(self.mask) {
+            if ev.revokes(self.marks) {
                 r.revoke = true;
             }
-            if self.eager_liberal && !self.skip_liberal && ev.needs_liberal(self.mask) {
+            if self.eager_liberal && !self.skip_liberal && ev.needs_liberal(self.marks) {
                 if let Some(tuple) = raw_attr(a, CTA_TUPLE_ORIG) {
                     self.liberal.push((payload[0], liberal_attrs(tuple, raw_attr(a, CTA_ZONE))));
                 }
@@ -635,11 +663,11 @@ impl Watch {
                     _ if payload.len() >= NFGENMSG_LEN => {
                         let a = &payload[NFGENMSG_LEN..];
                         let mark = attrs(a).find(|(t, _)| *t == CTA_MARK).and_then(|(_, p)| be32(p)).unwrap_or(0);
-                        if mark & self.mask == 0 {
+                        if mark & self.marks.all() == 0 {
                             continue;
                         }
                         let Some(tuple) = raw_attr(a, CTA_TUPLE_ORIG) else { continue };
-                        targets.push((payload[0], clear_mark_attrs(tuple, raw_attr(a, CTA_ZONE), self.mask)));
+                        targets.push((payload[0], clear_mark_attrs(tuple, raw_attr(a, CTA_ZONE), self.marks.all())));
                     }
                     _ => {}
                 }
@@ -721,7 +749,10 @@ const NETFILTER_SYSCTL: &str = "/proc/sys/net/netfilter";
 /// What `fastpath status` shows about the stateful mode.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CtStatus {
+    /// The original direction's bits (`--ct-mark`).
     pub mark: u32,
+    /// The reply direction's bits (`--ct-mark-reply`).
+    pub mark_reply: u32,
     pub revalidate_ms: u32,
     pub generation: u32,
     pub timeouts_s: CtTimeouts,
@@ -731,11 +762,21 @@ pub struct CtStatus {
     pub counters: CtCounters,
 }
 
+/// Both directions on the same bits is the user's choice, but not a safe one.
+fn warn_one_mark(m: CtMarks) {
+    if m.orig & m.reply != 0 {
+        warn!(
+            "ct mark {:#x} and ct mark reply {:#x} share bits: a packet the ruleset accepts in one direction then vouches for the other, so a rule dropping one direction of an established connection is bypassed once the other is marked",
+            m.orig, m.reply
+        );
+    }
+}
+
 /// The stateful mode as the daemon loop drives it.
 pub struct Stateful {
     watch: Watch,
     timeouts: CtTimeouts,
-    mark: u32,
+    marks: CtMarks,
     revalidate_ms: u32,
     events_enabled: bool,
     ab: CtAb,
@@ -746,7 +787,7 @@ impl Stateful {
     /// then writes the ct settings into fp_runtime and clears the marks
     /// set before we watched (they vouch for a ruleset we never saw).
     pub fn start(
-        mark: u32,
+        marks: CtMarks,
         revalidate_ms: u32,
         rcvbuf: usize,
         ab: CtAb,
@@ -758,7 +799,7 @@ impl Stateful {
             warn!("--ct-ab {ab:?}: conntrack work left out or done otherwise for a measurement; revocations are not guaranteed");
         }
         let ring = ctliberal::Ring::open(ring).context("opening the data path's liberal-window request ring (fp_ct_liberal_req)")?;
-        let watch = Watch::open(mark, rcvbuf, ab, Some(ring)).context("subscribing to conntrack and nftables events")?;
+        let watch = Watch::open(marks, rcvbuf, ab, Some(ring)).context("subscribing to conntrack and nftables events")?;
         let root = Path::new(NETFILTER_SYSCTL);
         let timeouts = read_timeouts(root).unwrap_or_else(|| {
             warn!("cannot read the conntrack timeouts in {NETFILTER_SYSCTL}; using the kernel defaults");
@@ -768,12 +809,16 @@ impl Stateful {
         if !events_enabled {
             warn!("net.netfilter.nf_conntrack_events is 0: no conntrack events, revocations wait for the {revalidate_ms} ms revalidation");
         }
-        writer.set_ct(mark, revalidate_ms, timeouts);
-        let mut s = Stateful { watch, timeouts, mark, revalidate_ms, events_enabled, ab };
+        writer.set_ct(marks, revalidate_ms, timeouts);
+        let mut s = Stateful { watch, timeouts, marks, revalidate_ms, events_enabled, ab };
         s.watch.skip_liberal = s.skip_liberal();
         s.clear_marks();
         s.bump(writer);
-        info!("stateful mode: ct mark {mark:#x}, revalidation every {revalidate_ms} ms, timeouts {timeouts:?}");
+        info!(
+            "stateful mode: ct mark {:#x} (original direction), {:#x} (reply), revalidation every {revalidate_ms} ms, timeouts {timeouts:?}",
+            marks.orig, marks.reply
+        );
+        warn_one_mark(marks);
         Ok(s)
     }
 
@@ -827,27 +872,35 @@ impl Stateful {
     /// under rules we did not watch for that meaning, so they are cleared
     /// as at start; then every cached verdict is re-checked against the
     /// new mask. (Bits only the old mask had are the user's again.)
-    pub fn set_mark(&mut self, mark: u32, writer: &mut MapWriter) -> Result<(), String> {
-        let old = self.mark;
-        writer.set_ct(mark, self.revalidate_ms, self.timeouts);
+    pub fn marks(&self) -> CtMarks {
+        self.marks
+    }
+
+    pub fn set_marks(&mut self, marks: CtMarks, writer: &mut MapWriter) -> Result<(), String> {
+        let old = self.marks;
+        writer.set_ct(marks, self.revalidate_ms, self.timeouts);
         if let Err(e) = writer.write_ct() {
             writer.set_ct(old, self.revalidate_ms, self.timeouts);
             return Err(format!("writing fp_runtime: {e}"));
         }
-        self.mark = mark;
-        self.watch.mask = mark;
+        self.marks = marks;
+        self.watch.marks = marks;
         self.clear_marks();
         self.bump(writer);
-        info!("stateful mode: ct mark {old:#x} -> {mark:#x}");
+        info!(
+            "stateful mode: ct mark {:#x}/{:#x} -> {:#x}/{:#x} (original/reply)",
+            old.orig, old.reply, marks.orig, marks.reply
+        );
+        warn_one_mark(marks);
         Ok(())
     }
 
     /// A reload's new revalidation interval; the data path compares each
     /// verdict's age with it on the next packet.
     pub fn set_revalidate_ms(&mut self, ms: u32, writer: &mut MapWriter) -> Result<(), String> {
-        writer.set_ct(self.mark, ms, self.timeouts);
+        writer.set_ct(self.marks, ms, self.timeouts);
         if let Err(e) = writer.write_ct() {
-            writer.set_ct(self.mark, self.revalidate_ms, self.timeouts);
+            writer.set_ct(self.marks, self.revalidate_ms, self.timeouts);
             return Err(format!("writing fp_runtime: {e}"));
         }
         self.revalidate_ms = ms;
@@ -861,7 +914,7 @@ impl Stateful {
             info!("conntrack timeouts changed: {t:?}");
             self.timeouts = t;
             self.watch.skip_liberal = self.skip_liberal();
-            writer.set_ct(self.mark, self.revalidate_ms, t);
+            writer.set_ct(self.marks, self.revalidate_ms, t);
             if let Err(e) = writer.write_ct() {
                 warn!("writing the conntrack timeouts: {e}");
             }
@@ -870,7 +923,8 @@ impl Stateful {
 
     pub fn status(&self, writer: &MapWriter) -> CtStatus {
         CtStatus {
-            mark: self.mark,
+            mark: self.marks.orig,
+            mark_reply: self.marks.reply,
             revalidate_ms: self.revalidate_ms,
             generation: writer.ct_generation(),
             timeouts_s: self.timeouts,
@@ -990,24 +1044,38 @@ mod tests {
         assert_eq!((ev.mark, ev.tcp_state, ev.destroy), (None, None, true));
     }
 
+    const DIRS: CtMarks = CtMarks { orig: 0x1, reply: 0x2 };
+
     #[test]
     fn what_revokes() {
         let ev = |status, mark, tcp, destroy| CtEvent { destroy, status: Some(status), mark, tcp_state: tcp, ..Default::default() };
-        // Destroy: only of an entry that could be fast.
-        assert!(ev(EST, Some(0x1), None, true).revokes(0x1));
-        assert!(!ev(EST, Some(0x2), None, true).revokes(0x1));
-        assert!(!ev(EST, None, None, true).revokes(0x1));
-        // Updates of a marked, established entry: still fast.
-        assert!(!ev(EST, Some(0x1), Some(TCP_CONNTRACK_ESTABLISHED), false).revokes(0x1));
-        assert!(!ev(EST, Some(0x3), None, false).revokes(0x1));
-        // Mark cleared (attribute present, bits gone), partly cleared.
-        assert!(ev(EST, Some(0), None, false).revokes(0x1));
-        assert!(ev(EST, Some(0x1), None, false).revokes(0x3));
+        // Destroy: only of an entry one of whose directions could be fast.
+        assert!(ev(EST, Some(0x1), None, true).revokes(DIRS));
+        assert!(ev(EST, Some(0x2), None, true).revokes(DIRS));
+        assert!(!ev(EST, Some(0x4), None, true).revokes(DIRS));
+        assert!(!ev(EST, None, None, true).revokes(DIRS));
+        // Updates of an established entry marked for a direction or both: still fast.
+        assert!(!ev(EST, Some(0x1), Some(TCP_CONNTRACK_ESTABLISHED), false).revokes(DIRS));
+        assert!(!ev(EST, Some(0x2), None, false).revokes(DIRS));
+        assert!(!ev(EST, Some(0x7), None, false).revokes(DIRS));
+        // Mark cleared (attribute present, bits gone), or no direction's bits complete.
+        assert!(ev(EST, Some(0), None, false).revokes(DIRS));
+        assert!(ev(EST, Some(0x4), None, false).revokes(DIRS));
+        assert!(ev(EST, Some(0x1), None, false).revokes(CtMarks { orig: 0x3, reply: 0xc }));
+        // One mask for both directions, as before directions had their own.
+        assert!(!ev(EST, Some(0x1), None, false).revokes(CtMarks { orig: 0x1, reply: 0x1 }));
         // TCP leaving ESTABLISHED, dying.
-        assert!(ev(EST, Some(0x1), Some(4), false).revokes(0x1));
-        assert!(ev(EST | IPS_DYING, Some(0x1), None, false).revokes(0x1));
+        assert!(ev(EST, Some(0x1), Some(4), false).revokes(DIRS));
+        assert!(ev(EST | IPS_DYING, Some(0x2), None, false).revokes(DIRS));
         // Set-up events of a never-marked entry cost nothing.
-        assert!(!ev(IPS_SEEN_REPLY, None, Some(2), false).revokes(0x1));
+        assert!(!ev(IPS_SEEN_REPLY, None, Some(2), false).revokes(DIRS));
+    }
+
+    #[test]
+    fn marks_of_both_directions() {
+        assert_eq!(DIRS.all(), 0x3);
+        assert!(DIRS.fast_somewhere(0x1) && DIRS.fast_somewhere(0x2) && DIRS.fast_somewhere(0x13));
+        assert!(!DIRS.fast_somewhere(0) && !DIRS.fast_somewhere(0x4));
     }
 
     #[test]
@@ -1041,9 +1109,9 @@ mod tests {
         let mut a = event_attrs(EST, Some(1), Some(3));
         let ev = parse_ct_event(&a, false);
         assert_eq!((ev.proto, ev.liberal), (Some(6), Some(false)));
-        assert!(ev.needs_liberal(1));
-        assert!(!ev.needs_liberal(2));
-        assert!(!CtEvent { destroy: true, ..ev }.needs_liberal(1));
+        assert!(ev.needs_liberal(DIRS));
+        assert!(!ev.needs_liberal(CtMarks { orig: 0x2, reply: 0x4 }));
+        assert!(!CtEvent { destroy: true, ..ev }.needs_liberal(DIRS));
         // Our own update's event: protoinfo says liberal both ways.
         let upd = liberal_attrs(raw_attr(&a, CTA_TUPLE_ORIG).unwrap(), None);
         a.truncate(0);
@@ -1051,7 +1119,7 @@ mod tests {
         a.extend(nla(CTA_MARK, &1u32.to_be_bytes()));
         let ev = parse_ct_event(&a, false);
         assert_eq!((ev.proto, ev.liberal), (Some(6), Some(true)));
-        assert!(!ev.needs_liberal(1));
+        assert!(!ev.needs_liberal(DIRS));
         // Its flags attributes: BE_LIBERAL in both flags and mask.
         let (_, pi) = attrs(&a).find(|(t, _)| *t == CTA_PROTOINFO).unwrap();
         let (_, tcp) = attrs(pi).next().unwrap();

@@ -191,7 +191,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
     if stateful {
         let first = instances.first().context("no interface to run on")?;
         let ring = libbpf_rs::MapHandle::try_from(&first.skel.maps.fp_ct_liberal_req).context("opening fp_ct_liberal_req")?;
-        let c = ctwatch::Stateful::start(args.ct_mark, args.ct_revalidate_ms, args.netlink_rcvbuf, args.ct_ab, ring, &mut lp.writer)?;
+        let c = ctwatch::Stateful::start(args.ct_marks(), args.ct_revalidate_ms, args.netlink_rcvbuf, args.ct_ab, ring, &mut lp.writer)?;
         lp.ct_status = Some(c.status(&lp.writer));
         lp.ct = Some(c);
     }
@@ -641,8 +641,8 @@ impl reload::Live for Hup<'_, '_> {
         self.lp.set_flow_timeout(secs)
     }
 
-    fn set_ct_mark(&mut self, mask: u32) -> Result<(), String> {
-        self.lp.set_ct_mark(mask)
+    fn set_ct_mark(&mut self, marks: ctwatch::CtMarks) -> Result<(), String> {
+        self.lp.set_ct_mark(marks)
     }
 
     fn set_ct_revalidate_ms(&mut self, ms: u32) -> Result<(), String> {
@@ -673,9 +673,12 @@ impl Loop {
         Ok(())
     }
 
-    fn set_ct_mark(&mut self, mask: u32) -> Result<(), String> {
+    fn set_ct_mark(&mut self, marks: ctwatch::CtMarks) -> Result<(), String> {
         let Some(c) = &mut self.ct else { return Ok(()) };
-        c.set_mark(mask, &mut self.writer)?;
+        if c.marks() == marks {
+            return Ok(());
+        }
+        c.set_marks(marks, &mut self.writer)?;
         self.ct_status = Some(c.status(&self.writer));
         Ok(())
     }

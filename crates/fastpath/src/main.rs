@@ -162,9 +162,15 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = FwdMode::Stateless)]
     pub mode: FwdMode,
     /// Stateful mode: the ct mark bits (all of them) a connection must carry
-    /// to be fast-pathed, set by the user's nftables ruleset.
+    /// for packets of its original direction to be fast-pathed, set by the
+    /// user's nftables ruleset when it accepts a packet of that direction.
     #[arg(long, value_name = "MASK", default_value_t = intf::FP_DEFAULT_CT_MARK, value_parser = parse_u32_mask)]
     pub ct_mark: u32,
+    /// Stateful mode: the same for the reply direction. Bits of their own:
+    /// the ruleset decides per packet, and replies it accepts must not
+    /// vouch for the other direction's packets it would drop.
+    #[arg(long, value_name = "MASK", default_value_t = intf::FP_DEFAULT_CT_MARK_REPLY, value_parser = parse_u32_mask)]
+    pub ct_mark_reply: u32,
     /// Stateful mode: how often a cached verdict is re-checked against
     /// conntrack, in milliseconds (conntrack events revoke it at once); at
     /// most 600000 (the data path times verdicts with a 30-bit clock of ~1 ms
@@ -258,6 +264,13 @@ pub enum FwdMode {
 }
 
 /// A non-zero u32, decimal or 0x-hex.
+impl RunArgs {
+    /// Stateful mode's mark bits of both directions.
+    pub fn ct_marks(&self) -> ctwatch::CtMarks {
+        ctwatch::CtMarks { orig: self.ct_mark, reply: self.ct_mark_reply }
+    }
+}
+
 fn parse_u32_mask(s: &str) -> Result<u32, String> {
     let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(hex) => u32::from_str_radix(hex, 16),

@@ -601,8 +601,9 @@ impl MapWriter {
 
     /// Mark bits, revalidation interval and timeouts, written with the next
     /// runtime update (or `write_ct`).
-    pub fn set_ct(&mut self, mark: u32, revalidate_ms: u32, t: crate::ctwatch::CtTimeouts) {
-        self.rt.ct_mark = mark;
+    pub fn set_ct(&mut self, marks: crate::ctwatch::CtMarks, revalidate_ms: u32, t: crate::ctwatch::CtTimeouts) {
+        self.rt.ct_mark = marks.orig;
+        self.rt.ct_mark_reply = marks.reply;
         self.rt.ct_revalidate_ms = revalidate_ms;
         self.rt.ct_timeout_tcp = t.tcp;
         self.rt.ct_timeout_udp = t.udp;

@@ -14,14 +14,15 @@ use std::path::PathBuf;
 use log::{error, info, warn};
 
 use crate::config::{self, Loaded, Raw};
+use crate::ctwatch::CtMarks;
 use crate::RunArgs;
 
 /// What the daemon exposes to a reload. Each setter applies one runtime
 /// setting to the data path, or says why that needs a restart.
 pub trait Live {
     fn set_flow_timeout(&mut self, secs: u32) -> Result<(), String>;
-    /// Stateful mode's fast-path mark bits (no effect in stateless mode).
-    fn set_ct_mark(&mut self, mask: u32) -> Result<(), String>;
+    /// Stateful mode's fast-path mark bits, both directions' (no effect in stateless mode).
+    fn set_ct_mark(&mut self, marks: CtMarks) -> Result<(), String>;
     /// Stateful mode's revalidation interval (no effect in stateless mode).
     fn set_ct_revalidate_ms(&mut self, ms: u32) -> Result<(), String>;
     /// Attaches the interfaces of `names` not running yet and detaches the
@@ -48,7 +49,8 @@ type Apply = fn(&RunArgs, &mut dyn Live) -> Result<(), String>;
 /// (plus its setter on `Live`).
 const LIVE: &[(&str, Apply)] = &[
     ("flow-timeout", |a, l| l.set_flow_timeout(a.flow_timeout)),
-    ("ct-mark", |a, l| l.set_ct_mark(a.ct_mark)),
+    ("ct-mark", |a, l| l.set_ct_mark(a.ct_marks())),
+    ("ct-mark-reply", |a, l| l.set_ct_mark(a.ct_marks())),
     ("ct-revalidate-ms", |a, l| l.set_ct_revalidate_ms(a.ct_revalidate_ms)),
 ];
 
@@ -162,7 +164,7 @@ mod tests {
     #[derive(Default)]
     struct Fake {
         flow_timeout: Option<u32>,
-        ct_mark: Option<u32>,
+        ct_mark: Option<CtMarks>,
         ct_revalidate_ms: Option<u32>,
         refuse: bool,
         interfaces: Option<Vec<String>>,
@@ -178,8 +180,8 @@ mod tests {
             Ok(())
         }
 
-        fn set_ct_mark(&mut self, mask: u32) -> Result<(), String> {
-            self.ct_mark = Some(mask);
+        fn set_ct_mark(&mut self, marks: CtMarks) -> Result<(), String> {
+            self.ct_mark = Some(marks);
             Ok(())
         }
 
@@ -228,7 +230,7 @@ mod tests {
         let mut f = Fake::default();
         let out = r.apply(&loaded("mode = \"stateful\"\nct-mark = 0x10\nct-revalidate-ms = 250\n"), &mut f);
         assert_eq!(out, Outcome::Done { applied: 2, restart: 0 });
-        assert_eq!((f.ct_mark, f.ct_revalidate_ms), (Some(0x10), Some(250)));
+        assert_eq!((f.ct_mark, f.ct_revalidate_ms), (Some(CtMarks { orig: 0x10, reply: 0x2 }), Some(250)));
     }
 
     #[test]

@@ -85,8 +85,8 @@ pub fn status(s: &Status, all: bool) -> String {
     if let Some(c) = &s.conntrack {
         let _ = writeln!(
             out,
-            "mode stateful: ct mark {:#x}, revalidate {} ms, ct generation {}: events {}  bumps {}  overruns {}  ruleset changes {}  marks cleared {}",
-            c.mark, c.revalidate_ms, c.generation, c.counters.events, c.counters.bumps, c.counters.overruns,
+            "mode stateful: ct mark {:#x}, reply {:#x}, revalidate {} ms, ct generation {}: events {}  bumps {}  overruns {}  ruleset changes {}  marks cleared {}",
+            c.mark, c.mark_reply, c.revalidate_ms, c.generation, c.counters.events, c.counters.bumps, c.counters.overruns,
             c.counters.ruleset_changes, c.counters.marks_cleared
         );
         if !c.events_enabled {

@@ -33,12 +33,13 @@ pub const CT_EVENTS_AFTER_FIN: u32 = 1 << 7;
 /// sources to (masquerade's choice).
 pub(super) const SNAT_TO: &str = "198.51.100.1";
 
-/// The forward ruleset, with the fast-path bit(s) `mark`: the forward and
+/// The forward ruleset, with the fast-path bit(s) `mark` for the original
+/// direction and `reply` for replies: the forward and
 /// approve chains of examples/nftables/stateful.nft with LAN = r0 and WAN =
 /// r1, less its kernel-only set and port forward (no bench traffic would
 /// touch them); with `snat`, a postrouting chain as well that source-NATs
 /// what leaves by the WAN port to r1's address, as masquerade would.
-pub fn ruleset(mark: u32, snat: bool) -> String {
+pub fn ruleset(mark: u32, reply: u32, snat: bool) -> String {
     let nat = if snat {
         format!(
             "table ip fpbench_nat {{\n\
@@ -59,7 +60,8 @@ pub fn ruleset(mark: u32, snat: bool) -> String {
          \t\tct state new ct event set {events:#x}\n\
          \t\tct state invalid drop\n\
          \t\ttcp flags & fin == fin ct event set {closed_events:#x}\n\
-         \t\tct state established ct mark set ct mark or {mark:#x} accept\n\
+         \t\tct state established ct direction original ct mark set ct mark or {mark:#x} accept\n\
+         \t\tct state established ct direction reply ct mark set ct mark or {reply:#x} accept\n\
          \t\tct state related accept\n\
          \t\tiifname \"{r0}\" oifname \"{r1}\" accept\n\
          \t}}\n\
@@ -94,9 +96,9 @@ pub(super) fn run(ns: &str, args: &[&str]) -> Result<std::process::Output> {
 /// there) and stretches this namespace's UDP timeouts: the reference
 /// forwarder cannot refresh an entry (the kfuncs have no such call), so
 /// between the kernel's refreshes entries must outlive a whole mode.
-pub fn load_ruleset(t: &Topology, mark: u32, snat: bool, strict_tcp: bool, work: &Path) -> Result<()> {
+pub fn load_ruleset(t: &Topology, mark: u32, reply: u32, snat: bool, strict_tcp: bool, work: &Path) -> Result<()> {
     let file = work.join("stateful.nft");
-    std::fs::write(&file, ruleset(mark, snat)).context("writing the ruleset")?;
+    std::fs::write(&file, ruleset(mark, reply, snat)).context("writing the ruleset")?;
     run(&t.router, &["nft", "-f", &file.to_string_lossy()])?;
     // Liberal TCP window tracking: conntrack never sees the data an XDP
     // forwarder passes by, so a strict check would call the next packet it
@@ -239,10 +241,11 @@ mod tests {
 
     #[test]
     fn ruleset_marks_established_and_drops_by_default() {
-        let r = ruleset(0x10, false);
+        let r = ruleset(0x10, 0x20, false);
         assert!(!r.contains("nat"));
         assert!(r.contains("policy drop;"));
-        assert!(r.contains("ct state established ct mark set ct mark or 0x10 accept"));
+        assert!(r.contains("ct state established ct direction original ct mark set ct mark or 0x10 accept"));
+        assert!(r.contains("ct state established ct direction reply ct mark set ct mark or 0x20 accept"));
         assert!(r.contains("ct state invalid drop"));
         assert!(r.contains("ct state new ct event set 0x84\n"));
         assert!(r.contains("tcp flags & fin == fin ct event set 0x80\n"));
@@ -252,9 +255,9 @@ mod tests {
 
     #[test]
     fn snat_ruleset_translates_what_leaves_by_the_wan_port() {
-        let r = ruleset(0x1, true);
+        let r = ruleset(0x1, 0x2, true);
         assert!(r.contains("type nat hook postrouting priority srcnat; policy accept;\n\t\toifname \"r1\" snat to 198.51.100.1\n"));
-        assert!(r.contains(&ruleset(0x1, false)), "the forward ruleset stays as it is");
+        assert!(r.contains(&ruleset(0x1, 0x2, false)), "the forward ruleset stays as it is");
     }
 
     #[test]

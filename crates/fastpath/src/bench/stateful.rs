@@ -75,10 +75,14 @@ pub struct StatefulArgs {
     /// Seconds per repetition.
     #[arg(long, default_value_t = 1.5)]
     pub duration: f64,
-    /// The fast-path ct mark bit(s): the ruleset sets them, ct-ref and fastpath require them.
+    /// The fast-path ct mark bit(s) of the original direction: the ruleset sets them, ct-ref and fastpath require them.
     #[arg(long, value_name = "MASK", default_value_t = fastpath_bpf::intf::FP_DEFAULT_CT_MARK,
           value_parser = crate::parse_u32_mask)]
     pub ct_mark: u32,
+    /// The reply direction's bit(s), set by the ruleset for replies and required of them by fastpath.
+    #[arg(long, value_name = "MASK", default_value_t = fastpath_bpf::intf::FP_DEFAULT_CT_MARK_REPLY,
+          value_parser = crate::parse_u32_mask)]
+    pub ct_mark_reply: u32,
     /// Keep conntrack's strict TCP window tracking in the router (default: nf_conntrack_tcp_be_liberal=1, see bench/README.md).
     #[arg(long)]
     pub strict_tcp: bool,
@@ -258,7 +262,7 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
     );
 
     let topo = Topology::create()?;
-    ctlab::load_ruleset(&topo, a.ct_mark, a.snat, a.strict_tcp, work)?;
+    ctlab::load_ruleset(&topo, a.ct_mark, a.ct_mark_reply, a.snat, a.strict_tcp, work)?;
     ctlab::prepare_tcp_hosts(&topo)?;
     let t0 = Instant::now();
     let (created, took) = ctlab::ensure_entries(&topo, max_flows, a.ct_mark, a.snat, work)?;
@@ -359,7 +363,7 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         duration_s: plan.duration.as_secs_f64(),
         ct_mark: a.ct_mark,
         snat: a.snat,
-        ruleset: ctlab::ruleset(a.ct_mark, a.snat),
+        ruleset: ctlab::ruleset(a.ct_mark, a.ct_mark_reply, a.snat),
         tcp_be_liberal: !a.strict_tcp,
         conntrack: &setup,
         results: &cells,
@@ -438,7 +442,8 @@ fn packet_side(
         }
         Mode::FastpathStateful => {
             let extra: Vec<String> =
-                vec!["--mode".into(), "stateful".into(), "--ct-mark".into(), format!("{:#x}", c.args.ct_mark)];
+                vec!["--mode".into(), "stateful".into(), "--ct-mark".into(), format!("{:#x}", c.args.ct_mark),
+                     "--ct-mark-reply".into(), format!("{:#x}", c.args.ct_mark_reply)];
             let mut daemon = Daemon::spawn_with(topo, c.exe, c.work, &extra)?;
             if let Err(e) = daemon.wait_ready(DAEMON_READY, bench.stop) {
                 let why = format!("{e:#}");

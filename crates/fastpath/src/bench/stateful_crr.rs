@@ -160,7 +160,8 @@ fn one_rep(run: &CrrRun<'_>, arm: Arm, acc: &mut Acc) -> Result<()> {
         }
         StMode::FastpathStateful => {
             let mut extra: Vec<String> =
-                vec!["--mode".into(), "stateful".into(), "--ct-mark".into(), format!("{:#x}", run.args.ct_mark)];
+                vec!["--mode".into(), "stateful".into(), "--ct-mark".into(), format!("{:#x}", run.args.ct_mark),
+                     "--ct-mark-reply".into(), format!("{:#x}", run.args.ct_mark_reply)];
             if let Some(arg) = ab.and_then(Variant::daemon_arg) {
                 extra.extend(["--ct-ab".to_string(), arg.to_string()]);
             }
