@@ -619,8 +619,8 @@ def read_sysctl(lab: Lab, ns: str, key: str) -> str:
 
 @pytest.mark.parametrize("revalidate_ms", [
     1000,   # the default: the verdict, older than that, is checked again
-    60000,  # only the entry's destruction (its event) can end the verdict
-], ids=["revalidation", "events-only"])
+    60000,  # capped by the 3 s timeouts at 1500 ms; the destroy event comes first
+], ids=["revalidation", "capped"])
 def test_conntrack_timeout_ends_the_fast_path(lab: Lab, fastpath_bin, revalidate_ms):
     """A fast-pathed UDP flow left idle until conntrack has timed its entry
     out (`conntrack -L` no longer lists it): its next packets go to the
@@ -639,6 +639,12 @@ def test_conntrack_timeout_ends_the_fast_path(lab: Lab, fastpath_bin, revalidate
             d.wait_neighbours_mirrored()
             ct = d.status()["conntrack"]["timeouts_s"]
             assert (ct["udp"], ct["udp_stream"]) == (3, 3), ct
+            # At most half the shortest timeout: no fast entry may expire
+            # between two checks (a minute would have let this one's verdict
+            # outlive it until the kernel reaped it).
+            eff = d.status()["conntrack"]["revalidate_effective_ms"]
+            assert eff == min(revalidate_ms, 1500), eff
+            assert "capped at 1500 ms" in d.cli("status").stdout or revalidate_ms <= 1500
             flow = UdpFlow(lab, 40042, 5142)
             flow.establish()
             make_fast(d, flow)
@@ -650,11 +656,11 @@ def test_conntrack_timeout_ends_the_fast_path(lab: Lab, fastpath_bin, revalidate
             wait_for(lambda: ct_entry(lab, "udp", 5142) is None, 8.0, "conntrack to time the entry out", step=0.2)
             idle = time.monotonic() - idle
             # The flow's cache entry (--flow-timeout 30 s) outlives this
-            # pause, and with revalidation once a minute its verdict too.
+            # pause; its verdict is older than the revalidation interval.
             assert idle < 10, idle
             if revalidate_ms > 1000:
-                # Only the destroy event can end the verdict, sent as the
-                # dump above reaped the expired entry; the daemon reads
+                # The destroy event, sent as the dump above reaped the
+                # expired entry, bumps the generation; the daemon reads
                 # conntrack events in rounds of up to 50 ms. Sent at once,
                 # the next packets were forwarded on the old verdict in two
                 # of three runs (see the README: within 0.5 s, as the

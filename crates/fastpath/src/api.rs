@@ -24,7 +24,7 @@
 //!  "families":{"ipv4":{"fast_path":bool,"problems":[str]}, "ipv6":{..}},
 //!  "totals":{"<reason>":{"packets":n,"bytes":n}, ... every reason},
 //!  "mode":"stateless"|"stateful", "routes_offload_failed":n,
-//!  "conntrack":null | {"mark":n, "revalidate_ms":n, "generation":n (ct_generation),
+//!  "conntrack":null | {"mark":n, "mark_reply":n, "revalidate_ms":n, "revalidate_effective_ms":n, "generation":n (ct_generation),
 //!               "timeouts_s":{"tcp":n,"udp":n,"udp_stream":n}, "events_enabled":bool,
 //!               "events":n, "bumps":n, "overruns":n, "ruleset_changes":n,
 //!               "marks_cleared":n, "clear_errors":n, "liberal":n, "liberal_requests":n}}

@@ -722,6 +722,18 @@ pub struct CtTimeouts {
     pub tcp_liberal: bool,
 }
 
+impl CtTimeouts {
+    /// The revalidation interval the data path may use: at most half the
+    /// shortest timeout a fast entry lives on (TCP established, assured
+    /// UDP). Each validation refreshes the entry's timeout; a longer
+    /// interval would let a busy flow's entry expire between two, and an
+    /// idle flow's verdict outlive its entry until the kernel collects it.
+    pub fn revalidate_cap_ms(&self, revalidate_ms: u32) -> u32 {
+        let shortest = self.tcp.min(self.udp_stream);
+        revalidate_ms.min(shortest.saturating_mul(500))
+    }
+}
+
 impl Default for CtTimeouts {
     /// The kernel's own defaults, for when the sysctls cannot be read.
     fn default() -> Self {
@@ -754,6 +766,9 @@ pub struct CtStatus {
     /// The reply direction's bits (`--ct-mark-reply`).
     pub mark_reply: u32,
     pub revalidate_ms: u32,
+    /// What the data path uses: `revalidate_ms`, or half the shortest
+    /// conntrack timeout of fast entries when that is shorter.
+    pub revalidate_effective_ms: u32,
     pub generation: u32,
     pub timeouts_s: CtTimeouts,
     /// net.netfilter.nf_conntrack_events is not 0: the kernel sends events.
@@ -763,6 +778,16 @@ pub struct CtStatus {
 }
 
 /// Both directions on the same bits is the user's choice, but not a safe one.
+fn warn_capped(revalidate_ms: u32, t: CtTimeouts) {
+    let cap = t.revalidate_cap_ms(revalidate_ms);
+    if cap < revalidate_ms {
+        warn!(
+            "ct revalidation every {revalidate_ms} ms outlasts half the conntrack timeouts ({} s TCP established, {} s assured UDP): cached verdicts are re-checked every {cap} ms instead, so that no fast entry expires between two checks",
+            t.tcp, t.udp_stream
+        );
+    }
+}
+
 fn warn_one_mark(m: CtMarks) {
     if m.orig & m.reply != 0 {
         warn!(
@@ -819,6 +844,7 @@ impl Stateful {
             marks.orig, marks.reply
         );
         warn_one_mark(marks);
+        warn_capped(revalidate_ms, timeouts);
         Ok(s)
     }
 
@@ -904,6 +930,7 @@ impl Stateful {
             return Err(format!("writing fp_runtime: {e}"));
         }
         self.revalidate_ms = ms;
+        warn_capped(ms, self.timeouts);
         Ok(())
     }
 
@@ -912,6 +939,7 @@ impl Stateful {
         let Some(t) = read_timeouts(Path::new(NETFILTER_SYSCTL)) else { return };
         if t != self.timeouts {
             info!("conntrack timeouts changed: {t:?}");
+            warn_capped(self.revalidate_ms, t);
             self.timeouts = t;
             self.watch.skip_liberal = self.skip_liberal();
             writer.set_ct(self.marks, self.revalidate_ms, t);
@@ -926,6 +954,7 @@ impl Stateful {
             mark: self.marks.orig,
             mark_reply: self.marks.reply,
             revalidate_ms: self.revalidate_ms,
+            revalidate_effective_ms: self.timeouts.revalidate_cap_ms(self.revalidate_ms),
             generation: writer.ct_generation(),
             timeouts_s: self.timeouts,
             events_enabled: self.events_enabled,
@@ -1069,6 +1098,19 @@ mod tests {
         assert!(ev(EST | IPS_DYING, Some(0x2), None, false).revokes(DIRS));
         // Set-up events of a never-marked entry cost nothing.
         assert!(!ev(IPS_SEEN_REPLY, None, Some(2), false).revokes(DIRS));
+    }
+
+    #[test]
+    fn revalidation_is_capped_at_half_the_shortest_fast_timeout() {
+        let t = CtTimeouts { tcp: 432000, udp: 30, udp_stream: 120, tcp_liberal: false };
+        assert_eq!(t.revalidate_cap_ms(1000), 1000);
+        assert_eq!(t.revalidate_cap_ms(600_000), 60_000, "udp_stream 120 s");
+        assert_eq!(t.revalidate_cap_ms(0), 0, "0 stays: every packet looked up");
+        // The unassured UDP timeout never holds a fast entry.
+        let t = CtTimeouts { udp: 1, udp_stream: 3, ..t };
+        assert_eq!(t.revalidate_cap_ms(60_000), 1500);
+        let t = CtTimeouts { tcp: 2, ..t };
+        assert_eq!(t.revalidate_cap_ms(60_000), 1000);
     }
 
     #[test]

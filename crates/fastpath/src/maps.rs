@@ -604,7 +604,7 @@ impl MapWriter {
     pub fn set_ct(&mut self, marks: crate::ctwatch::CtMarks, revalidate_ms: u32, t: crate::ctwatch::CtTimeouts) {
         self.rt.ct_mark = marks.orig;
         self.rt.ct_mark_reply = marks.reply;
-        self.rt.ct_revalidate_ms = revalidate_ms;
+        self.rt.ct_revalidate_ms = t.revalidate_cap_ms(revalidate_ms);
         self.rt.ct_timeout_tcp = t.tcp;
         self.rt.ct_timeout_udp = t.udp;
         self.rt.ct_timeout_udp_stream = t.udp_stream;

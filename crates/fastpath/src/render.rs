@@ -85,8 +85,16 @@ pub fn status(s: &Status, all: bool) -> String {
     if let Some(c) = &s.conntrack {
         let _ = writeln!(
             out,
-            "mode stateful: ct mark {:#x}, reply {:#x}, revalidate {} ms, ct generation {}: events {}  bumps {}  overruns {}  ruleset changes {}  marks cleared {}",
-            c.mark, c.mark_reply, c.revalidate_ms, c.generation, c.counters.events, c.counters.bumps, c.counters.overruns,
+            "mode stateful: ct mark {:#x}, reply {:#x}, revalidate {} ms{}, ct generation {}: events {}  bumps {}  overruns {}  ruleset changes {}  marks cleared {}",
+            c.mark,
+            c.mark_reply,
+            c.revalidate_ms,
+            if c.revalidate_effective_ms < c.revalidate_ms {
+                format!(" (capped at {} ms: half the shortest conntrack timeout)", c.revalidate_effective_ms)
+            } else {
+                String::new()
+            },
+            c.generation, c.counters.events, c.counters.bumps, c.counters.overruns,
             c.counters.ruleset_changes, c.counters.marks_cleared
         );
         if !c.events_enabled {
