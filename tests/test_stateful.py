@@ -22,6 +22,7 @@ import struct
 import subprocess
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -420,6 +421,16 @@ def test_flows_counts_match_the_packets_sent(sf: Daemon):
     # IP bytes, as conntrack would count them: 20 + 8 + 64 per datagram.
     assert f["bytes"] - (base.get("bytes") or 0) == 37 * 92, f
     assert (f["src"], f["dst"], f["ingress"], f["egress"]) == (Lab.C4, Lab.S4, "r0", "r1"), f
+    # The metrics export the busiest flows with the same counts (--metrics-flows, default 10).
+    top = json.loads(sf.cli("flows", "--json", "--limit", "10").stdout)["flows"]
+    assert any((t["sport"], t["dport"], t["proto"]) == (40002, 5104, 17) for t in top), top
+    with in_netns(lab.router), urllib.request.urlopen("http://127.0.0.1:9469/metrics", timeout=5) as r:
+        text = r.read().decode()
+    labels = (f'{{family="ipv4",proto="17",src="{Lab.C4}",sport="40002",dst="{Lab.S4}",dport="5104",'
+              f'ingress="r0",egress="r1"}}')
+    series = {l.split(" ")[0]: int(l.split(" ")[1]) for l in text.splitlines() if l.startswith("fastpath_flow_")}
+    assert series.get("fastpath_flow_packets" + labels) == f["packets"], (f, series)
+    assert series.get("fastpath_flow_bytes" + labels) == f["bytes"], (f, series)
 
 
 # ------------------------------------------------------------ revocation
