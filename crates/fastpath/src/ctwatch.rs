@@ -832,7 +832,7 @@ impl Stateful {
         });
         let events_enabled = read_u32(root, "nf_conntrack_events").is_none_or(|v| v != 0);
         if !events_enabled {
-            warn!("net.netfilter.nf_conntrack_events is 0: no conntrack events, revocations wait for the {revalidate_ms} ms revalidation");
+            warn!("net.netfilter.nf_conntrack_events is 0: only entries the ruleset gives an event mask (`ct event set`, as the example ruleset does) send conntrack events; the others' revocations wait for the {revalidate_ms} ms revalidation");
         }
         writer.set_ct(marks, revalidate_ms, timeouts);
         let mut s = Stateful { watch, timeouts, marks, revalidate_ms, events_enabled, ab };

@@ -98,7 +98,7 @@ pub fn status(s: &Status, all: bool) -> String {
             c.counters.ruleset_changes, c.counters.marks_cleared
         );
         if !c.events_enabled {
-            out.push_str("  problem: net.netfilter.nf_conntrack_events is 0 (revocations wait for the revalidation)\n");
+            out.push_str("  problem: net.netfilter.nf_conntrack_events is 0 (only entries the ruleset gives an event mask with `ct event set` send events; the others' revocations wait for the revalidation)\n");
         }
     } else {
         out.push_str("mode stateless\n");
