@@ -729,6 +729,19 @@ def ipv4_problems(daemon: Daemon) -> str:
     return " ".join(daemon.status()["families"]["ipv4"]["problems"])
 
 
+@contextlib.contextmanager
+def one_cpu():
+    """The flow cache is per CPU, as RSS keeps a flow on one CPU; a socket's
+    packets are received on the sender's CPU, so pin the sending thread for
+    a flow to keep meeting its cache entry."""
+    old = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(old)})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, old)
+
+
 def wait_for(what: str, cond, timeout: float = 5.0, step: float = 0.05):
     """cond()'s first true value, polled until `timeout` (else a failed assert)."""
     deadline = time.monotonic() + timeout

@@ -15,15 +15,13 @@ users to.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
 import struct
 from collections import Counter
 
 import pytest
 
-from lab import Capture, Daemon, Lab, Sender, counter_delta
+from lab import Capture, Daemon, Lab, Sender, counter_delta, one_cpu
 from pkts import IP, IPv6, UDP, Ether, Raw
 from scapy.layers.inet import IPOption_NOP
 
@@ -194,18 +192,6 @@ def test_random_seed_is_not_guessed(ecmp_lab: Lab):
     assert delta.get("forwarded", 0) == 0 and delta.get("ecmp", 0) == 50, delta
     assert any("fib_multipath_hash_seed" in p for p in problems), problems
     assert multipath.startswith("punted (fib_multipath_hash_seed is 0"), multipath
-
-
-@contextlib.contextmanager
-def one_cpu():
-    """The flow cache is per CPU, as RSS keeps a flow on one CPU; a packet
-    socket's frames are received on the sender's CPU, so pin the sender."""
-    old = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(old)})
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, old)
 
 
 def test_cached_flows_keep_their_next_hop(ecmp_lab: Lab):

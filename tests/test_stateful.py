@@ -13,7 +13,6 @@ counters match what was sent.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -26,7 +25,7 @@ import urllib.request
 
 import pytest
 
-from lab import FASTPATH, REPO, Daemon, Lab, counter_delta, in_netns
+from lab import FASTPATH, REPO, Daemon, Lab, counter_delta, in_netns, one_cpu
 
 RULESET = REPO / "examples" / "nftables" / "stateful.nft"
 CT_REASONS = ("ct_new", "ct_not_established", "ct_unmarked", "ct_tcp_flags", "ct_unsupported", "ct_nat")
@@ -496,18 +495,6 @@ def test_revocation_reaches_the_kernel_within_a_second(revoker: Daemon, action):
         assert entry and ct_field(entry, "mark") == "1", entry
 
 
-@contextlib.contextmanager
-def one_cpu():
-    """The flow cache is per CPU and a socket's packets are received on the
-    sender's CPU: pin this thread so a flow keeps meeting its cache entry."""
-    old = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(old)})
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, old)
-
-
 def r0_cache_hits(d: Daemon) -> int:
     return next(i for i in d.status()["interfaces"] if i["name"] == "r0")["flow_cache"]["hit"]
 
@@ -520,6 +507,14 @@ def rule_counter(lab: Lab, chain: str, comment: str) -> int:
         if rule and rule.get("comment") == comment:
             return next(e["counter"]["packets"] for e in rule["expr"] if "counter" in e)
     raise AssertionError(f"no rule {comment!r} in chain {chain}: {out}")
+
+
+def insert_drop(lab: Lab, cport: int, sport: int, tag: str) -> None:
+    """A counting rule ahead of the forward chain's accepts dropping the
+    client's direction of the UDP flow cport -> sport (`tag`: its comment)."""
+    lab.run(lab.router, "nft", "insert", "rule", "inet", "fastpath_fw", "forward",
+            "ip", "saddr", Lab.C4, "ip", "daddr", Lab.S4, "udp", "sport", str(cport),
+            "udp", "dport", str(sport), "counter", "drop", "comment", f'"{tag}"')
 
 
 def test_added_drop_rule_stops_a_fast_flow_within_a_second(revoker: Daemon):
@@ -542,9 +537,7 @@ def test_added_drop_rule_stops_a_fast_flow_within_a_second(revoker: Daemon):
         ct_id = ct_field(entry, "id")
         st0 = d.status()["conntrack"]
 
-        lab.run(lab.router, "nft", "insert", "rule", "inet", "fastpath_fw", "forward",
-                "ip", "saddr", Lab.C4, "ip", "daddr", Lab.S4, "udp", "sport", str(cport),
-                "udp", "dport", str(sport), "counter", "drop", "comment", f'"{tag}"')
+        insert_drop(lab, cport, sport, tag)
         t0 = time.monotonic()  # nft returns once the commit is done
         time.sleep(0.5)
         before, hits = d.counters("r0"), r0_cache_hits(d)
@@ -592,9 +585,7 @@ def test_replies_do_not_vouch_for_a_dropped_direction(revoker: Daemon):
         flow = UdpFlow(lab, cport, sport)
         flow.establish()
         make_fast(d, flow)
-        lab.run(lab.router, "nft", "insert", "rule", "inet", "fastpath_fw", "forward",
-                "ip", "saddr", Lab.C4, "ip", "daddr", Lab.S4, "udp", "sport", str(cport),
-                "udp", "dport", str(sport), "counter", "drop", "comment", f'"{tag}"')
+        insert_drop(lab, cport, sport, tag)
         wait_for(lambda: ct_field(ct_entry(lab, "udp", sport) or "", "mark") in (None, "0"), 1.0,
                  "the fast-path marks to be cleared")
         # A reply: the kernel accepts it (punted, unmarked) and marks its direction.
