@@ -191,6 +191,14 @@ def make_fast(d: Daemon, flow: UdpFlow, n: int = 20) -> dict:
     return delta
 
 
+def fast_udp_flow(d: Daemon, cport: int, sport: int) -> UdpFlow:
+    """A UDP flow made established and assured, and seen on the fast path."""
+    flow = UdpFlow(d.lab, cport, sport)
+    flow.establish()
+    make_fast(d, flow)
+    return flow
+
+
 # ------------------------------------------------------------ policy
 
 
@@ -529,9 +537,7 @@ def test_added_drop_rule_stops_a_fast_flow_within_a_second(revoker: Daemon):
     tag = "fp-test-drop-40041"
     # Pinned: the flow's packets must meet its verdict in their CPU's cache.
     with one_cpu():
-        flow = UdpFlow(lab, cport, sport)
-        flow.establish()
-        make_fast(d, flow)  # all 20 forwarded by fastpath, none by the kernel
+        flow = fast_udp_flow(d, cport, sport)  # all 20 forwarded by fastpath, none by the kernel
         entry = ct_entry(lab, "udp", sport)
         assert entry and "ASSURED" in entry and ct_field(entry, "mark") == "3", entry
         ct_id = ct_field(entry, "id")
@@ -582,9 +588,7 @@ def test_replies_do_not_vouch_for_a_dropped_direction(revoker: Daemon):
     cport, sport = 40043, 5143
     tag = "fp-test-drop-40043"
     with one_cpu():
-        flow = UdpFlow(lab, cport, sport)
-        flow.establish()
-        make_fast(d, flow)
+        flow = fast_udp_flow(d, cport, sport)
         insert_drop(lab, cport, sport, tag)
         wait_for(lambda: ct_field(ct_entry(lab, "udp", sport) or "", "mark") in (None, "0"), 1.0,
                  "the fast-path marks to be cleared")
@@ -647,9 +651,7 @@ def test_conntrack_timeout_ends_the_fast_path(lab: Lab, fastpath_bin, revalidate
             eff = d.status()["conntrack"]["revalidate_effective_ms"]
             assert eff == min(revalidate_ms, 1500), eff
             assert "capped at 1500 ms" in d.cli("status").stdout or revalidate_ms <= 1500
-            flow = UdpFlow(lab, 40042, 5142)
-            flow.establish()
-            make_fast(d, flow)
+            flow = fast_udp_flow(d, 40042, 5142)
             entry = ct_entry(lab, "udp", 5142)
             assert entry and "ASSURED" in entry and ct_field(entry, "mark") == "3", entry
             st0 = d.status()["conntrack"]

@@ -122,7 +122,7 @@ fn wait_coalesced(urgent: &[RawFd], lazy: [RawFd; 2], timeout: Duration, coalesc
 /// `--ct-mark-reply`): the ruleset sets a direction's bits when it accepts
 /// a packet of that direction, and the data path requires them of that
 /// direction's packets only (see fp_runtime.ct_mark_reply).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CtMarks {
     pub orig: u32,
     pub reply: u32,
