@@ -503,8 +503,12 @@ def test_revocation_reaches_the_kernel_within_a_second(revoker: Daemon, action):
         assert entry and ct_field(entry, "mark") == "1", entry
 
 
+def r0_flow_cache(d: Daemon) -> dict:
+    return next(i for i in d.status()["interfaces"] if i["name"] == "r0")["flow_cache"]
+
+
 def r0_cache_hits(d: Daemon) -> int:
-    return next(i for i in d.status()["interfaces"] if i["name"] == "r0")["flow_cache"]["hit"]
+    return r0_flow_cache(d)["hit"]
 
 
 def rule_counter(lab: Lab, chain: str, comment: str) -> int:
@@ -671,13 +675,15 @@ def test_conntrack_timeout_ends_the_fast_path(lab: Lab, fastpath_bin, revalidate
                 # revocation tests allow).
                 time.sleep(0.5)
             before, hits = d.counters("r0"), r0_cache_hits(d)
+            fc0 = r0_flow_cache(d)
             flow.send(3, gap=0.02)  # the kernel forwards them: a new connection, accepted
             delta = counter_delta(before, d.counters("r0"))
             assert delta.get("forwarded", 0) == 0, \
                 f"sent on the timed-out entry's cached verdict: {delta}, conntrack: {ct_entry(lab, 'udp', 5142)}"
             # They found the flow's cache entry, verdict and all: what sent
             # them to conntrack was the revocation, not a cold cache.
-            assert r0_cache_hits(d) > hits, "the flow's cache entry was gone: nothing tested"
+            assert r0_cache_hits(d) > hits, \
+                f"the flow's cache entry was gone: nothing tested ({fc0} -> {r0_flow_cache(d)})"
             # The first finds no entry; the next ones the new, unreplied one.
             assert delta.get("ct_new", 0) >= 1 and punted(delta) == 3, delta
             # The destroy event of a marked entry: every cached verdict re-checked.
