@@ -283,12 +283,13 @@ def test_zone_rule_added_while_running_punts_everything(lab: Lab, fastpath_bin):
 
 def test_example_ruleset_reports_only_what_revokes(lab: Lab):
     """The example ruleset's conntrack event mask, kernel alone: a short
-    connection sends fastpath one message, the update that marks its reply
-    direction when the first reply passes (its original direction's bit
-    travels with the "new" event, its end after a FIN is not reported, also
-    when the next connection on its ports replaces its TIME_WAIT entry),
-    while what revokes a verdict still is: a mark change and a live entry's
-    destroy."""
+    connection sends fastpath nothing but its "new" event, which fastpath
+    does not subscribe to (its original direction's bit travels with it,
+    its reply bit's mark change on the SYN-ACK is not reported, nor its end
+    after a FIN, also when the next connection on its ports replaces its
+    TIME_WAIT entry, or when the client closed first and ACKs after its
+    FIN), while what revokes a verdict of an established one still is: a
+    mark change and a live entry's destroy."""
     load_ruleset(lab)
     lab.resolve_neighbours()
     port, cport = 5120, 41120
@@ -304,13 +305,13 @@ def test_example_ruleset_reports_only_what_revokes(lab: Lab):
     ls.settimeout(5)
     time.sleep(0.3)  # conntrack -E has subscribed
 
-    def connect() -> tuple[socket.socket, socket.socket]:
+    def connect(src_port: int = cport) -> tuple[socket.socket, socket.socket]:
         with in_netns(lab.client):
             c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         lab.defer(c.close)
         c.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         c.settimeout(5)
-        c.bind((Lab.C4, cport))
+        c.bind((Lab.C4, src_port))
         c.connect((Lab.S4, port))
         s, _ = ls.accept()
         lab.defer(s.close)
@@ -326,17 +327,29 @@ def test_example_ruleset_reports_only_what_revokes(lab: Lab):
     wait_for(lambda: "TIME_WAIT" in (ct_entry(lab, "tcp", port) or ""), 2.0, "the entry to reach TIME_WAIT")
     connect()
     wait_for(lambda: "ESTABLISHED" in (ct_entry(lab, "tcp", port) or ""), 2.0, "the second connection's entry")
+    # Both bits, though only the original one's was reported.
+    assert ct_field(ct_entry(lab, "tcp", port), "mark") == "3", ct_entry(lab, "tcp", port)
+    # Another client port, closed by the client first: its ACK of the
+    # server's FIN comes after its own FIN and must leave the mask narrow.
+    c2, s2 = connect(cport + 1)
+    c2.close()
+    assert s2.recv(1) == b""
+    s2.close()
+    closed = ("-p", "tcp", "--orig-port-src", str(cport + 1), "--orig-port-dst", str(port))
+    wait_for(lambda: "TIME_WAIT" in "".join(conntrack(lab, *closed)), 2.0, "the client-closed entry to reach TIME_WAIT")
+    lab.run(lab.router, "conntrack", "-D", "-p", "tcp", "--sport", str(cport + 1), "--dport", str(port))
     lab.run(lab.router, "conntrack", "-U", "-s", Lab.C4, "-d", Lab.S4, "--mark", "0")
-    lab.run(lab.router, "conntrack", "-D", "-p", "tcp", "--dport", str(port))
+    lab.run(lab.router, "conntrack", "-D", "-p", "tcp", "--sport", str(cport), "--dport", str(port))
     time.sleep(0.3)
     ev.kill()
     out, _ = ev.communicate()
-    seen = [m.group(1) for line in out.splitlines() if f"dport={port} " in line
-            for m in [re.match(r"\s*\[(\w+)\]", line)] if m]
-    assert seen == ["NEW", "UPDATE", "NEW", "UPDATE", "UPDATE", "DESTROY"], out
     lines = [line for line in out.splitlines() if f"dport={port} " in line]
-    # NEW: the original direction's bit; the first reply's UPDATE adds the reply's.
-    assert [ct_field(line, "mark") for line in lines[:4]] == ["1", "3", "1", "3"], lines
+    seen = [(m.group(1), ct_field(line, "sport")) for line in lines
+            for m in [re.match(r"\s*\[(\w+)\]", line)] if m]
+    a, b = str(cport), str(cport + 1)
+    assert seen == [("NEW", a), ("NEW", a), ("NEW", b), ("UPDATE", a), ("DESTROY", a)], out
+    # NEW: the original direction's bit only (the reply's came unreported).
+    assert [ct_field(line, "mark") for line in lines[:3]] == ["1", "1", "1"], lines
 
 
 def test_dropped_connection_is_never_forwarded(sf: Daemon):

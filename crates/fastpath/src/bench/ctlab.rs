@@ -28,6 +28,13 @@ pub const CT_EVENTS: u32 = (1 << 2) | (1 << 7);
 /// After a FIN, as the example ruleset: mark changes only (the data path no
 /// longer trusts a closing entry, so its end need not be reported).
 pub const CT_EVENTS_AFTER_FIN: u32 = 1 << 7;
+/// From a TCP SYN-ACK to the handshake's last ACK, as the example ruleset:
+/// destroy only, so the reply bit's mark change is not reported (nothing
+/// is fast before conntrack's state is ESTABLISHED).
+pub const CT_EVENTS_IN_HANDSHAKE: u32 = 1 << 2;
+/// The conntrack label the example ruleset gives a connection a FIN has
+/// passed, so its later ACKs leave the narrowed mask alone.
+pub const CT_LABEL_CLOSING: u32 = 127;
 
 /// The router's address on r1, which `--snat` translates the inside's
 /// sources to (masquerade's choice).
@@ -59,7 +66,9 @@ pub fn ruleset(mark: u32, reply: u32, snat: bool) -> String {
          \t\ttype filter hook forward priority filter; policy drop;\n\
          \t\tct state new ct event set {events:#x}\n\
          \t\tct state invalid drop\n\
-         \t\ttcp flags & fin == fin ct event set {closed_events:#x}\n\
+         \t\tct direction reply tcp flags & (syn|ack) == syn|ack ct event set {handshake_events:#x}\n\
+         \t\tct direction original tcp flags & (syn|fin|rst) == 0 ct label ! {closing} ct event set {events:#x}\n\
+         \t\ttcp flags & fin == fin ct event set {closed_events:#x} ct label set {closing}\n\
          \t\tct state established ct direction original ct mark set ct mark or {mark:#x} accept\n\
          \t\tct state established ct direction reply ct mark set ct mark or {reply:#x} accept\n\
          \t\tct state related accept\n\
@@ -72,6 +81,8 @@ pub fn ruleset(mark: u32, reply: u32, snat: bool) -> String {
          }}\n",
         events = CT_EVENTS,
         closed_events = CT_EVENTS_AFTER_FIN,
+        handshake_events = CT_EVENTS_IN_HANDSHAKE,
+        closing = CT_LABEL_CLOSING,
         r0 = topo::R0,
         r1 = topo::R1
     )
@@ -248,7 +259,9 @@ mod tests {
         assert!(r.contains("ct state established ct direction reply ct mark set ct mark or 0x20 accept"));
         assert!(r.contains("ct state invalid drop"));
         assert!(r.contains("ct state new ct event set 0x84\n"));
-        assert!(r.contains("tcp flags & fin == fin ct event set 0x80\n"));
+        assert!(r.contains("ct direction reply tcp flags & (syn|ack) == syn|ack ct event set 0x4\n"));
+        assert!(r.contains("ct direction original tcp flags & (syn|fin|rst) == 0 ct label ! 127 ct event set 0x84\n"));
+        assert!(r.contains("tcp flags & fin == fin ct event set 0x80 ct label set 127\n"));
         assert!(r.contains("priority filter + 1; policy accept;\n\t\tct state new ct mark set ct mark or 0x10\n"));
         assert!(r.contains("iifname \"r0\" oifname \"r1\" accept"));
     }
