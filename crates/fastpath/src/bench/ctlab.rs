@@ -66,7 +66,7 @@ pub fn ruleset(mark: u32, reply: u32, snat: bool) -> String {
          \t\ttype filter hook forward priority filter; policy drop;\n\
          \t\tct state new ct event set {events:#x}\n\
          \t\tct state invalid drop\n\
-         \t\tct direction reply tcp flags & (syn|ack) == syn|ack ct event set {handshake_events:#x}\n\
+         \t\tct direction reply tcp flags & (syn|ack) == syn|ack ct status ! assured ct event set {handshake_events:#x}\n\
          \t\tct direction original tcp flags & (syn|fin|rst) == 0 ct label ! {closing} ct event set {events:#x}\n\
          \t\ttcp flags & fin == fin ct event set {closed_events:#x} ct label set {closing}\n\
          \t\tct state established ct direction original ct mark set ct mark or {mark:#x} accept\n\
@@ -259,7 +259,7 @@ mod tests {
         assert!(r.contains("ct state established ct direction reply ct mark set ct mark or 0x20 accept"));
         assert!(r.contains("ct state invalid drop"));
         assert!(r.contains("ct state new ct event set 0x84\n"));
-        assert!(r.contains("ct direction reply tcp flags & (syn|ack) == syn|ack ct event set 0x4\n"));
+        assert!(r.contains("ct direction reply tcp flags & (syn|ack) == syn|ack ct status ! assured ct event set 0x4\n"));
         assert!(r.contains("ct direction original tcp flags & (syn|fin|rst) == 0 ct label ! 127 ct event set 0x84\n"));
         assert!(r.contains("tcp flags & fin == fin ct event set 0x80 ct label set 127\n"));
         assert!(r.contains("priority filter + 1; policy accept;\n\t\tct state new ct mark set ct mark or 0x10\n"));
