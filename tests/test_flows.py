@@ -7,7 +7,7 @@ import pytest
 
 import json
 
-from lab import Daemon, Lab, send_and_expect
+from lab import Daemon, Lab, send_and_expect, wait_for
 from pkts import udp4, udp6
 
 
@@ -53,6 +53,32 @@ def test_flows_lists_the_cached_flows(daemon: Daemon, lab: Lab):
     assert counts == sorted(counts, reverse=True)
     text = daemon.cli("flows").stdout
     assert f"{lab.C4}:41000" in text and "PACKETS" in text
+
+
+def test_a_new_neighbour_leaves_cached_flows_alone(daemon: Daemon, lab: Lab):
+    """A neighbour entry appearing (a host resolved again after the kernel
+    dropped its idle entry, an IPv6 host's link-local address) changes no
+    cached result: the generation stays and the cached flow keeps hitting.
+    A MAC change of that same entry, which a cached flow may hold, bumps."""
+    lab.resolve_neighbours()
+    daemon.wait_neighbours_mirrored()
+    frames = lambda first: [udp4(lab, sport=41010, seq=first + i) for i in range(3)]
+    send_and_expect(lab.c0, frames(0), lab.s0)
+    st0 = daemon.status()
+    addr, key = "198.51.100.99", ("r1", "198.51.100.99")
+    lab.defer(lambda: lab.ip(lab.router, "neigh", "del", addr, "dev", "r1", check=False))
+    lab.ip(lab.router, "neigh", "replace", addr, "lladdr", "02:00:5e:00:53:99", "dev", "r1", "nud", "permanent")
+    wait_for("the daemon to mirror the new neighbour", lambda: key in daemon.neighbour_view(), 5, step=0.02)
+    send_and_expect(lab.c0, frames(3), lab.s0)
+    st = daemon.status()
+    assert st["generation"] == st0["generation"], (st0["reconciles"], st["reconciles"])
+    fc0, fc = st0["flow_cache"], st["flow_cache"]
+    assert fc["stale"] == fc0["stale"] and fc["hit"] - fc0["hit"] >= 3, (fc0, fc)
+
+    lab.ip(lab.router, "neigh", "replace", addr, "lladdr", "02:00:5e:00:53:9a", "dev", "r1", "nud", "permanent")
+    wait_for("the MAC change to bump the generation",
+             lambda: daemon.status()["generation"] > st0["generation"], 5, step=0.02)
+    assert daemon.neighbour_view()[key] == "02:00:5e:00:53:9a"
 
 
 def test_status_names_the_flow_hash_source(daemon: Daemon, lab: Lab):

@@ -24,7 +24,8 @@
 //! 5. families that become un-punted are switched on after their tables
 //!    are complete;
 //! 6. the generation is bumped so cached results computed from the old
-//!    tables are not trusted.
+//!    tables are not trusted; not when all a plan writes is entries for
+//!    neighbours the maps did not hold (`adds_neighbours_only`).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -263,7 +264,7 @@ impl Reconciler {
         if new_sw != written {
             ops.push(Op::SetSwitches(new_sw));
         }
-        if !ops.is_empty() || self.dirty {
+        if (!ops.is_empty() && !adds_neighbours_only(old, &ops)) || self.dirty {
             ops.push(Op::BumpGeneration);
         }
         ops
@@ -337,7 +338,7 @@ impl Reconciler {
         }
         deletes(&old_groups, &new_groups, &mut ops, |k| Op::DeleteGroup(*k));
         deletes(&old_nh, &new_nh, &mut ops, |k| Op::DeleteNexthop(*k));
-        if !ops.is_empty() || self.dirty {
+        if (!ops.is_empty() && !adds_neighbours_only(&self.applied, &ops)) || self.dirty {
             ops.push(Op::BumpGeneration);
         }
         self.run(ops, w)
@@ -396,7 +397,10 @@ impl Reconciler {
                 a.nexthops.remove(k);
             }
             Op::UpsertNeigh(k, v) => {
-                a.neigh.insert(*k, *v);
+                // A new neighbour changes no cached result (adds_neighbours_only).
+                if a.neigh.insert(*k, *v).is_none() {
+                    return;
+                }
             }
             Op::DeleteNeigh(k) => {
                 a.neigh.remove(k);
@@ -439,6 +443,18 @@ impl Reconciler {
         }
         self.dirty = true;
     }
+}
+
+/// Whether all `ops` write is entries for neighbours `applied` does not
+/// hold: no cached flow can depend on them (the data path caches a forward
+/// only with the neighbour it found; a packet that found none was punted),
+/// so the flow caches stay valid. A router facing many hosts re-resolves
+/// some all the time (an idle host's entry is garbage-collected, its next
+/// packet resolves it again, an IPv6 host's link-local address appears),
+/// and each bump would send every cached flow of every CPU back through
+/// the full lookup. A changed MAC or a removed entry still bumps.
+fn adds_neighbours_only(applied: &Desired, ops: &[Op]) -> bool {
+    ops.iter().all(|op| matches!(op, Op::UpsertNeigh(k, _) if !applied.neigh.contains_key(k)))
 }
 
 /// One key of two sorted maps walked side by side.
@@ -1133,6 +1149,42 @@ mod tests {
         assert_eq!(ops.len(), 3);
         assert!(matches!(ops[0], Op::UpsertIface(3, _)));
         assert!(matches!(ops[1], Op::UpsertNeigh(..)));
+    }
+
+    #[test]
+    fn a_new_neighbour_alone_keeps_the_generation() {
+        let mut r = Reconciler::new();
+        let mut m = Mem::default();
+        let mut want = full();
+        step(&mut r, &mut m, &want);
+        let gen = r.generation();
+        let mac = |b| NeighEntry { mac: [2, 0, 0, 0, 0, b] };
+
+        // Full plan and delta alike: the entry is written, nothing bumps,
+        // and nothing is left owed to the next plan.
+        want.neigh.insert(nk(2, "192.0.2.77"), mac(1));
+        assert_eq!(step(&mut r, &mut m, &want), vec![Op::UpsertNeigh(nk(2, "192.0.2.77"), mac(1))]);
+        assert_eq!(r.generation(), gen);
+        assert!(r.plan(&want).is_empty(), "no bump owed");
+        let d = crate::route_delta::FibDelta { neigh: [(nk(2, "fe80::1"), Some(mac(2)))].into(), ..Default::default() };
+        r.apply_fib_delta(&d, &mut m).unwrap();
+        assert!(tables_eq(&m.t, r.applied()) && r.applied().neigh.contains_key(&nk(2, "fe80::1")));
+        assert_eq!((r.generation(), m.gen), (gen, gen));
+        want.neigh.insert(nk(2, "fe80::1"), mac(2));
+        assert!(r.plan(&want).is_empty());
+
+        // A cached flow may hold these: a MAC change and a removal bump.
+        want.neigh.insert(nk(2, "192.0.2.77"), mac(3));
+        assert_eq!(step(&mut r, &mut m, &want).last(), Some(&Op::BumpGeneration));
+        assert_eq!(r.generation(), gen + 1);
+        want.neigh.remove(&nk(2, "fe80::1"));
+        assert_eq!(step(&mut r, &mut m, &want).last(), Some(&Op::BumpGeneration));
+        assert_eq!(r.generation(), gen + 2);
+        // So does a new neighbour that comes with anything else.
+        want.neigh.insert(nk(2, "192.0.2.78"), mac(4));
+        want.ifaces.get_mut(&3).unwrap().flags = 0;
+        assert_eq!(step(&mut r, &mut m, &want).last(), Some(&Op::BumpGeneration));
+        assert_eq!(r.generation(), gen + 3);
     }
 
     #[test]
