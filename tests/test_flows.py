@@ -7,7 +7,7 @@ import pytest
 
 import json
 
-from lab import Daemon, Lab, send_and_expect, wait_for
+from lab import Daemon, Lab, one_cpu, send_and_expect, wait_for
 from pkts import udp4, udp6
 
 
@@ -62,23 +62,35 @@ def test_a_new_neighbour_leaves_cached_flows_alone(daemon: Daemon, lab: Lab):
     A MAC change of that same entry, which a cached flow may hold, bumps."""
     lab.resolve_neighbours()
     daemon.wait_neighbours_mirrored()
-    frames = lambda first: [udp4(lab, sport=41010, seq=first + i) for i in range(3)]
-    send_and_expect(lab.c0, frames(0), lab.s0)
-    st0 = daemon.status()
-    addr, key = "198.51.100.99", ("r1", "198.51.100.99")
-    lab.defer(lambda: lab.ip(lab.router, "neigh", "del", addr, "dev", "r1", check=False))
-    lab.ip(lab.router, "neigh", "replace", addr, "lladdr", "02:00:5e:00:53:99", "dev", "r1", "nud", "permanent")
-    wait_for("the daemon to mirror the new neighbour", lambda: key in daemon.neighbour_view(), 5, step=0.02)
-    send_and_expect(lab.c0, frames(3), lab.s0)
-    st = daemon.status()
-    assert st["generation"] == st0["generation"], (st0["reconciles"], st["reconciles"])
-    fc0, fc = st0["flow_cache"], st["flow_cache"]
-    assert fc["stale"] == fc0["stale"] and fc["hit"] - fc0["hit"] >= 3, (fc0, fc)
+    frames = lambda: [udp4(lab, sport=41010, seq=i) for i in range(3)]
+    seen = []
+    # The lab's own neighbours may still change on their own meanwhile (an
+    # entry just resolved, a link-local one probed): an attempt that saw
+    # another change is repeated with another address.
+    with one_cpu():
+        for attempt in range(3):
+            addr = f"198.51.100.{97 + attempt}"
+            lab.defer(lambda a=addr: lab.ip(lab.router, "neigh", "del", a, "dev", "r1", check=False))
+            send_and_expect(lab.c0, frames(), lab.s0)  # cached under the current generation
+            st0 = daemon.status()
+            lab.ip(lab.router, "neigh", "replace", addr, "lladdr", "02:00:5e:00:53:99", "dev", "r1", "nud",
+                   "permanent")
+            wait_for("the daemon to mirror the new neighbour", lambda: ("r1", addr) in daemon.neighbour_view(), 5,
+                     step=0.02)
+            send_and_expect(lab.c0, frames(), lab.s0)
+            st = daemon.status()
+            fc0, fc = st0["flow_cache"], st["flow_cache"]
+            seen.append((st0["generation"], st["generation"], st0["reconciles"], st["reconciles"], fc0, fc))
+            if st["generation"] == st0["generation"] and st["reconciles"]["full"] == st0["reconciles"]["full"]:
+                assert fc["stale"] == fc0["stale"] and fc["hit"] - fc0["hit"] >= 3, seen
+                break
+        else:
+            raise AssertionError(f"every new neighbour came with a generation bump: {seen}")
 
     lab.ip(lab.router, "neigh", "replace", addr, "lladdr", "02:00:5e:00:53:9a", "dev", "r1", "nud", "permanent")
     wait_for("the MAC change to bump the generation",
-             lambda: daemon.status()["generation"] > st0["generation"], 5, step=0.02)
-    assert daemon.neighbour_view()[key] == "02:00:5e:00:53:9a"
+             lambda: daemon.status()["generation"] > st["generation"], 5, step=0.02)
+    assert daemon.neighbour_view()[("r1", addr)] == "02:00:5e:00:53:9a"
 
 
 def test_status_names_the_flow_hash_source(daemon: Daemon, lab: Lab):
