@@ -352,6 +352,44 @@ def test_example_ruleset_reports_only_what_revokes(lab: Lab):
     assert [ct_field(line, "mark") for line in lines[:3]] == ["1", "1", "1"], lines
 
 
+def test_example_ruleset_udp_and_icmp_report_only_what_revokes(lab: Lab):
+    """The same for UDP and ICMP, kernel alone: a query and its answer send
+    only their "new" event (the reply bit comes unreported: nothing goes
+    fast before conntrack assures the entry), an ICMP echo nothing at all
+    (never fast), and a UDP flow conntrack has assured reports a mark clear
+    again."""
+    load_ruleset(lab)
+    lab.resolve_neighbours()
+    ev = subprocess.Popen(["ip", "netns", "exec", lab.router, "stdbuf", "-oL", "conntrack", "-E"],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    lab.defer(lambda: (ev.kill(), ev.wait()))
+    time.sleep(0.3)  # conntrack -E has subscribed
+    query = UdpFlow(lab, 40061, 5161)
+    query.send()
+    query.reply()
+    lab.run(lab.client, "ping", "-c1", "-W1", "-q", Lab.S4)
+    stream = UdpFlow(lab, 40062, 5162)
+    stream.establish()
+    for port, status in ((5161, "UNREPLIED"), (5162, "ASSURED")):
+        entry = ct_entry(lab, "udp", port)
+        assert entry and ct_field(entry, "mark") == "3" and (status != "ASSURED" or status in entry), entry
+    assert "ASSURED" not in ct_entry(lab, "udp", 5161)
+    # Every entry between the two hosts: the unassured query's and the
+    # echo's say nothing of it either.
+    lab.run(lab.router, "conntrack", "-U", "-s", Lab.C4, "-d", Lab.S4, "--mark", "0")
+    time.sleep(0.3)
+    ev.kill()
+    out, _ = ev.communicate()
+
+    def kinds(port: int) -> list:
+        return [(m.group(1), ct_field(line, "mark")) for line in out.splitlines() if f"dport={port} " in line
+                for m in [re.match(r"\s*\[(\w+)\]", line)] if m]
+
+    assert kinds(5161) == [("NEW", "1")], out
+    assert kinds(5162) == [("NEW", "1"), ("UPDATE", "0")], out
+    assert not [line for line in out.splitlines() if "icmp" in line], out
+
+
 def test_dropped_connection_is_never_forwarded(sf: Daemon):
     """WAN -> LAN connections are not allowed: the SYN dies in the kernel."""
     lab = sf.lab

@@ -28,9 +28,10 @@ pub const CT_EVENTS: u32 = (1 << 2) | (1 << 7);
 /// After a FIN, as the example ruleset: mark changes only (the data path no
 /// longer trusts a closing entry, so its end need not be reported).
 pub const CT_EVENTS_AFTER_FIN: u32 = 1 << 7;
-/// From a TCP SYN-ACK to the handshake's last ACK, as the example ruleset:
-/// destroy only, so the reply bit's mark change is not reported (nothing
-/// is fast before conntrack's state is ESTABLISHED).
+/// From a TCP SYN-ACK to the handshake's last ACK, and from a UDP flow's
+/// first reply until conntrack assures it, as the example ruleset: destroy
+/// only, so the reply bit's mark change is not reported (nothing is fast
+/// before conntrack's state is ESTABLISHED, or the UDP entry ASSURED).
 pub const CT_EVENTS_IN_HANDSHAKE: u32 = 1 << 2;
 /// The conntrack label the example ruleset gives a connection a FIN has
 /// passed, so its later ACKs leave the narrowed mask alone.
@@ -65,8 +66,11 @@ pub fn ruleset(mark: u32, reply: u32, snat: bool) -> String {
          \tchain forward {{\n\
          \t\ttype filter hook forward priority filter; policy drop;\n\
          \t\tct state new ct event set {events:#x}\n\
+         \t\tct state new meta l4proto != {{ tcp, udp }} ct event set 0x0\n\
          \t\tct state invalid drop\n\
          \t\tct direction reply tcp flags & (syn|ack) == syn|ack ct status ! assured ct event set {handshake_events:#x}\n\
+         \t\tct direction reply meta l4proto udp ct status ! assured ct event set {handshake_events:#x}\n\
+         \t\tmeta l4proto udp ct status assured ct event set {events:#x}\n\
          \t\tct direction original tcp flags & (syn|fin|rst) == 0 ct label ! {closing} ct event set {events:#x}\n\
          \t\ttcp flags & fin == fin ct event set {closed_events:#x} ct label set {closing}\n\
          \t\tct state established ct direction original ct mark set ct mark or {mark:#x} accept\n\
@@ -261,6 +265,9 @@ mod tests {
         assert!(r.contains("ct state new ct event set 0x84\n"));
         assert!(r.contains("ct direction reply tcp flags & (syn|ack) == syn|ack ct status ! assured ct event set 0x4\n"));
         assert!(r.contains("ct direction original tcp flags & (syn|fin|rst) == 0 ct label ! 127 ct event set 0x84\n"));
+        assert!(r.contains("ct state new meta l4proto != { tcp, udp } ct event set 0x0\n"));
+        assert!(r.contains("ct direction reply meta l4proto udp ct status ! assured ct event set 0x4\n"));
+        assert!(r.contains("meta l4proto udp ct status assured ct event set 0x84\n"));
         assert!(r.contains("tcp flags & fin == fin ct event set 0x80 ct label set 127\n"));
         assert!(r.contains("priority filter + 1; policy accept;\n\t\tct state new ct mark set ct mark or 0x10\n"));
         assert!(r.contains("iifname \"r0\" oifname \"r1\" accept"));
