@@ -281,6 +281,28 @@ def test_zone_rule_added_while_running_punts_everything(lab: Lab, fastpath_bin):
         make_fast(d, again)
 
 
+def ct_events(lab: Lab, *args: str) -> subprocess.Popen:
+    """`conntrack -E` in the router, subscribed when this returns."""
+    ev = subprocess.Popen(["ip", "netns", "exec", lab.router, "stdbuf", "-oL", "conntrack", "-E", *args],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    lab.defer(lambda: (ev.kill(), ev.wait()))
+    time.sleep(0.3)
+    return ev
+
+
+def ct_events_seen(ev: subprocess.Popen) -> str:
+    """What `ct_events` printed, once the last events had time to arrive."""
+    time.sleep(0.3)
+    ev.kill()
+    return ev.communicate()[0]
+
+
+def ct_event_kinds(out: str, dport: int, field: str) -> list:
+    """(event type, `field`) of each event of the entries to `dport`."""
+    return [(m.group(1), ct_field(line, field)) for line in out.splitlines() if f"dport={dport} " in line
+            for m in [re.match(r"\s*\[(\w+)\]", line)] if m]
+
+
 def test_example_ruleset_reports_only_what_revokes(lab: Lab):
     """The example ruleset's conntrack event mask, kernel alone: a short
     connection sends fastpath nothing but its "new" event, which fastpath
@@ -293,9 +315,7 @@ def test_example_ruleset_reports_only_what_revokes(lab: Lab):
     load_ruleset(lab)
     lab.resolve_neighbours()
     port, cport = 5120, 41120
-    ev = subprocess.Popen(["ip", "netns", "exec", lab.router, "stdbuf", "-oL", "conntrack", "-E", "-p", "tcp"],
-                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    lab.defer(lambda: (ev.kill(), ev.wait()))
+    ev = ct_events(lab, "-p", "tcp")
     with in_netns(lab.server):
         ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     lab.defer(ls.close)
@@ -303,7 +323,6 @@ def test_example_ruleset_reports_only_what_revokes(lab: Lab):
     ls.bind((Lab.S4, port))
     ls.listen(1)
     ls.settimeout(5)
-    time.sleep(0.3)  # conntrack -E has subscribed
 
     def connect(src_port: int = cport) -> tuple[socket.socket, socket.socket]:
         with in_netns(lab.client):
@@ -340,16 +359,12 @@ def test_example_ruleset_reports_only_what_revokes(lab: Lab):
     lab.run(lab.router, "conntrack", "-D", "-p", "tcp", "--sport", str(cport + 1), "--dport", str(port))
     lab.run(lab.router, "conntrack", "-U", "-s", Lab.C4, "-d", Lab.S4, "--mark", "0")
     lab.run(lab.router, "conntrack", "-D", "-p", "tcp", "--sport", str(cport), "--dport", str(port))
-    time.sleep(0.3)
-    ev.kill()
-    out, _ = ev.communicate()
-    lines = [line for line in out.splitlines() if f"dport={port} " in line]
-    seen = [(m.group(1), ct_field(line, "sport")) for line in lines
-            for m in [re.match(r"\s*\[(\w+)\]", line)] if m]
+    out = ct_events_seen(ev)
     a, b = str(cport), str(cport + 1)
-    assert seen == [("NEW", a), ("NEW", a), ("NEW", b), ("UPDATE", a), ("DESTROY", a)], out
+    assert ct_event_kinds(out, port, "sport") == [("NEW", a), ("NEW", a), ("NEW", b), ("UPDATE", a),
+                                                  ("DESTROY", a)], out
     # NEW: the original direction's bit only (the reply's came unreported).
-    assert [ct_field(line, "mark") for line in lines[:3]] == ["1", "1", "1"], lines
+    assert [mark for _, mark in ct_event_kinds(out, port, "mark")[:3]] == ["1", "1", "1"], out
 
 
 def test_example_ruleset_udp_and_icmp_report_only_what_revokes(lab: Lab):
@@ -360,33 +375,22 @@ def test_example_ruleset_udp_and_icmp_report_only_what_revokes(lab: Lab):
     again."""
     load_ruleset(lab)
     lab.resolve_neighbours()
-    ev = subprocess.Popen(["ip", "netns", "exec", lab.router, "stdbuf", "-oL", "conntrack", "-E"],
-                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    lab.defer(lambda: (ev.kill(), ev.wait()))
-    time.sleep(0.3)  # conntrack -E has subscribed
+    ev = ct_events(lab)
     query = UdpFlow(lab, 40061, 5161)
     query.send()
     query.reply()
     lab.run(lab.client, "ping", "-c1", "-W1", "-q", Lab.S4)
     stream = UdpFlow(lab, 40062, 5162)
     stream.establish()
-    for port, status in ((5161, "UNREPLIED"), (5162, "ASSURED")):
-        entry = ct_entry(lab, "udp", port)
-        assert entry and ct_field(entry, "mark") == "3" and (status != "ASSURED" or status in entry), entry
-    assert "ASSURED" not in ct_entry(lab, "udp", 5161)
+    q, st = ct_entry(lab, "udp", 5161), ct_entry(lab, "udp", 5162)
+    assert q and ct_field(q, "mark") == "3" and "ASSURED" not in q, q
+    assert st and ct_field(st, "mark") == "3" and "ASSURED" in st, st
     # Every entry between the two hosts: the unassured query's and the
     # echo's say nothing of it either.
     lab.run(lab.router, "conntrack", "-U", "-s", Lab.C4, "-d", Lab.S4, "--mark", "0")
-    time.sleep(0.3)
-    ev.kill()
-    out, _ = ev.communicate()
-
-    def kinds(port: int) -> list:
-        return [(m.group(1), ct_field(line, "mark")) for line in out.splitlines() if f"dport={port} " in line
-                for m in [re.match(r"\s*\[(\w+)\]", line)] if m]
-
-    assert kinds(5161) == [("NEW", "1")], out
-    assert kinds(5162) == [("NEW", "1"), ("UPDATE", "0")], out
+    out = ct_events_seen(ev)
+    assert ct_event_kinds(out, 5161, "mark") == [("NEW", "1")], out
+    assert ct_event_kinds(out, 5162, "mark") == [("NEW", "1"), ("UPDATE", "0")], out
     assert not [line for line in out.splitlines() if "icmp" in line], out
 
 
