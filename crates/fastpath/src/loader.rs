@@ -98,8 +98,8 @@ pub struct Instance {
     pub ifindex: u32,
     pub name: String,
     pub hash: HashVariant,
-    /// Stateful or AF_XDP: the entry points without the express path
-    /// (fp_xdp_fwd_full*), which such an instance never takes.
+    /// Stateful or AF_XDP: the plain entry point with the general path
+    /// inlined (fp_xdp_fwd_full); the device-bound one serves every mode.
     full: bool,
     // Field order is drop order: the skeleton before the object it borrows.
     pub skel: XdpFwdSkel<'static>,
@@ -117,8 +117,7 @@ impl Instance {
     fn prog(&self, v: HashVariant) -> &libbpf_rs::Program<'_> {
         let p = &self.skel.progs;
         match (v, self.full) {
-            (HashVariant::NicRxHash | HashVariant::DeviceBound, false) => &p.fp_xdp_fwd_hw,
-            (HashVariant::NicRxHash | HashVariant::DeviceBound, true) => &p.fp_xdp_fwd_full_hw,
+            (HashVariant::NicRxHash | HashVariant::DeviceBound, _) => &p.fp_xdp_fwd_hw,
             (HashVariant::MetaOrSoftware, false) => &p.fp_xdp_fwd,
             (HashVariant::MetaOrSoftware, true) => &p.fp_xdp_fwd_full,
         }
@@ -232,9 +231,8 @@ fn open_one(iface: &Iface, caps: &Capacities, opts: &LoadOpts, variant: HashVari
     let p = &mut open.progs;
     for (prog, used) in [
         (&mut p.fp_xdp_fwd, !bound && !full),
-        (&mut p.fp_xdp_fwd_hw, bound && !full),
+        (&mut p.fp_xdp_fwd_hw, bound),
         (&mut p.fp_xdp_fwd_full, !bound && full),
-        (&mut p.fp_xdp_fwd_full_hw, bound && full),
     ] {
         prog.set_autoload(used);
         if used && bound {

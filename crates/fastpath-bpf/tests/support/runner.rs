@@ -67,11 +67,10 @@ impl Loaded {
         // and is dropped after the skeleton (see the field order).
         let obj_ref: &'static mut MaybeUninit<OpenObject> = unsafe { &mut *(obj.as_mut() as *mut _) };
         let mut open = XdpFwdSkelBuilder::default().open(obj_ref).context("open xdp_fwd")?;
-        // The NIC-hash variants load only bound to a device, which
-        // BPF_PROG_RUN cannot run. A stateful world runs the entry point
-        // the daemon attaches for it, without the express path.
+        // The device-bound entry point loads only bound to a device, which
+        // BPF_PROG_RUN cannot run. A stateful world runs the plain entry
+        // point the daemon attaches for it (fp_xdp_fwd_full).
         open.progs.fp_xdp_fwd_hw.set_autoload(false);
-        open.progs.fp_xdp_fwd_full_hw.set_autoload(false);
         open.progs.fp_xdp_fwd.set_autoload(!world.stateful);
         open.progs.fp_xdp_fwd_full.set_autoload(world.stateful);
         let rodata = open.maps.rodata_data.as_deref_mut().context("no .rodata")?;
