@@ -33,8 +33,8 @@
  * result is only ever a forward; every punt is decided afresh.
  *
  * The commonest packet of all, an IPv4 TCP/UDP cache hit (in stateful
- * mode one whose conntrack verdict is cached and current; an IPv6 one in a
- * stateless instance, through a call), goes a shorter way first
+ * mode one whose conntrack verdict is cached and current; an IPv6 one too,
+ * in the plain stateless entry point through a call), goes a shorter way first
  * (express.h): the same checks and the same decision; whatever it declines
  * takes the general path below from scratch.
  *
