@@ -15,6 +15,9 @@
 //!   both router ports (bpf/bench/xdp_pass.bpf.c): the floor of any XDP
 //!   router here (with `--crr-ingress skbs` including veth's copy of each
 //!   locally built skb for XDP, see wire.rs);
+//! - `no-cache`: the daemon with the flow cache off (`--flow-timeout 0`):
+//!   every packet pays a conntrack and a FIB lookup, as ct-ref's do, but no
+//!   new connection fills (or first reads) a flow-cache line;
 //! - `eager-liberal`: the daemon making every marked TCP entry liberal as
 //!   its mark event arrives (before: one update per connection) instead of
 //!   when the data path asks (`full`). Only differs from `full` with
@@ -45,6 +48,7 @@ pub enum Variant {
     NoLiberal,
     NoEvents,
     EagerLiberal,
+    NoCache,
 }
 
 impl Variant {
@@ -57,17 +61,19 @@ impl Variant {
             Variant::NoLiberal => "no-liberal",
             Variant::NoEvents => "no-events",
             Variant::EagerLiberal => "eager-liberal",
+            Variant::NoCache => "no-cache",
         }
     }
 
-    /// The daemon's `--ct-ab` value; None: no daemon (kernel-ct).
-    pub fn daemon_arg(self) -> Option<&'static str> {
+    /// What the variant adds to the daemon's arguments; None: no daemon (kernel-ct).
+    pub fn daemon_args(self) -> Option<&'static [&'static str]> {
         match self {
             Variant::Kernel | Variant::KernelListener | Variant::XdpPass => None,
-            Variant::Full => Some("full"),
-            Variant::NoLiberal => Some("no-liberal"),
-            Variant::NoEvents => Some("no-events"),
-            Variant::EagerLiberal => Some("eager-liberal"),
+            Variant::Full => Some(&["--ct-ab", "full"]),
+            Variant::NoLiberal => Some(&["--ct-ab", "no-liberal"]),
+            Variant::NoEvents => Some(&["--ct-ab", "no-events"]),
+            Variant::EagerLiberal => Some(&["--ct-ab", "eager-liberal"]),
+            Variant::NoCache => Some(&["--flow-timeout", "0"]),
         }
     }
 }
@@ -163,9 +169,10 @@ mod tests {
 
     #[test]
     fn variants_map_to_daemon_switches() {
-        assert_eq!(Variant::KernelListener.daemon_arg(), None);
-        assert_eq!(Variant::NoEvents.daemon_arg(), Some("no-events"));
-        assert_eq!(Variant::EagerLiberal.daemon_arg(), Some("eager-liberal"));
+        assert_eq!(Variant::KernelListener.daemon_args(), None);
+        assert_eq!(Variant::NoEvents.daemon_args(), Some(&["--ct-ab", "no-events"][..]));
+        assert_eq!(Variant::EagerLiberal.daemon_args(), Some(&["--ct-ab", "eager-liberal"][..]));
+        assert_eq!(Variant::NoCache.daemon_args(), Some(&["--flow-timeout", "0"][..]));
         assert_eq!(cpu_ms_per_conn(Some(Duration::from_secs(1)), 1000), Some(1.0));
         assert_eq!(cpu_ms_per_conn(Some(Duration::from_secs(1)), 0), None);
     }

@@ -173,6 +173,39 @@ pub fn paired_ratio(xs: &[f64], bases: &[f64]) -> Option<f64> {
     Some(median(&r))
 }
 
+/// A distribution-free confidence interval for the median of the paired
+/// ratios `xs[i] / bases[i]` (the sign-test interval: order statistics
+/// k and n+1-k, with k the largest for which the binomial tails leave at
+/// least `level` between them). Rounds on this VM drift by more than the
+/// differences sought, and not normally, so no mean and standard error.
+/// None for fewer rounds than can reach `level` (6 for 95 %).
+pub fn paired_ratio_interval(xs: &[f64], bases: &[f64], level: f64) -> Option<(f64, f64)> {
+    if xs.is_empty() || xs.len() != bases.len() || bases.iter().any(|b| *b <= 0.0) {
+        return None;
+    }
+    let mut r: Vec<f64> = xs.iter().zip(bases).map(|(x, b)| x / b).collect();
+    r.sort_by(|a, b| a.total_cmp(b));
+    let k = sign_test_rank(r.len(), level)?;
+    Some((r[k - 1], r[r.len() - k]))
+}
+
+/// The largest k >= 1 with P(Bin(n, 1/2) <= k - 1) <= (1 - level) / 2.
+fn sign_test_rank(n: usize, level: f64) -> Option<usize> {
+    let tail = (1.0 - level) / 2.0;
+    let (mut cdf, mut pmf) = (0.0f64, 0.5f64.powi(n as i32));
+    let mut k = None;
+    for j in 0..n / 2 {
+        // cdf = P(X <= j); rank j + 1 is usable while it stays within the tail.
+        cdf += pmf;
+        if cdf > tail {
+            break;
+        }
+        k = Some(j + 1);
+        pmf *= (n - j) as f64 / (j + 1) as f64;
+    }
+    k
+}
+
 /// Fills in the paired ratios (see `Cell`) against the [kernel, raw,
 /// reference] modes; only for cells measured in rounds.
 pub fn add_paired_ratios(cells: &mut [Cell], bases: [Mode; 3]) {
@@ -382,6 +415,29 @@ pub fn kernel_release() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sign_test_ranks_match_the_binomial_tables() {
+        // Ranks of the 95 % interval for the median in the usual tables.
+        assert_eq!(sign_test_rank(5, 0.95), None);
+        assert_eq!(sign_test_rank(6, 0.95), Some(1));
+        assert_eq!(sign_test_rank(10, 0.95), Some(2));
+        assert_eq!(sign_test_rank(20, 0.95), Some(6));
+        assert_eq!(sign_test_rank(24, 0.95), Some(7));
+    }
+
+    #[test]
+    fn paired_interval_brackets_the_paired_median() {
+        let base = [100.0; 10];
+        let xs = [90.0, 95.0, 97.0, 99.0, 100.0, 101.0, 102.0, 104.0, 110.0, 120.0];
+        let (lo, hi) = paired_ratio_interval(&xs, &base, 0.95).expect("10 rounds reach 95 %");
+        // Ranks 2 and 9 of 10.
+        assert_eq!((lo, hi), (0.95, 1.1));
+        let m = paired_ratio(&xs, &base).expect("paired");
+        assert!(lo <= m && m <= hi);
+        assert_eq!(paired_ratio_interval(&xs[..5], &base[..5], 0.95), None);
+        assert_eq!(paired_ratio_interval(&xs, &base[..9], 0.95), None);
+    }
 
     #[test]
     fn median_of_odd_and_even() {

@@ -116,7 +116,7 @@ pub struct StatefulArgs {
     pub no_rt: bool,
     /// A/B of the connection rate, in the same rounds as the main rows
     /// (ct_ab.rs): kernel, kernel-listener, xdp-pass, full, no-liberal,
-    /// no-events, eager-liberal.
+    /// no-events, eager-liberal, no-cache.
     #[arg(long, value_enum, value_delimiter = ',', hide = true)]
     pub ab: Vec<Variant>,
     /// Directory for stateful.json and stateful.png.
@@ -140,6 +140,8 @@ pub(super) struct CrrRow {
     ratio_to_kernel_ct: Option<f64>,
     /// The median over the rounds of this row's rate / kernel-ct's in the same round.
     paired_ratio_to_kernel_ct: Option<f64>,
+    /// The 95 % interval of that median (report::paired_ratio_interval), as [low, high].
+    paired_ratio_to_kernel_ct_95: Option<(f64, f64)>,
     /// fastpath's counters over this mode's connection runs (fastpath-stateful).
     fastpath_verdicts: Option<Verdicts>,
     /// ct_fwd's counters over this mode's connection runs (ct-ref).
@@ -346,6 +348,8 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
     for r in &mut crr_rows {
         r.ratio_to_kernel_ct = base.as_ref().filter(|b| b.0 > 0.0).map(|b| r.median_conns_per_s / b.0);
         r.paired_ratio_to_kernel_ct = base.as_ref().and_then(|b| report::paired_ratio(&rates(r), &b.1));
+        r.paired_ratio_to_kernel_ct_95 =
+            base.as_ref().and_then(|b| report::paired_ratio_interval(&rates(r), &b.1, 0.95));
     }
     print_table(&cells, &crr_rows, &not_measured);
     for (m, v) in &fp_verdicts {
@@ -519,6 +523,7 @@ pub(super) fn crr_row(
         reps,
         ratio_to_kernel_ct: None,
         paired_ratio_to_kernel_ct: None,
+        paired_ratio_to_kernel_ct_95: None,
         fastpath_verdicts,
         ct_ref_verdicts,
     }
@@ -526,6 +531,10 @@ pub(super) fn crr_row(
 
 fn ratio(r: Option<f64>) -> String {
     r.map(|r| format!("{r:.2}x")).unwrap_or_else(|| "-".into())
+}
+
+fn interval(r: Option<(f64, f64)>) -> String {
+    r.map(|(lo, hi)| format!("{lo:.2}-{hi:.2}x")).unwrap_or_else(|| "-".into())
 }
 
 fn pct(r: Option<f64>) -> String {
@@ -561,8 +570,8 @@ fn print_table(cells: &[Cell], crr: &[CrrRow], not_measured: &BTreeMap<&'static 
     if !crr.is_empty() {
         println!();
         println!(
-            "{:<36} {:>7} {:>9} {:>8} {:>8} {:>7} {:>7} {:>6} {:>10}",
-            "TCP conn/s", "clients", "conn/s", "min", "max", "xkernct", "paired", "failed", "daemon ms/conn"
+            "{:<36} {:>7} {:>9} {:>8} {:>8} {:>7} {:>7} {:>11} {:>6} {:>10}",
+            "TCP conn/s", "clients", "conn/s", "min", "max", "xkernct", "paired", "paired 95%", "failed", "daemon ms/conn"
         );
         for r in crr {
             let name = match r.variant {
@@ -570,7 +579,7 @@ fn print_table(cells: &[Cell], crr: &[CrrRow], not_measured: &BTreeMap<&'static 
                 None => r.mode.name().to_string(),
             };
             println!(
-                "{:<36} {:>7} {:>9.0} {:>8.0} {:>8.0} {:>7} {:>7} {:>6} {:>10}",
+                "{:<36} {:>7} {:>9.0} {:>8.0} {:>8.0} {:>7} {:>7} {:>11} {:>6} {:>10}",
                 name,
                 r.clients,
                 r.median_conns_per_s,
@@ -578,12 +587,14 @@ fn print_table(cells: &[Cell], crr: &[CrrRow], not_measured: &BTreeMap<&'static 
                 r.max_conns_per_s,
                 ratio(r.ratio_to_kernel_ct),
                 ratio(r.paired_ratio_to_kernel_ct),
+                interval(r.paired_ratio_to_kernel_ct_95),
                 r.failed,
                 r.daemon_cpu_ms_per_conn.map(|c| format!("{c:.3}")).unwrap_or_else(|| "-".into())
             );
         }
         println!("(connect, one request, response, close; median of the repetitions; paired: median over the rounds");
-        println!(" of the rate / kernel-ct's in the same round)");
+        println!(" of the rate / kernel-ct's in the same round; paired 95%: the sign-test interval of that median,");
+        println!(" distribution-free; it needs >= 6 rounds)");
     }
     for (m, why) in not_measured {
         println!("{m}: not measured: {}", why.lines().collect::<Vec<_>>().join(" | "));
@@ -602,9 +613,16 @@ fn print_table(cells: &[Cell], crr: &[CrrRow], not_measured: &BTreeMap<&'static 
     }
     if let Some(r) = crr.iter().find(|r| r.mode == Mode::FastpathStateful && r.variant.is_none()) {
         println!(
-            "fastpath-stateful TCP connections/s: {} kernel-ct, paired by round {} (must not fall below 1.00x)",
+            "fastpath-stateful TCP connections/s: {} kernel-ct, paired by round {} (95% interval {}: {}; must not fall below 1.00x)",
             ratio(r.ratio_to_kernel_ct),
-            ratio(r.paired_ratio_to_kernel_ct)
+            ratio(r.paired_ratio_to_kernel_ct),
+            interval(r.paired_ratio_to_kernel_ct_95),
+            match r.paired_ratio_to_kernel_ct_95 {
+                Some((lo, _)) if lo >= 1.0 => "not below kernel-ct",
+                Some((_, hi)) if hi < 1.0 => "below kernel-ct",
+                Some(_) => "not distinguishable from kernel-ct in this run",
+                None => "too few rounds to tell",
+            }
         );
     }
 }

@@ -49,7 +49,7 @@ impl Arm {
     fn mode(self) -> StMode {
         match self {
             Arm::Mode(m) => m,
-            Arm::Ab(v) if v.daemon_arg().is_some() => StMode::FastpathStateful,
+            Arm::Ab(v) if v.daemon_args().is_some() => StMode::FastpathStateful,
             Arm::Ab(_) => StMode::KernelCt,
         }
     }
@@ -162,8 +162,8 @@ fn one_rep(run: &CrrRun<'_>, arm: Arm, acc: &mut Acc) -> Result<()> {
             let mut extra: Vec<String> =
                 vec!["--mode".into(), "stateful".into(), "--ct-mark".into(), format!("{:#x}", run.args.ct_mark),
                      "--ct-mark-reply".into(), format!("{:#x}", run.args.ct_mark_reply)];
-            if let Some(arg) = ab.and_then(Variant::daemon_arg) {
-                extra.extend(["--ct-ab".to_string(), arg.to_string()]);
+            if let Some(args) = ab.and_then(Variant::daemon_args) {
+                extra.extend(args.iter().map(|a| a.to_string()));
             }
             let mut daemon = Daemon::spawn_with(run.topo, run.exe, run.work, &extra)?;
             daemon.wait_ready(DAEMON_READY, run.stop)?;
