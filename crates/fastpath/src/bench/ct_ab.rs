@@ -18,6 +18,10 @@
 //! - `no-cache`: the daemon with the flow cache off (`--flow-timeout 0`):
 //!   every packet pays a conntrack and a FIB lookup, as ct-ref's do, but no
 //!   new connection fills (or first reads) a flow-cache line;
+//! - `small-cache`: the daemon with a flow cache of 1024 entries per CPU
+//!   (`--flow-entries 1024`, 80 KB: a few pages, where the default's lines
+//!   are spread over megabytes): whether `no-cache`'s gain is the lines'
+//!   and pages' footprint or the cache's code;
 //! - `eager-liberal`: the daemon making every marked TCP entry liberal as
 //!   its mark event arrives (before: one update per connection) instead of
 //!   when the data path asks (`full`). Only differs from `full` with
@@ -49,6 +53,7 @@ pub enum Variant {
     NoEvents,
     EagerLiberal,
     NoCache,
+    SmallCache,
 }
 
 impl Variant {
@@ -62,6 +67,7 @@ impl Variant {
             Variant::NoEvents => "no-events",
             Variant::EagerLiberal => "eager-liberal",
             Variant::NoCache => "no-cache",
+            Variant::SmallCache => "small-cache",
         }
     }
 
@@ -74,6 +80,7 @@ impl Variant {
             Variant::NoEvents => Some(&["--ct-ab", "no-events"]),
             Variant::EagerLiberal => Some(&["--ct-ab", "eager-liberal"]),
             Variant::NoCache => Some(&["--flow-timeout", "0"]),
+            Variant::SmallCache => Some(&["--flow-entries", "1024"]),
         }
     }
 }
@@ -173,6 +180,7 @@ mod tests {
         assert_eq!(Variant::NoEvents.daemon_args(), Some(&["--ct-ab", "no-events"][..]));
         assert_eq!(Variant::EagerLiberal.daemon_args(), Some(&["--ct-ab", "eager-liberal"][..]));
         assert_eq!(Variant::NoCache.daemon_args(), Some(&["--flow-timeout", "0"][..]));
+        assert_eq!(Variant::SmallCache.daemon_args(), Some(&["--flow-entries", "1024"][..]));
         assert_eq!(cpu_ms_per_conn(Some(Duration::from_secs(1)), 1000), Some(1.0));
         assert_eq!(cpu_ms_per_conn(Some(Duration::from_secs(1)), 0), None);
     }

@@ -116,7 +116,7 @@ pub struct StatefulArgs {
     pub no_rt: bool,
     /// A/B of the connection rate, in the same rounds as the main rows
     /// (ct_ab.rs): kernel, kernel-listener, xdp-pass, full, no-liberal,
-    /// no-events, eager-liberal, no-cache.
+    /// no-events, eager-liberal, no-cache, small-cache.
     #[arg(long, value_enum, value_delimiter = ',', hide = true)]
     pub ab: Vec<Variant>,
     /// Directory for stateful.json and stateful.png.
