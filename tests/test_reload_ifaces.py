@@ -250,3 +250,48 @@ def test_a_port_created_again_is_managed_again(lab, fastpath_bin):
             assert delta(d, "r0", before["r0"]) == {"forwarded": 3}, same
             assert delta(d, "r1", before["r1"]) == {"forwarded": 3}, same
         assert "r1: attached (ifindex" in d.log_text()
+
+
+def has_xdp(lab: Lab, ns: str, name: str) -> bool:
+    return "prog" in json.loads(lab.ip(ns, "-j", "-d", "link", "show", "dev", name).stdout)[0].get("xdp", {})
+
+
+def test_a_port_moved_to_another_namespace_is_released_and_managed_again_on_return(lab, fastpath_bin):
+    """A managed port moved to another network namespace keeps its XDP link
+    over the move (the kernel detaches nothing): the daemon detaches it, so
+    the namespace it went to gets the device without our program, the other
+    port stays as it was, and when the device comes back it is adopted
+    again and its traffic is fast again."""
+    lab.resolve_neighbours()
+    away = f"{lab.prefix}-away"
+    sh("ip", "netns", "add", away)
+    try:
+        with Daemon(lab) as d:
+            r0_prog = prog_ids(lab)["r0"]
+            lab.ip(lab.router, "link", "set", "r1", "netns", away)
+            wait_for(lambda: not has_xdp(lab, away, "r1") and "r1" not in names(d),
+                     f"r1 released after leaving the namespace:\n{d.log_text()}", timeout=10)
+            assert prog_ids(lab) == {"r0": r0_prog}
+            assert d.proc.poll() is None
+
+            # Back: a move takes the device's addresses and routes with it.
+            lab.ip(away, "link", "set", "r1", "netns", lab.router)
+            lab.addr(lab.r1, f"{lab.R1_4}/24", f"{lab.R1_6}/64")
+            lab.ip(lab.router, "link", "set", "r1", "up")
+            lab.server_routes()
+            lab.gateway_routes()
+            lab.wait_ready()
+            wait_for(lambda: "r1" in prog_ids(lab) and
+                     any(i["name"] == "r1" and i["up"] for i in d.status()["interfaces"]),
+                     f"r1 managed again after coming back:\n{d.log_text()}", timeout=10)
+            lab.resolve_neighbours()
+            d.wait_neighbours_mirrored()
+            before = {i: d.counters(i) for i in ("r0", "r1")}
+            lab.run(lab.client, "ping", "-4", "-c3", "-i", PING_GAP, "-W2", "-q", lab.S4)
+            assert delta(d, "r0", before["r0"]) == {"forwarded": 3}
+            assert delta(d, "r1", before["r1"]) == {"forwarded": 3}
+            assert "left the network namespace" in d.log_text()
+    finally:
+        # The lab tears down by namespace: r1 goes back to the router's first.
+        lab.ip(away, "link", "set", "r1", "netns", lab.router, check=False)
+        sh("ip", "netns", "del", away)

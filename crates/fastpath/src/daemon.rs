@@ -1056,9 +1056,18 @@ impl Loop {
 
     /// Ports whose device went away leave the set; a device created again
     /// under a configured name joins it, as a reload would change the set.
-    /// True when the set changed.
+    /// A device moved to another network namespace has gone away too, but
+    /// the kernel keeps its XDP link (and the program on it) over the move:
+    /// it is detached here, so that the namespace it went to gets it without
+    /// our program, and a move back adopts it afresh. True when the set
+    /// changed.
     fn follow_devices(&mut self, mut set: ifset::Attached<'_>, state: &KernelState) -> bool {
-        let defunct: Vec<String> = set.attachments.iter().filter(|a| a.defunct()).map(|a| a.name.clone()).collect();
+        let defunct: Vec<String> = set
+            .attachments
+            .iter()
+            .filter(|a| a.defunct() || !state.links.contains_key(&a.ifindex))
+            .map(|a| a.name.clone())
+            .collect();
         let mut changed = false;
         if !defunct.is_empty() {
             let names: Vec<String> = self.existing(state).into_iter().filter(|n| !defunct.contains(n)).collect();
@@ -1112,7 +1121,10 @@ impl Loop {
     fn note_deleted(&mut self, state: &KernelState, ifaces: &[Iface]) {
         for i in ifaces {
             if !state.links.contains_key(&i.ifindex) && self.gone.insert(i.ifindex) {
-                warn!("managed interface {} (ifindex {}) was deleted; its entries are dropped, still running", i.name, i.ifindex);
+                warn!(
+                    "managed interface {} (ifindex {}) was deleted or left the network namespace; its entries are dropped, still running",
+                    i.name, i.ifindex
+                );
             }
         }
     }
