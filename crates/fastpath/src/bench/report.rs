@@ -166,11 +166,16 @@ pub fn add_ratios_against(cells: &mut [Cell], bases: [Mode; 3]) {
 /// The median of `xs[i] / bases[i]`: for values measured in the same rounds
 /// (None unless both have a value for every round).
 pub fn paired_ratio(xs: &[f64], bases: &[f64]) -> Option<f64> {
+    paired_ratios(xs, bases).map(|r| median(&r))
+}
+
+/// `xs[i] / bases[i]` for every round, or None unless both have a value
+/// for every round.
+fn paired_ratios(xs: &[f64], bases: &[f64]) -> Option<Vec<f64>> {
     if xs.is_empty() || xs.len() != bases.len() || bases.iter().any(|b| *b <= 0.0) {
         return None;
     }
-    let r: Vec<f64> = xs.iter().zip(bases).map(|(x, b)| x / b).collect();
-    Some(median(&r))
+    Some(xs.iter().zip(bases).map(|(x, b)| x / b).collect())
 }
 
 /// A distribution-free confidence interval for the median of the paired
@@ -180,10 +185,7 @@ pub fn paired_ratio(xs: &[f64], bases: &[f64]) -> Option<f64> {
 /// differences sought, and not normally, so no mean and standard error.
 /// None for fewer rounds than can reach `level` (6 for 95 %).
 pub fn paired_ratio_interval(xs: &[f64], bases: &[f64], level: f64) -> Option<(f64, f64)> {
-    if xs.is_empty() || xs.len() != bases.len() || bases.iter().any(|b| *b <= 0.0) {
-        return None;
-    }
-    let mut r: Vec<f64> = xs.iter().zip(bases).map(|(x, b)| x / b).collect();
+    let mut r = paired_ratios(xs, bases)?;
     r.sort_by(|a, b| a.total_cmp(b));
     let k = sign_test_rank(r.len(), level)?;
     Some((r[k - 1], r[r.len() - k]))
