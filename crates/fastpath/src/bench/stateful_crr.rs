@@ -136,6 +136,12 @@ fn one_rep(run: &CrrRun<'_>, arm: Arm, acc: &mut Acc) -> Result<()> {
         Arm::Mode(m) => (m, None),
         Arm::Ab(v) => (arm.mode(), Some(v)),
     };
+    // Every repetition starts from the same conntrack table. Left to grow,
+    // the earlier repetitions' TIME_WAIT entries filled it (262144 here
+    // within ~40 s): from then on each new connection made conntrack evict
+    // one, and each daemon start had that many marks to clear, work a
+    // router starting its daemon once never repeats.
+    ctlab::flush_tcp(run.topo)?;
     match st {
         StMode::KernelCt => {
             let listener = (ab == Some(Variant::KernelListener)).then(|| ct_ab::Listener::start(run.topo)).transpose()?;
