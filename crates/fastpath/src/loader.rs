@@ -1,13 +1,17 @@
 //! Loads one instance of the forwarding program per interface (its own
 //! .rodata config, every table shared with the first instance) with the
-//! capacities asked for, and attaches them through bpf_links. Dropping an
+//! capacities asked for, and attaches them through bpf_links. At start the
+//! tables are created first, by an object with no program, and the
+//! instances then load side by side: each load is a whole verifier run
+//! (~2 s for a stateful instance on the development VM), and one after the
+//! other they made a start take that times the number of ports. Dropping an
 //! `Attachment` closes its link, which detaches the program unless `pin`
 //! pinned it (`fastpath run --pin`).
 
 use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{bail, Context, Result};
 use fastpath_bpf::intf;
@@ -21,17 +25,19 @@ use crate::links::{self, XdpAttach};
 use crate::preflight::Iface;
 use crate::XdpMode;
 
-/// Set while a load is only a probe (the device-bound variant, which many
-/// devices refuse): libbpf's complaints about it are then debug output,
-/// the caller says in one line what it concluded.
-static PROBING: AtomicBool = AtomicBool::new(false);
+/// Loads that are only probes (the device-bound variant, which many
+/// devices refuse), counted since they run in parallel: libbpf's
+/// complaints meanwhile are debug output, the caller says in one line what
+/// it concluded. (libbpf's callback cannot tell whose load a line is
+/// from, so a plain load's warning during a probe is demoted too.)
+static PROBING: AtomicUsize = AtomicUsize::new(0);
 
 /// libbpf's own messages go through `log` like everything else.
 pub fn bridge_libbpf_log() {
     fn print(level: PrintLevel, msg: String) {
         let msg = msg.trim_end();
         match level {
-            PrintLevel::Warn if PROBING.load(Ordering::Relaxed) => log::debug!(target: "libbpf", "{msg}"),
+            PrintLevel::Warn if PROBING.load(Ordering::Relaxed) > 0 => log::debug!(target: "libbpf", "{msg}"),
             PrintLevel::Warn => log::warn!(target: "libbpf", "{msg}"),
             PrintLevel::Info => log::info!(target: "libbpf", "{msg}"),
             PrintLevel::Debug => log::debug!(target: "libbpf", "{msg}"),
@@ -164,9 +170,8 @@ pub fn map_defs(caps: &Capacities, opts: &LoadOpts) -> Result<Vec<MapDef>> {
 
 /// Where an instance's shared maps come from.
 enum Share<'a> {
-    /// Created by this load (the first instance of a fresh start).
-    None,
-    /// The first instance's.
+    /// Another loaded object's: the map holder's at start, a running
+    /// instance's on a reload.
     Skel(&'a XdpFwdSkel<'a>),
     /// Pinned by a previous daemon (checked compatible by `pin`).
     Pinned(&'a BTreeMap<String, OwnedFd>),
@@ -206,7 +211,7 @@ fn size_maps(open: &mut fastpath_bpf::skel::xdp_fwd::OpenXdpFwdSkel<'_>, caps: &
 }
 
 /// Opens one instance: tables sized from `caps`, config for `iface`, and
-/// every map but .rodata reused from `share` unless it is `Share::None`.
+/// every map but .rodata reused from `share`.
 fn open_one(iface: &Iface, caps: &Capacities, opts: &LoadOpts, variant: HashVariant, share: Share<'_>) -> Result<Instance> {
     let mut obj: Box<MaybeUninit<OpenObject>> = Box::new(MaybeUninit::uninit());
     // SAFETY: the skeleton borrows the boxed object; the box never moves its
@@ -246,7 +251,6 @@ fn open_one(iface: &Iface, caps: &Capacities, opts: &LoadOpts, variant: HashVari
             continue;
         }
         match &share {
-            Share::None => {}
             Share::Skel(first) => {
                 let src = first
                     .object()
@@ -272,29 +276,76 @@ pub fn load_plain(iface: &Iface, caps: &Capacities, opts: &LoadOpts, first: &Ins
     open_one(iface, caps, opts, HashVariant::MetaOrSoftware, Share::Skel(&first.skel))
 }
 
-/// Loads one instance per interface, all sharing the first one's maps.
+/// Loads one instance per interface, all sharing one set of maps: those a
+/// previous daemon pinned (`pinned`, checked compatible) or else new ones,
+/// created first by an object with no program. The instances load in
+/// parallel, as many at a time as there are CPUs (each verifier run holds
+/// its own states in memory), and come back in the order of `ifaces`; the
+/// first error in that order is returned, after every load has ended (what
+/// did load is dropped again: nothing is attached yet).
 /// With `opts.nic_hash`, each interface first tries the device-bound
 /// variant and falls back to the plain one when the kernel refuses it
 /// (no metadata support, generic mode).
-/// `pinned`: maps a previous daemon pinned, checked compatible, shared by
-/// every instance instead of creating new ones.
 pub fn load_all(
     ifaces: &[Iface],
     caps: &Capacities,
     opts: &LoadOpts,
     pinned: Option<&BTreeMap<String, OwnedFd>>,
 ) -> Result<Vec<Instance>> {
-    let mut out: Vec<Instance> = Vec::new();
-    for iface in ifaces {
-        let share = || match (out.first(), pinned) {
-            (Some(i), _) => Share::Skel(&i.skel),
-            (None, Some(p)) => Share::Pinned(p),
-            (None, None) => Share::None,
-        };
-        let inst = load_one(iface, caps, opts, &share)?;
-        out.push(inst);
+    let holder = match pinned {
+        Some(p) => Err(p),
+        None => Ok(MapHolder::load(caps, opts)?),
+    };
+    let share = || match &holder {
+        Ok(h) => Share::Skel(&h.skel),
+        Err(p) => Share::Pinned(p),
+    };
+    let at_once = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut out: Vec<Instance> = Vec::with_capacity(ifaces.len());
+    for batch in ifaces.chunks(at_once) {
+        let loaded: Vec<Result<Instance>> = std::thread::scope(|s| {
+            let handles: Vec<_> = batch
+                .iter()
+                .map(|iface| s.spawn(move || load_one(iface, caps, opts, &share)))
+                .collect();
+            handles
+                .into_iter()
+                .zip(batch)
+                .map(|(h, iface)| {
+                    h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("loading the XDP program for {}: the loader thread panicked", iface.name)))
+                })
+                .collect()
+        });
+        for inst in loaded {
+            out.push(inst?);
+        }
     }
     Ok(out)
+}
+
+/// Every map of the program, created by loading the object with none of
+/// its programs: what the instances of a fresh start share. Dropped once
+/// they are loaded; each instance holds its own descriptors of the maps.
+struct MapHolder {
+    // Field order is drop order: the skeleton before the object it borrows.
+    skel: XdpFwdSkel<'static>,
+    _obj: Box<MaybeUninit<OpenObject>>,
+}
+
+impl MapHolder {
+    fn load(caps: &Capacities, opts: &LoadOpts) -> Result<Self> {
+        let mut obj: Box<MaybeUninit<OpenObject>> = Box::new(MaybeUninit::uninit());
+        // SAFETY: as in open_one.
+        let obj_ref: &'static mut MaybeUninit<OpenObject> = unsafe { &mut *(obj.as_mut() as *mut _) };
+        let mut open = XdpFwdSkelBuilder::default().open(obj_ref).context("opening the XDP program")?;
+        size_maps(&mut open, caps, opts)?;
+        let p = &mut open.progs;
+        for prog in [&mut p.fp_xdp_fwd, &mut p.fp_xdp_fwd_hw, &mut p.fp_xdp_fwd_full] {
+            prog.set_autoload(false);
+        }
+        let skel = open.load().context("creating the program's maps")?;
+        Ok(MapHolder { skel, _obj: obj })
+    }
 }
 
 /// The instance for an interface added by a reload, sharing the maps of
@@ -312,9 +363,9 @@ fn load_one<'a>(iface: &Iface, caps: &Capacities, opts: &LoadOpts, share: &dyn F
     } else {
         HashVariant::DeviceBound
     };
-    PROBING.store(true, Ordering::Relaxed);
+    PROBING.fetch_add(1, Ordering::Relaxed);
     let probe = open_one(iface, caps, opts, variant, share());
-    PROBING.store(false, Ordering::Relaxed);
+    PROBING.fetch_sub(1, Ordering::Relaxed);
     match probe {
         Ok(i) => Ok(i),
         Err(e) => {
