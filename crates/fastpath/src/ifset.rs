@@ -116,12 +116,11 @@ impl Attached<'_> {
     fn attach(&self, added: &[Iface]) -> Result<(Vec<Instance>, Vec<Attachment>), Refusal> {
         let refused = |e: anyhow::Error| Refusal::Invalid(format!("{e:#}"));
         let first = self.instances.first().ok_or_else(|| Refusal::Invalid("no running instance to share maps with".into()))?;
-        let mut fresh = Vec::new();
         for i in added {
             // The slot may have counted for an interface dropped earlier.
             self.maps.reset_counters(i.slot).map_err(|e| refused(e.into()))?;
-            fresh.push(loader::load_more(i, self.caps, self.opts, first).map_err(refused)?);
         }
+        let mut fresh = loader::load_more(added, self.caps, self.opts, first).map_err(refused)?;
         let plain = |k: usize, first: &Instance| loader::load_plain(&added[k], self.caps, self.opts, first);
         // On failure attach_all has detached what it attached.
         let att = loader::attach_all(&mut fresh, self.mode, BTreeMap::new(), &plain).map_err(refused)?;

@@ -279,10 +279,8 @@ pub fn load_plain(iface: &Iface, caps: &Capacities, opts: &LoadOpts, first: &Ins
 /// Loads one instance per interface, all sharing one set of maps: those a
 /// previous daemon pinned (`pinned`, checked compatible) or else new ones,
 /// created first by an object with no program. The instances load in
-/// parallel, as many at a time as there are CPUs (each verifier run holds
-/// its own states in memory), and come back in the order of `ifaces`; the
-/// first error in that order is returned, after every load has ended (what
-/// did load is dropped again: nothing is attached yet).
+/// parallel (`load_parallel`); what did load when one failed is dropped
+/// again: nothing is attached yet.
 /// With `opts.nic_hash`, each interface first tries the device-bound
 /// variant and falls back to the plain one when the kernel refuses it
 /// (no metadata support, generic mode).
@@ -300,13 +298,25 @@ pub fn load_all(
         Ok(h) => Share::Skel(&h.skel),
         Err(p) => Share::Pinned(p),
     };
+    load_parallel(ifaces, caps, opts, &share)
+}
+
+/// `load_one` for each of `ifaces`, as many at a time as there are CPUs
+/// (each verifier run holds its own states in memory), in their order; the
+/// first error in that order once every load has ended.
+fn load_parallel<'a, F: Fn() -> Share<'a> + Sync>(
+    ifaces: &[Iface],
+    caps: &Capacities,
+    opts: &LoadOpts,
+    share: &F,
+) -> Result<Vec<Instance>> {
     let at_once = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut out: Vec<Instance> = Vec::with_capacity(ifaces.len());
     for batch in ifaces.chunks(at_once) {
         let loaded: Vec<Result<Instance>> = std::thread::scope(|s| {
             let handles: Vec<_> = batch
                 .iter()
-                .map(|iface| s.spawn(move || load_one(iface, caps, opts, &share)))
+                .map(|iface| s.spawn(move || load_one(iface, caps, opts, share)))
                 .collect();
             handles
                 .into_iter()
@@ -348,10 +358,11 @@ impl MapHolder {
     }
 }
 
-/// The instance for an interface added by a reload, sharing the maps of
-/// `first` (any running instance), chosen as `load_all` would.
-pub fn load_more(iface: &Iface, caps: &Capacities, opts: &LoadOpts, first: &Instance) -> Result<Instance> {
-    load_one(iface, caps, opts, &|| Share::Skel(&first.skel))
+/// The instances for interfaces added by a reload, sharing the maps of
+/// `first` (any running instance), each chosen as `load_all` would, loaded
+/// side by side as there.
+pub fn load_more(ifaces: &[Iface], caps: &Capacities, opts: &LoadOpts, first: &Instance) -> Result<Vec<Instance>> {
+    load_parallel(ifaces, caps, opts, &|| Share::Skel(&first.skel))
 }
 
 fn load_one<'a>(iface: &Iface, caps: &Capacities, opts: &LoadOpts, share: &dyn Fn() -> Share<'a>) -> Result<Instance> {
