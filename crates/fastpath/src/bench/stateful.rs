@@ -94,8 +94,10 @@ pub struct StatefulArgs {
     /// Skip the TCP connections-per-second part.
     #[arg(long)]
     pub no_crr: bool,
-    /// Repetitions of the connection-rate part per mode.
-    #[arg(long, default_value_t = 5)]
+    /// Repetitions of the connection-rate part per mode (rounds). Nine: the
+    /// paired sign-test interval needs six, and an odd count makes the
+    /// median one round's ratio.
+    #[arg(long, default_value_t = 9)]
     pub crr_reps: usize,
     /// Seconds per connection-rate repetition.
     #[arg(long, default_value_t = 2.0)]
