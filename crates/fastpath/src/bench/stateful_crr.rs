@@ -91,7 +91,6 @@ pub fn interleaved(run: &CrrRun<'_>, modes: &[StMode], ab: &[Variant]) -> Result
     if arms.is_empty() {
         return Ok(Vec::new());
     }
-    ctlab::flush_tcp(run.topo)?;
     let (mut gen_obj, mut sink_obj) = (MaybeUninit::uninit(), MaybeUninit::uninit());
     let _wire = match run.args.crr_ingress {
         Ingress::Frames => Some(Wire::attach(&mut gen_obj, &mut sink_obj, run.topo)?),
