@@ -158,7 +158,8 @@ static __always_inline bool fp_flow_bypassing(struct fp_pkt *p)
 /*
  * A cached flow last used before the latest bypass began: the bypass sent
  * it by the full lookup meanwhile, so its entry (an ECMP path kept across a
- * group change) must not take it back to where it was before.
+ * group change) must not take it back to where it was before. Decides
+ * whether a stale entry keeps its path.
  */
 static __always_inline bool fp_flow_predates_bypass(struct fp_pkt *p, __u32 used)
 {
@@ -167,11 +168,23 @@ static __always_inline bool fp_flow_predates_bypass(struct fp_pkt *p, __u32 used
 	return !fp_cfg.stateful && since && (__s32)(used - since) <= 0;
 }
 
+/*
+ * The same for a hit, which holds the current generation's result: that
+ * differs from the full lookup's only for a flow kept off the hash's path,
+ * so only once such a flow was cached (guard.sticky). Otherwise the entry
+ * is trusted, also when it was filled in the clock second the bypass began
+ * (which the second-grained clock cannot tell from before it).
+ */
+static __always_inline bool fp_flow_hit_predates_bypass(struct fp_pkt *p, __u32 used)
+{
+	return p->st->guard.sticky && fp_flow_predates_bypass(p, used);
+}
+
 /* A lookup is made: the guard's window (flow.h). */
-static __always_inline void fp_flow_probed(struct fp_pkt *p)
+static __always_inline void fp_flow_probed(struct fp_pkt *p, __u32 hash)
 {
 	if (!fp_cfg.stateful)
-		fp_flow_guard_probed(&p->st->guard, p->clock);
+		fp_flow_guard_probed(&p->st->guard, p->clock, hash);
 }
 
 /*
@@ -198,7 +211,7 @@ fp_flow_lookup(struct fp_pkt *p, const struct fp_flow_key *k, struct fp_flow_pos
 	pos->set = s;
 	if (!s)
 		return false;
-	fp_flow_probed(p);
+	fp_flow_probed(p, pos->hash);
 	if (v4)
 		pos->way = fp_flow_find4(s, *(const __u64 *)k, fp_flow_key4_addrs(k), pos->hash);
 	else
@@ -223,7 +236,7 @@ fp_flow_lookup(struct fp_pkt *p, const struct fp_flow_key *k, struct fp_flow_pos
 		p->st->flow[FP_FC_MISS]++;
 		return false;
 	}
-	if (fp_flow_predates_bypass(p, used)) {
+	if (fp_flow_hit_predates_bypass(p, used)) {
 		p->st->flow[FP_FC_MISS]++;
 		return false;
 	}
@@ -258,9 +271,12 @@ fp_flow_store(struct fp_pkt *p, struct fp_flow_pos *pos, const struct fp_flow_ke
 			 * FP_FLOW_ADMIT may push out a live flow, so a scan of
 			 * many short flows cannot flush the cache (nor pay a
 			 * fill for every packet); a flow that keeps sending
-			 * gets in after a few packets.
+			 * gets in after a few packets. By chance, not by a
+			 * count: with a count, a scan whose period is a
+			 * multiple of FP_FLOW_ADMIT offers the same flows
+			 * every time.
 			 */
-			if (p->st->flow[FP_FC_MISS] % FP_FLOW_ADMIT)
+			if (fp_flow_guard_rand(&p->st->guard, pos->hash) % FP_FLOW_ADMIT)
 				return -1;
 			p->st->flow[FP_FC_EVICT]++;
 		}
@@ -355,6 +371,12 @@ fp_route_nexthop(struct fp_pkt *p, const struct fp_route *rt, const struct fp_fl
 	if (fp_icmp_not_echo(k->proto, k->sport))
 		return FP_R_ICMP_ERROR_ECMP;
 	if (fp_group_has(g, prev_nh)) {
+		/*
+		 * Perhaps off the hash's path now: the thrash guard must know.
+		 * Not hashed to find out: a second copy of the hash does not
+		 * fit the stack.
+		 */
+		p->st->guard.sticky = 1;
 		*nh_id = prev_nh;
 		return FP_R_FORWARDED;
 	}

@@ -423,12 +423,17 @@ struct fp_watch {
  * flows: the lookup and the fill are two memory misses that buy nothing,
  * and the cache makes forwarding slower than no cache. Judged per window of
  * FP_FLOW_GUARD_WINDOW lookups: when more than half of them missed into a
- * full set, only one packet in FP_FLOW_GUARD_SAMPLE looks the cache up (and
- * may fill it) until a window of those sampled lookups says otherwise.
- * Misses into free or idle ways (a cache warming up) never count. Entries
- * last used before the latest bypass began are recomputed (no ECMP path
- * kept): the bypass sent their flows by the full lookup meanwhile. Not a
- * counter; per CPU and ingress slot like the rest of fp_stats.
+ * full set, about one packet in FP_FLOW_GUARD_SAMPLE looks the cache up (and
+ * may fill it) until a window of those sampled lookups says otherwise; the
+ * gaps between samples are random, so a flood that repeats with a period
+ * (a round-robin scan) does not sample the same flows every time. Misses
+ * into free or idle ways (a cache warming up) never count. The bypass sent
+ * flows by the full lookup, i.e. by the path the hash picks; once any flow
+ * of this slot was kept off that path (a stale ECMP flow keeping its next
+ * hop, `sticky`), entries last used before the latest bypass began are
+ * recomputed rather than hit (a stale one keeps no ECMP path in any case),
+ * so no flow returns to where it was before. Not a counter; per CPU and
+ * ingress slot like the rest of fp_stats.
  */
 struct fp_flow_guard {
 	__u32 left;              /* lookups left in this window; 0 = none yet */
@@ -436,6 +441,8 @@ struct fp_flow_guard {
 	__u32 skip;              /* packets still to send past the cache */
 	__u32 bypass;            /* the last window was crowded: sample */
 	__u32 since;             /* fp_runtime.neigh_clock when the latest bypass began; 0 = none */
+	__u32 sticky;            /* a flow was cached on another next hop than the hash's (never cleared) */
+	__u32 rand;              /* xorshift32 state for sampling and admission (0: not seeded yet) */
 	__u32 _pad;
 };
 

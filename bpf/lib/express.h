@@ -189,7 +189,7 @@ static __always_inline __u32 fp_express(struct xdp_md *ctx, const volatile struc
 				return FP_XP_DECLINED;
 			nat = &c->way[way & (FP_FLOW_WAYS - 1)].nat;
 		}
-	} else if (g->since && (__s32)(f->used - g->since) <= 0) {
+	} else if (g->sticky && g->since && (__s32)(f->used - g->since) <= 0) {
 		return FP_XP_DECLINED;
 	}
 
@@ -296,7 +296,7 @@ static __always_inline __u32 fp_express6(struct xdp_md *ctx, const volatile stru
 			return FP_XP_DECLINED;
 		if (cw->hot.state & FP_CTH_NAT)
 			nat = &cw->nat;
-	} else if (st->guard.since && (__s32)(s->used[way] - st->guard.since) <= 0) {
+	} else if (st->guard.sticky && st->guard.since && (__s32)(s->used[way] - st->guard.since) <= 0) {
 		return FP_XP_DECLINED;
 	}
 

@@ -219,11 +219,27 @@ fp_flow_fill(struct fp_flow_set *s, __u32 w, __u32 tag, const struct fp_flow_key
 }
 
 /*
+ * A pseudo-random number from the guard's xorshift32 state, seeded from
+ * @seed (a flow hash) the first time. No helper call: the callers sit in
+ * the program's deepest frames, where a call's spills would not fit.
+ */
+static __always_inline __u32 fp_flow_guard_rand(struct fp_flow_guard *g, __u32 seed)
+{
+	__u32 x = g->rand ? g->rand : seed | 1;
+
+	x ^= x << 13;
+	x ^= x >> 17;
+	x ^= x << 5;
+	g->rand = x;
+	return x;
+}
+
+/*
  * The thrash guard (struct fp_flow_guard) sees a lookup: once a window is
  * full, judge it; while bypassing, start the next run of packets sent past
- * the cache. @clock: fp_runtime.neigh_clock.
+ * the cache. @clock: fp_runtime.neigh_clock; @hash: the flow hash.
  */
-static __always_inline void fp_flow_guard_probed(struct fp_flow_guard *g, __u32 clock)
+static __always_inline void fp_flow_guard_probed(struct fp_flow_guard *g, __u32 clock, __u32 hash)
 {
 	bool crowded;
 
@@ -237,8 +253,9 @@ static __always_inline void fp_flow_guard_probed(struct fp_flow_guard *g, __u32 
 		g->crowded = 0;
 		g->left = FP_FLOW_GUARD_WINDOW;
 	}
+	/* 0 to 2 * SAMPLE - 2 packets past the cache, SAMPLE - 1 on average. */
 	if (g->bypass)
-		g->skip = FP_FLOW_GUARD_SAMPLE - 1;
+		g->skip = fp_flow_guard_rand(g, hash) % (2 * FP_FLOW_GUARD_SAMPLE - 1);
 }
 
 _Static_assert(__builtin_offsetof(struct fp_flow_way4, dmac) % 8 == 0 &&
