@@ -171,7 +171,7 @@ static __always_inline bool fp_flow_predates_bypass(struct fp_pkt *p, __u32 used
 /*
  * The same for a hit, which holds the current generation's result: that
  * differs from the full lookup's only for a flow kept off the hash's path,
- * so only once such a flow was cached (guard.sticky). Otherwise the entry
+ * so only once such a flow may have been cached (guard.sticky). Otherwise the entry
  * is trusted, also when it was filled in the clock second the bypass began
  * (which the second-grained clock cannot tell from before it).
  */

@@ -513,7 +513,7 @@ fn thrashing_cache_is_bypassed_until_it_holds_again() {
 
 /// A bypass that began in the clock second a flow was filled does not keep
 /// the flow out of the cache afterwards: with no flow kept off the hash's
-/// path (no ECMP stickiness, `guard.sticky` 0) the entry holds what the
+/// path (no stale ECMP flow kept its next hop, `guard.sticky` 0) the entry holds what the
 /// full lookup gives, so it is hit. (The clock is in seconds: "last used
 /// before the bypass began" cannot be told from "filled in its first
 /// second", and refusing both kept a cache that a flood had filled from
@@ -727,7 +727,7 @@ fn bypassed_ecmp_flows_take_one_path() {
         flows.iter().any(|p| kernel_path(p, bounds) != kernel_path(p, swapped)),
         "the test needs flows kept off the hash's path"
     );
-    assert_eq!(l.flow_guard(SLOT_A).expect("guard").sticky, 1, "flows kept off the hash's path, unnoticed");
+    assert_eq!(l.flow_guard(SLOT_A).expect("guard").sticky, 1, "stale flows kept their next hop, unnoticed");
     // A flood into one set turns the bypass on.
     for i in 0..3 * FP_FLOW_GUARD_WINDOW {
         let (v, _) = l.run_meta(w.a, &hint(7), &p4(20_000 + i as u16).frame(MAC_A, MAC_CLIENT)).expect("run");
