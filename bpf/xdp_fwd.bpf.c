@@ -171,7 +171,8 @@ static __always_inline bool fp_flow_predates_bypass(struct fp_pkt *p, __u32 used
 /*
  * The same for a hit, which holds the current generation's result: that
  * differs from the full lookup's only for a flow kept off the hash's path,
- * so only once such a flow may have been cached (guard.sticky). Otherwise the entry
+ * so only once such a flow may have been cached (guard.sticky: a flow
+ * cached before a group change kept its next hop). Otherwise the entry
  * is trusted, also when it was filled in the clock second the bypass began
  * (which the second-grained clock cannot tell from before it).
  */
@@ -226,8 +227,13 @@ fp_flow_lookup(struct fp_pkt *p, const struct fp_flow_key *k, struct fp_flow_pos
 		p->st->flow[FP_FC_STALE]++;
 		p->st->flow[FP_FC_MISS]++;
 		if ((__s32)(gen - (__u32)fp_rt.mp_generation) >= 0 && !fp_flow_bypassing(p) &&
-		    !fp_flow_predates_bypass(p, fp_flow_used(s, w, v4)))
+		    !fp_flow_predates_bypass(p, fp_flow_used(s, w, v4))) {
 			pos->prev_nh = s->way[w].nh_id;
+			/* Computed before a group changed, it may now keep its
+			 * flow off the hash's path: the thrash guard must know. */
+			if ((__s32)(gen - fp_rt.group_generation) < 0)
+				p->st->guard.sticky = 1;
+		}
 		return false;
 	}
 	used = fp_flow_used(s, w, v4);
@@ -371,12 +377,6 @@ fp_route_nexthop(struct fp_pkt *p, const struct fp_route *rt, const struct fp_fl
 	if (fp_icmp_not_echo(k->proto, k->sport))
 		return FP_R_ICMP_ERROR_ECMP;
 	if (fp_group_has(g, prev_nh)) {
-		/*
-		 * Perhaps off the hash's path now: the thrash guard must know.
-		 * Not hashed to find out: a second copy of the hash does not
-		 * fit the stack.
-		 */
-		p->st->guard.sticky = 1;
 		*nh_id = prev_nh;
 		return FP_R_FORWARDED;
 	}

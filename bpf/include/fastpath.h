@@ -429,8 +429,9 @@ struct fp_watch {
  * (a round-robin scan) does not sample the same flows every time. Misses
  * into free or idle ways (a cache warming up) never count. The bypass sent
  * flows by the full lookup, i.e. by the path the hash picks; once any flow
- * of this slot may have been kept off that path (a stale ECMP flow keeping
- * its next hop, `sticky`), entries last used before the latest bypass began are
+ * of this slot may have been kept off that path (a flow cached before an
+ * ECMP group changed keeping its next hop, `sticky`), entries last used
+ * before the latest bypass began are
  * recomputed rather than hit (a stale one keeps no ECMP path in any case),
  * so no flow returns to where it was before. Not a counter; per CPU and
  * ingress slot like the rest of fp_stats.
@@ -441,7 +442,7 @@ struct fp_flow_guard {
 	__u32 skip;              /* packets still to send past the cache */
 	__u32 bypass;            /* the last window was crowded: sample */
 	__u32 since;             /* fp_runtime.neigh_clock when the latest bypass began; 0 = none */
-	__u32 sticky;            /* a stale ECMP flow kept its next hop, perhaps not the hash's (never cleared) */
+	__u32 sticky;            /* a flow cached before a group change kept its next hop (never cleared) */
 	__u32 rand;              /* xorshift32 state for sampling and admission (0: not seeded yet) */
 	__u32 _pad;
 };
@@ -523,6 +524,14 @@ struct fp_runtime {
 	 * other direction's packets it drops.
 	 */
 	__u32 ct_mark_reply;
+	/*
+	 * generation (low 32 bits) from which the ECMP groups (paths, bounds,
+	 * resilient buckets) hold, written before the first group write of a
+	 * change. A stale cached flow computed before it and keeping its
+	 * next hop may be off the path the hash now picks, which the thrash
+	 * guard must know (fp_flow_guard.sticky).
+	 */
+	__u32 group_generation;
 };
 
 /*

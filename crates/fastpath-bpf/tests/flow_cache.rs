@@ -513,7 +513,7 @@ fn thrashing_cache_is_bypassed_until_it_holds_again() {
 
 /// A bypass that began in the clock second a flow was filled does not keep
 /// the flow out of the cache afterwards: with no flow kept off the hash's
-/// path (no stale ECMP flow kept its next hop, `guard.sticky` 0) the entry holds what the
+/// path (no flow kept its next hop across a group change, `guard.sticky` 0) the entry holds what the
 /// full lookup gives, so it is hit. (The clock is in seconds: "last used
 /// before the bypass began" cannot be told from "filled in its first
 /// second", and refusing both kept a cache that a flood had filled from
@@ -687,12 +687,45 @@ fn sticky_ecmp_flows(l: &Loaded, w: &mut World, bounds: [i32; 2]) -> (Vec<Ip4>, 
     }
     let swapped = fastpath_core::mphash::upper_bounds(&[3, 1]);
     let swapped = [swapped[0], swapped[1]];
-    write_group(l, swapped);
-    bump(l, w);
+    change_group(l, w, swapped);
     for p in &flows {
         forwards(l, w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
     }
     (flows, swapped)
+}
+
+/// A group change as the daemon writes it (maps.rs): group_generation
+/// ahead of the group, then the generation bump.
+fn change_group(l: &Loaded, w: &mut World, bounds: [i32; 2]) {
+    w.rt.group_generation = (w.rt.generation + 1) as u32;
+    l.set_rt(&w.rt).expect("bss");
+    write_group(l, bounds);
+    bump(l, w);
+}
+
+/// The thrash guard learns of flows that may be kept off the hash's path
+/// only from a group change: after any other table change the stale ECMP
+/// flows keep next hops the hash picks anyway.
+#[test]
+fn only_a_group_change_makes_kept_paths_sticky() {
+    let Some((mut lab, mut w)) = lab("only_a_group_change_makes_kept_paths_sticky") else { return };
+    let bounds = ecmp_world(&mut w);
+    let l = lab.program(&w).expect("load");
+    write_group(&l, bounds);
+    let flows: Vec<Ip4> = (3000..3100u16).map(p4).collect();
+    for p in &flows {
+        forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
+    }
+    bump(&l, &mut w);
+    for p in &flows {
+        forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
+    }
+    assert!(flow(&l)[FP_FC_STALE as usize] >= flows.len() as u64, "the bump made no flow stale");
+    assert_eq!(l.flow_guard(SLOT_A).expect("guard").sticky, 0, "a bump without a group change");
+    let swapped = fastpath_core::mphash::upper_bounds(&[3, 1]);
+    change_group(&l, &mut w, [swapped[0], swapped[1]]);
+    forwards(&l, &w, &flows[0].frame(MAC_A, MAC_CLIENT), &out4(&flows[0], kernel_path(&flows[0], bounds)));
+    assert_eq!(l.flow_guard(SLOT_A).expect("guard").sticky, 1, "a flow kept its path across a group change");
 }
 
 /// A stale ECMP flow keeps its path while it is still a member; when its
@@ -727,7 +760,7 @@ fn bypassed_ecmp_flows_take_one_path() {
         flows.iter().any(|p| kernel_path(p, bounds) != kernel_path(p, swapped)),
         "the test needs flows kept off the hash's path"
     );
-    assert_eq!(l.flow_guard(SLOT_A).expect("guard").sticky, 1, "stale flows kept their next hop, unnoticed");
+    assert_eq!(l.flow_guard(SLOT_A).expect("guard").sticky, 1, "flows kept their next hop across a group change, unnoticed");
     // A flood into one set turns the bypass on.
     for i in 0..3 * FP_FLOW_GUARD_WINDOW {
         let (v, _) = l.run_meta(w.a, &hint(7), &p4(20_000 + i as u16).frame(MAC_A, MAC_CLIENT)).expect("run");

@@ -438,6 +438,9 @@ pub struct MapWriter {
     retired: BTreeMap<u32, u32>,
     /// Cleared when the kernel refuses batch calls; single writes from then on.
     batching: bool,
+    /// A group or bucket was written since the last generation bump (and
+    /// fp_runtime.group_generation raised ahead of it).
+    groups_dirty: bool,
 }
 
 impl MapWriter {
@@ -452,6 +455,7 @@ impl MapWriter {
             slots,
             retired: BTreeMap::new(),
             batching: true,
+            groups_dirty: false,
         }
     }
 
@@ -648,6 +652,14 @@ impl TableWriter for MapWriter {
     type Error = MapError;
 
     fn apply(&mut self, op: &Op) -> Result<(), MapError> {
+        let group_op = matches!(op, Op::UpsertGroup(..) | Op::DeleteGroup(..) | Op::UpsertBucket(..) | Op::DeleteBucket(..));
+        if group_op && !self.groups_dirty {
+            // Ahead of the first group write: a flow cached from then on
+            // until the bump may have been hashed by the old group.
+            self.rt.group_generation = (self.rt.generation as u32).wrapping_add(1);
+            self.write_runtime()?;
+            self.groups_dirty = true;
+        }
         let m = &self.maps;
         let any = MapFlags::ANY;
         match op {
@@ -694,6 +706,7 @@ impl TableWriter for MapWriter {
             Op::DeleteSrcDeny4(a) => self.delete_deny(*a),
             Op::BumpGeneration => {
                 self.rt.generation += 1;
+                self.groups_dirty = false;
                 self.write_runtime()
             }
         }
