@@ -680,11 +680,7 @@ fn ecmp_paths_do_not_depend_on_the_hint() {
 /// hash now maps many flows elsewhere, the cached ones stay on their paths.
 /// Returns the flows and the group's bounds before and after.
 fn sticky_ecmp_flows(l: &Loaded, w: &mut World, bounds: [i32; 2]) -> (Vec<Ip4>, [i32; 2]) {
-    write_group(l, bounds);
-    let flows: Vec<Ip4> = (3000..3100u16).map(p4).collect();
-    for p in &flows {
-        forwards(l, w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
-    }
+    let flows = cache_ecmp_flows(l, w, bounds);
     let swapped = fastpath_core::mphash::upper_bounds(&[3, 1]);
     let swapped = [swapped[0], swapped[1]];
     change_group(l, w, swapped);
@@ -692,6 +688,16 @@ fn sticky_ecmp_flows(l: &Loaded, w: &mut World, bounds: [i32; 2]) -> (Vec<Ip4>, 
         forwards(l, w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
     }
     (flows, swapped)
+}
+
+/// Group 1 with `bounds`, and 100 flows cached on the paths the hash picks.
+fn cache_ecmp_flows(l: &Loaded, w: &World, bounds: [i32; 2]) -> Vec<Ip4> {
+    write_group(l, bounds);
+    let flows: Vec<Ip4> = (3000..3100u16).map(p4).collect();
+    for p in &flows {
+        forwards(l, w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
+    }
+    flows
 }
 
 /// A group change as the daemon writes it (maps.rs): group_generation
@@ -711,11 +717,7 @@ fn only_a_group_change_makes_kept_paths_sticky() {
     let Some((mut lab, mut w)) = lab("only_a_group_change_makes_kept_paths_sticky") else { return };
     let bounds = ecmp_world(&mut w);
     let l = lab.program(&w).expect("load");
-    write_group(&l, bounds);
-    let flows: Vec<Ip4> = (3000..3100u16).map(p4).collect();
-    for p in &flows {
-        forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
-    }
+    let flows = cache_ecmp_flows(&l, &w, bounds);
     bump(&l, &mut w);
     for p in &flows {
         forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
@@ -804,11 +806,7 @@ fn a_new_hash_policy_is_not_sticky() {
     let Some((mut lab, mut w)) = lab("a_new_hash_policy_is_not_sticky") else { return };
     let bounds = ecmp_world(&mut w);
     let l = lab.program(&w).expect("load");
-    write_group(&l, bounds);
-    let flows: Vec<Ip4> = (3000..3100u16).map(p4).collect();
-    for p in &flows {
-        forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
-    }
+    let flows = cache_ecmp_flows(&l, &w, bounds);
     // Policy 0 (L3): one address pair, so one path for every flow, which
     // for some of them is not the path policy 1 gave. The daemon sets
     // mp_generation to the generation the change is bumped to.
