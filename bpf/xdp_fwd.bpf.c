@@ -112,7 +112,10 @@ struct fp_flow_pos {
 	__u32 prev_nh;           /* its next hop if stale: ECMP stickiness */
 };
 
-/* L4 part of the key: ports for TCP/UDP, type and code for ICMP. */
+/*
+ * L4 part of the key: ports for TCP/UDP (unless fp_flow_ports() says the
+ * family's keys go without), type and code for ICMP.
+ */
 static __always_inline void
 fp_flow_key_l4(struct fp_flow_key *k, void *l4, void *data_end, __u32 l4_len, __u8 icmp_proto)
 {
@@ -121,6 +124,8 @@ fp_flow_key_l4(struct fp_flow_key *k, void *l4, void *data_end, __u32 l4_len, __
 	k->sport = 0;
 	k->dport = 0;
 	if (k->proto == FP_IPPROTO_TCP || k->proto == FP_IPPROTO_UDP) {
+		if (!fp_flow_ports(&fp_cfg, &fp_rt, k->family))
+			return;
 		/* A datagram too short for ports hashes without them (the flow
 		 * dissector finds none either). */
 		if (l4_len >= 4 && (void *)(w + 2) <= data_end) {
@@ -740,6 +745,10 @@ static __always_inline void fp_take_meta_hint(struct fp_pkt *p)
 		return;
 	if (h->magic != FP_HINT_MAGIC)
 		return;
+	/* A hash over the ports would scatter the connections of one address
+	 * pair over as many sets (fp_flow_ports()). */
+	if (fp_cfg.flow_key_addrs && (h->flags & FP_HINT_L4))
+		return;
 	p->hash = h->hash;
 	p->hash_l4 = h->flags & FP_HINT_L4;
 	p->hash_src = FP_HS_META;
@@ -869,7 +878,8 @@ static __always_inline void fp_take_nic_hints(struct fp_pkt *p)
 
 	/* Not asked (fp_config.nic_rx_hash), -ENODATA (no hash for this
 	 * frame) or -EOPNOTSUPP: fall back to a metadata hint or our own hash. */
-	if (fp_cfg.nic_rx_hash && bpf_xdp_metadata_rx_hash(p->ctx, &out.rss.hash, &out.rss.type) == 0) {
+	if (fp_cfg.nic_rx_hash && bpf_xdp_metadata_rx_hash(p->ctx, &out.rss.hash, &out.rss.type) == 0 &&
+	    !(fp_cfg.flow_key_addrs && (out.rss.type & XDP_RSS_L4))) {
 		p->hash = out.rss.hash;
 		p->hash_l4 = (out.rss.type & XDP_RSS_L4) != 0;
 		p->hash_src = FP_HS_NIC;

@@ -50,6 +50,18 @@ def test_run_bad_interfaces(idle_lab, fastpath_bin, args, mentions):
     assert not (lab.tmp / "bad.sock").exists(), "socket left behind"
 
 
+@pytest.mark.parametrize("args, mentions", [
+    (["--flow-key", "addresses", "--mode", "stateful"], "--flow-key addresses"),
+    (["--datapath", "afxdp", "--mode", "stateful"], "--datapath afxdp"),
+])
+def test_run_options_that_do_not_go_together(idle_lab, fastpath_bin, args, mentions):
+    lab = idle_lab
+    line = one_line_error(run_in_router(lab, "-i", "r0", "-i", "r1", *args))
+    assert mentions in line, line
+    assert not lab.xdp_attached(), "something stayed attached after a refused start"
+    assert not (lab.tmp / "bad.sock").exists(), "socket left behind"
+
+
 def test_run_not_root(idle_lab, fastpath_bin):
     lab = idle_lab
     # the binary must be reachable for an unprivileged user

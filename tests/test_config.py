@@ -79,6 +79,9 @@ def test_check_config_good_and_bad_files(lab: Lab, fastpath_bin):
         # The data path times cached verdicts with a 30-bit clock (struct fp_ct_hot).
         'ct-revalidate-ms = 600001\n': r"bad\.toml:1: key `ct-revalidate-ms`: invalid value '600001'.*0\.\.=600000",
         'interface = ["r0", "nosuch0"]\n': r"bad\.toml: unknown interface nosuch0",
+        # Options that parse one by one but do not go together.
+        'interface = ["r0", "r1"]\nmode = "stateful"\nflow-key = "addresses"\n':
+            r"bad\.toml: --flow-key addresses works in stateless mode only",
         'interface = ["r0"\n': r"bad\.toml:1: ",
     }
     for text, want in bad.items():

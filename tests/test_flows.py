@@ -151,3 +151,34 @@ def test_a_crowded_cache_is_bypassed(fastpath_bin):
         assert fc["hit"] + fc["miss"] + fc["bypass"] >= n, fc
         assert st["totals"]["forwarded"]["packets"] >= n, st["totals"]
         assert f"bypass {fc['bypass']}" in d.cli("status").stdout
+
+
+def test_flow_key_addresses_caches_an_address_pair_once(fastpath_bin):
+    """`--flow-key addresses`: the connections between two hosts share one
+    cached entry (ports 0 in `fastpath flows`, their packets summed), each
+    family its own; every packet still arrives as sent; `status` says how
+    flows are keyed."""
+    with Lab() as lab, Daemon(lab, extra=["--flow-key", "addresses"]) as d:
+        lab.resolve_neighbours()
+        d.wait_neighbours_mirrored()
+        frames = [udp4(lab, sport=42000 + i % 4, seq=i) for i in range(12)]
+        frames += [udp6(lab, sport=42100 + i % 3, seq=i) for i in range(6)]
+        before = d.status()["flow_cache"]
+        with one_cpu():  # the cache is per CPU
+            send_and_expect(lab.c0, frames, lab.s0)
+        st = d.status()
+        fc = st["flow_cache"]
+        assert fc["key"] == "addresses", fc
+        # The server's ICMP port unreachables come back as flows of their own.
+        assert fc["hit"] - before["hit"] >= 16, (before, fc)
+        flows = json.loads(d.cli("flows", "--json", "--limit", "0").stdout)["flows"]
+        udp = [f for f in flows if f["proto"] == 17]
+        ours = {f["family"]: f for f in udp if f["dst"] in (lab.FAR4, lab.FAR6)}
+        assert len(udp) == 2, flows
+        assert set(ours) == {"ipv4", "ipv6"}, flows
+        assert (ours["ipv4"]["sport"], ours["ipv4"]["dport"], ours["ipv4"]["packets"]) == (0, 0, 12)
+        assert (ours["ipv6"]["sport"], ours["ipv6"]["dport"], ours["ipv6"]["packets"]) == (0, 0, 6)
+        assert "keyed by address pair" in d.cli("status").stdout
+    with Lab() as lab, Daemon(lab) as d:
+        assert d.status()["flow_cache"]["key"] == "ports"
+        assert "keyed by 5-tuple" in d.cli("status").stdout

@@ -170,6 +170,14 @@ struct fp_config {
 	__u32 stateful;
 	/* 1 = AF_XDP data path: what would be forwarded goes to user space (fp_xsks), see struct fp_xsk_meta. */
 	__u32 afxdp;
+	/*
+	 * 1 = `--flow-key addresses`: TCP and UDP flows are cached by address
+	 * pair, as other protocols are (one entry for all connections between
+	 * two hosts), except in a family whose multipath hash policy is 1,
+	 * where the kernel's path choice depends on the ports (fp_flow_ports()).
+	 * Stateless mode only: a conntrack verdict is per connection.
+	 */
+	__u32 flow_key_addrs;
 };
 
 /* fp_fib4 key: LPM trie, prefixlen first as the trie requires. */

@@ -132,7 +132,7 @@ static __always_inline __u32 fp_express(struct xdp_md *ctx, const volatile struc
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	struct iphdr *ip = data + FP_ETH_HLEN;
-	__u32 slot = cfg->ingress_slot, idx, len, tot_len, clock, r;
+	__u32 slot = cfg->ingress_slot, idx, len, tot_len, clock, ports, r;
 	struct fp_flow_guard *g;
 	struct fp_flow_way4 *f;
 	struct fp_flow_set *s;
@@ -162,11 +162,13 @@ static __always_inline __u32 fp_express(struct xdp_md *ctx, const volatile struc
 	if (tot_len < FP_IP4_HLEN + 4 || tot_len > len - FP_ETH_HLEN || !fp_ip4_csum_ok(ip))
 		return FP_XP_DECLINED;
 
-	/* struct fp_flow_key4 as its two words (fp_flow_key_l4: ports as sent). */
-	key0 = FP_AF_INET | (__u64)proto << 8 | (__u64)slot << 16 | (__u64)*(__u32 *)(ip + 1) << 32;
+	/* struct fp_flow_key4 as its two words (fp_flow_key_l4: ports as sent,
+	 * or none). */
+	ports = fp_flow_ports(cfg, rt, FP_AF_INET) ? *(__u32 *)(ip + 1) : 0;
+	key0 = FP_AF_INET | (__u64)proto << 8 | (__u64)slot << 16 | (__u64)ports << 32;
 	addrs = *(__u64 *)&ip->saddr;
 	if (hash_src == FP_HS_SOFTWARE)
-		hash = fp_flow_hash_sw4_words(key0, addrs << 32, addrs & 0xFFFFFFFF00000000ULL);
+		hash = fp_flow_hash_sw4_words(key0, addrs << 32, addrs >> 32);
 	idx = fp_flow_index(hash, cfg->flow_sets);
 	s = bpf_map_lookup_elem(&fp_flows, &idx);
 	if (!s)
@@ -268,8 +270,10 @@ static __always_inline __u32 fp_express6(struct xdp_md *ctx, const volatile stru
 	k.family = FP_AF_INET6;
 	k.proto = ip6->nexthdr;
 	k.ingress = slot;
-	k.sport = ports[0];
-	k.dport = ports[1];
+	if (fp_flow_ports(cfg, rt, FP_AF_INET6)) {
+		k.sport = ports[0];
+		k.dport = ports[1];
+	}
 	k.flowlabel = *(__be32 *)ip6 & bpf_htonl(0x000FFFFF);
 	__builtin_memcpy(k.saddr, &ip6->saddr, 16);
 	__builtin_memcpy(k.daddr, &ip6->daddr, 16);

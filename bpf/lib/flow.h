@@ -28,6 +28,23 @@ static __always_inline __u32 fp_flow_index(__u32 hash, __u32 sets)
 	return bpf_get_smp_processor_id() * sets + (hash & (sets - 1));
 }
 
+/*
+ * TCP/UDP ports belong in a flow key of @family (FP_AF_*): always, except
+ * with `--flow-key addresses` (fp_config.flow_key_addrs), where only a
+ * multipath hash policy of 1 for the family needs them: the kernel then
+ * picks an ECMP path by them. Under policy 0 it hashes the addresses only,
+ * and nothing else a stateless forward decides reads the ports. A change of
+ * policy comes with a generation bump, so no entry keyed the other way is
+ * trusted after it.
+ */
+static __always_inline bool fp_flow_ports(const volatile struct fp_config *cfg, const struct fp_runtime *rt,
+					  __u8 family)
+{
+	if (!cfg->flow_key_addrs)
+		return true;
+	return (family == FP_AF_INET ? rt->mp_policy4 : rt->mp_policy6) == 1;
+}
+
 _Static_assert(sizeof(struct fp_flow_way) == 64 && sizeof(struct fp_flow_way4) == 64, "a way is one cache line");
 _Static_assert(__builtin_offsetof(struct fp_flow_way4, nh_id) == __builtin_offsetof(struct fp_flow_way, nh_id),
 	       "an IPv4 way keeps the result where every way has it");

@@ -32,10 +32,17 @@ static __always_inline __u32 fp_flow_hash_sw(const struct fp_flow_key *k)
  * The same for an IPv4 key, whose other words are 0 (family, proto,
  * ingress and ports; flow label 0 and the source; the destination), in
  * half the multiplies. Only ever compared with hashes of IPv4 keys.
- * Taken as those three words: @w0 family to dport, @w1 the source in its
- * high half, @w3 the destination in its high half (a key's bytes 24-31).
+ * Taken as @w0 family to dport, @w1 the source in its high half (a key's
+ * bytes 8-15), @daddr the destination.
+ *
+ * The destination goes into the last multiply as the low half of a word:
+ * a product's low bits depend only on the low bits of what is multiplied,
+ * and the hosts of a subnet differ in an address's last byte, the top one
+ * of the word as the key holds it. In the high half (bytes 24-31 as they
+ * are), the 256 destinations of a /24 from one source with no ports (a
+ * ping sweep; TCP/UDP with `--flow-key addresses`) all found one set.
  */
-static __always_inline __u32 fp_flow_hash_sw4_words(__u64 w0, __u64 w1, __u64 w3)
+static __always_inline __u32 fp_flow_hash_sw4_words(__u64 w0, __u64 w1, __u32 daddr)
 {
 	__u64 h;
 
@@ -43,7 +50,7 @@ static __always_inline __u32 fp_flow_hash_sw4_words(__u64 w0, __u64 w1, __u64 w3
 	h ^= h >> 29;
 	h = (h ^ w1) * 0x9E3779B97F4A7C15ULL;
 	h ^= h >> 29;
-	h = (h ^ w3) * 0x9E3779B97F4A7C15ULL;
+	h = (h ^ daddr) * 0x9E3779B97F4A7C15ULL;
 	return (__u32)(h >> 32);
 }
 
@@ -51,7 +58,7 @@ static __always_inline __u32 fp_flow_hash_sw4(const struct fp_flow_key *k)
 {
 	const __u64 *w = (const __u64 *)k;
 
-	return fp_flow_hash_sw4_words(w[0], w[1], w[3]);
+	return fp_flow_hash_sw4_words(w[0], w[1], *(const __u32 *)k->daddr);
 }
 
 #endif /* FP_FLOWHASH_H */

@@ -838,3 +838,131 @@ fn icmp_errors_over_ecmp_punt() {
     let (v, _) = l.run(w.a, &echo.frame(MAC_A, MAC_CLIENT)).expect("run");
     assert_eq!(v, XDP_REDIRECT);
 }
+
+fn hint_l3(hash: u32) -> Vec<u8> {
+    let h = fp_rx_hint { hash, flags: 0, magic: FP_HINT_MAGIC as u16 };
+    raw(&h).to_vec()
+}
+
+/// `--flow-key addresses`: connections between the same two hosts share
+/// one entry (ports 0 in its key), IPv4 and IPv6, from the first packet of
+/// the second connection on; their bytes are their own. A hint over the
+/// ports would scatter them over sets, so only an L3 hint is taken.
+#[test]
+fn address_keys_give_one_entry_per_address_pair() {
+    let Some((mut lab, mut w)) = lab("address_keys_give_one_entry_per_address_pair") else { return };
+    w.flow_key_addrs = true;
+    let l = lab.program(&w).expect("load");
+    let v4s: Vec<Ip4> = (4000..4004).map(p4).collect();
+    let mut v6s = Vec::new();
+    for port in 5000..5004u16 {
+        let mut p = p6();
+        p.payload = udp_ports(port, 9);
+        v6s.push(p);
+    }
+    for _ in 0..2 {
+        for q in &v4s {
+            forwards(&l, &w, &q.frame(MAC_A, MAC_CLIENT), &out4(q, MAC_GW4));
+        }
+        for q in &v6s {
+            forwards(&l, &w, &q.frame(MAC_A, MAC_CLIENT), &out6(q));
+        }
+    }
+    assert_eq!(flow(&l)[FP_FC_MISS as usize], 2, "one miss per address pair");
+    assert_eq!(flow(&l)[FP_FC_HIT as usize], 14);
+    let mut got: Vec<(u8, u16, u16, u32)> =
+        cached(&l).iter().map(|f| (f.key.family, f.key.sport, f.key.dport, f.packets)).collect();
+    got.sort();
+    assert_eq!(got, vec![(AF_INET as u8, 0, 0, 8), (AF_INET6 as u8, 0, 0, 8)]);
+
+    // L4 hints, a different one per connection: still the one entry, by
+    // the software hash. An L3 hint is the pair's and is taken.
+    let before = hash_src(&l);
+    for (i, q) in v4s.iter().enumerate() {
+        let (v, out) = l.run_meta(w.a, &hint(0x1000 + i as u32), &q.frame(MAC_A, MAC_CLIENT)).expect("run");
+        assert_eq!((v, out), (XDP_REDIRECT, out4(q, MAC_GW4)));
+    }
+    let after = hash_src(&l);
+    assert_eq!(after[FP_HS_SOFTWARE as usize] - before[FP_HS_SOFTWARE as usize], 4);
+    assert_eq!(after[FP_HS_META as usize], before[FP_HS_META as usize]);
+    assert_eq!(flow(&l)[FP_FC_MISS as usize], 2, "the L4 hints found the pair's entry");
+    for q in &v4s {
+        let (v, out) = l.run_meta(w.a, &hint_l3(77), &q.frame(MAC_A, MAC_CLIENT)).expect("run");
+        assert_eq!((v, out), (XDP_REDIRECT, out4(q, MAC_GW4)));
+    }
+    assert_eq!(hash_src(&l)[FP_HS_META as usize] - after[FP_HS_META as usize], 4);
+    assert_eq!(flow(&l)[FP_FC_MISS as usize], 3, "an L3 hint places the pair once more, then hits");
+    assert_eq!(cached(&l).len(), 3);
+}
+
+/// With the default key every connection has an entry of its own.
+#[test]
+fn port_keys_give_one_entry_per_connection() {
+    let Some((mut lab, w)) = lab("port_keys_give_one_entry_per_connection") else { return };
+    let l = lab.program(&w).expect("load");
+    for _ in 0..2 {
+        for q in (4000..4004).map(p4) {
+            forwards(&l, &w, &q.frame(MAC_A, MAC_CLIENT), &out4(&q, MAC_GW4));
+        }
+    }
+    assert_eq!(flow(&l)[FP_FC_MISS as usize], 4);
+    let mut ports: Vec<u16> = cached(&l).iter().map(|f| u16::from_be(f.key.sport)).collect();
+    ports.sort();
+    assert_eq!(ports, vec![4000, 4001, 4002, 4003]);
+}
+
+/// `--flow-key addresses` under multipath hash policy 1: the kernel picks
+/// the path by the ports, so the key keeps them and every connection takes
+/// its own path, cached or not. Back to policy 0 (with the generation bump
+/// the daemon makes), the pair's connections share one entry and one path.
+#[test]
+fn address_keys_keep_the_ports_under_l4_multipath_hashing() {
+    let Some((mut lab, mut w)) = lab("address_keys_keep_the_ports_under_l4_multipath_hashing") else { return };
+    w.flow_key_addrs = true;
+    let bounds = ecmp_world(&mut w);
+    let l = lab.program(&w).expect("load");
+    let flows = cache_ecmp_flows(&l, &w, bounds);
+    for p in &flows {
+        forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
+    }
+    assert_eq!(flow(&l)[FP_FC_MISS as usize], 100);
+    assert_eq!(flow(&l)[FP_FC_HIT as usize], 100);
+    assert!(flows.iter().any(|p| kernel_path(p, bounds) != kernel_path(&flows[0], bounds)), "the test needs both paths");
+
+    w.rt.mp_policy4 = 0;
+    w.rt.mp_generation = (w.rt.generation + 1) as u32;
+    bump(&l, &mut w);
+    for p in &flows {
+        forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, policy_path(p, bounds, 0)));
+    }
+    assert_eq!(flow(&l)[FP_FC_MISS as usize], 101, "one more miss, for the pair");
+    let live: Vec<_> = cached(&l).into_iter().filter(|f| f.generation == w.rt.generation as u32).collect();
+    assert_eq!(live.len(), 1);
+    assert_eq!((live[0].key.sport, live[0].key.dport, live[0].packets), (0, 0, 100));
+}
+
+/// The software hash spreads the hosts of a subnet, which differ in the
+/// last byte of the address: a ping sweep of a /24 from one source (one
+/// key word for all, ICMP echo having no ports) is cached flow by flow,
+/// no set overflowing, where the destination's byte once never reached a
+/// set index and every echo fought over one set's four ways.
+#[test]
+fn a_sweep_of_a_subnet_spreads_over_sets() {
+    let Some((mut lab, w)) = lab("a_sweep_of_a_subnet_spreads_over_sets") else { return };
+    let l = lab.program(&w).expect("load");
+    let echo = |host: u8| {
+        let mut p = Ip4::new(v4("192.0.2.10"), [203, 0, 113, host]);
+        p.proto = 1;
+        p.payload = vec![8, 0, 0, 0, 0, 1, 0, 1];
+        p
+    };
+    for _ in 0..2 {
+        for host in 1..=254u8 {
+            let p = echo(host);
+            forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(&p, MAC_GW4));
+        }
+    }
+    let f = flow(&l);
+    assert_eq!((f[FP_FC_MISS as usize], f[FP_FC_HIT as usize], f[FP_FC_EVICT as usize]), (254, 254, 0));
+    assert_eq!(hash_src(&l)[FP_HS_SOFTWARE as usize], 508);
+}

@@ -16,7 +16,7 @@
 //!                 "flow_cache":{"hit":n,"miss":n,"stale":n,"expired":n,"evict":n,"bypass":n},
 //!                 "hash":{"variant":"nic rx-hash"|"meta hint / software (device-bound)"|"meta hint / software",
 //!                         "packets":{"software":n,"meta":n,"nic":n}}}],
-//!  "flow_cache":{"enabled":bool, "timeout_s":n, "entries_per_cpu":n,
+//!  "flow_cache":{"enabled":bool, "timeout_s":n, "entries_per_cpu":n, "key":"ports"|"addresses",
 //!                "hit":n,"miss":n,"stale":n,"expired":n,"evict":n,"bypass":n}
 //!                (bypass: packets sent past the cache while it was thrashing),
 //!  "tables":{"fib4":{"used":n,"capacity":n}, "fib6":{..}, "nexthops":{..},
@@ -99,6 +99,8 @@ pub struct Snapshot {
     /// Flow cache: idle timeout (0 = off) and capacity per CPU.
     pub flow_timeout: u32,
     pub flow_entries: u32,
+    /// `--flow-key addresses`: TCP/UDP cached by address pair.
+    pub flow_key_addrs: bool,
     /// Lag, resync and reload bookkeeping for the metrics endpoint.
     pub ops: crate::metrics::OpsStats,
     /// Stateful mode (None: stateless).
@@ -180,6 +182,9 @@ pub struct FlowCacheStatus {
     pub enabled: bool,
     pub timeout_s: u32,
     pub entries_per_cpu: u32,
+    /// What identifies a TCP/UDP flow: "ports" (5-tuple) or "addresses".
+    #[serde(default)]
+    pub key: String,
     #[serde(flatten)]
     pub events: BTreeMap<String, u64>,
 }
@@ -458,6 +463,7 @@ pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
             enabled: s.flow_timeout != 0,
             timeout_s: s.flow_timeout,
             entries_per_cpu: s.flow_entries,
+            key: if s.flow_key_addrs { "addresses" } else { "ports" }.into(),
             events: named(&FLOW_EVENTS, &totals.flow),
         },
         mode: if s.ct.is_some() { "stateful" } else { "stateless" }.into(),

@@ -192,9 +192,24 @@ pub fn for_run(args: RunArgs) -> Result<Loaded> {
 /// values, the metrics address): the interfaces. `xdp_ours`: a running
 /// daemon holds them.
 pub fn validate(args: &RunArgs, xdp_ours: bool) -> Result<()> {
+    combinable(args)?;
     crate::preflight::check_interfaces(&args.interfaces, &|ifindex, prog| {
         xdp_ours || crate::pin::owns_xdp(args, ifindex, prog)
     })?;
+    Ok(())
+}
+
+/// Options that parse one by one but do not go together.
+pub fn combinable(args: &RunArgs) -> Result<()> {
+    let stateful = args.mode == crate::FwdMode::Stateful;
+    if args.datapath == crate::Datapath::Afxdp && (stateful || args.pin) {
+        anyhow::bail!("--datapath afxdp works in stateless mode without --pin only");
+    }
+    if args.flow_key == crate::FlowKey::Addresses && stateful {
+        anyhow::bail!(
+            "--flow-key addresses works in stateless mode only: a conntrack verdict belongs to one connection, its 5-tuple"
+        );
+    }
     Ok(())
 }
 

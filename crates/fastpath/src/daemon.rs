@@ -103,10 +103,8 @@ pub fn run(loaded: Loaded) -> Result<()> {
         groups: args.group_entries,
         buckets: args.bucket_entries,
     };
+    // Its combination with stateful mode and --pin: config::combinable().
     let afxdp_on = args.datapath == crate::Datapath::Afxdp;
-    if afxdp_on && (stateful || args.pin) {
-        anyhow::bail!("--datapath afxdp works in stateless mode without --pin only");
-    }
     if args.pin && args.admission.resource_target == fastpath_core::resources::TargetKind::SimAsic {
         // Its pools live in this process: a restart would adopt maps the new
         // simulated device knows nothing of.
@@ -118,6 +116,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
         nic_hash_virtual: args.rx_hash == crate::RxHash::Nic,
         stateful,
         afxdp: afxdp_on,
+        flow_key_addrs: args.flow_key == crate::FlowKey::Addresses,
     };
     // --pin: what a previous daemon left (maps to adopt, links to take over).
     let mut pins = if args.pin { Some(pin::Pins::open(&args, &mut ifaces, &caps, &opts)?) } else { None };
@@ -170,6 +169,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
         reslot: BTreeSet::new(),
         flow_timeout: if opts.flow_sets == 0 { 0 } else { args.flow_timeout },
         flow_entries: opts.flow_sets * intf::FP_FLOW_WAYS,
+        flow_key_addrs: opts.flow_key_addrs,
         ops: OpsStats { last_full_sync: Some(t), ..Default::default() },
         ct_status: None,
         route_source: None,
@@ -612,6 +612,7 @@ struct Loop {
     /// Flow cache settings, for status.
     flow_timeout: u32,
     flow_entries: u32,
+    flow_key_addrs: bool,
     ops: OpsStats,
     /// Stateful mode, for status (None: stateless).
     ct_status: Option<ctwatch::CtStatus>,
@@ -1142,6 +1143,7 @@ impl Loop {
             dev_names: state.links.iter().map(|(k, l)| (*k, l.name.clone())).collect(),
             flow_timeout: self.flow_timeout,
             flow_entries: self.flow_entries,
+            flow_key_addrs: self.flow_key_addrs,
             ops: self.ops.clone(),
             ct: self.ct_status,
             route_source: self.route_source.clone(),

@@ -64,6 +64,8 @@ pub struct LoadOpts {
     /// AF_XDP data path (fp_config.afxdp): forwarded packets go to the
     /// user-space forwarder (crate::afxdp) instead of the devmap.
     pub afxdp: bool,
+    /// `--flow-key addresses` (fp_config.flow_key_addrs).
+    pub flow_key_addrs: bool,
 }
 
 /// Sets per CPU for at least `entries` flows: FP_FLOW_WAYS per set, a
@@ -225,6 +227,7 @@ fn open_one(iface: &Iface, caps: &Capacities, opts: &LoadOpts, variant: HashVari
     cfg.flow_sets = opts.flow_sets;
     cfg.stateful = u32::from(opts.stateful);
     cfg.afxdp = u32::from(opts.afxdp);
+    cfg.flow_key_addrs = u32::from(opts.flow_key_addrs);
     cfg.nic_hash_is_skb_hash = u32::from(hash_is_skb_hash(&iface.name));
     cfg.nic_rx_hash = u32::from(variant == HashVariant::NicRxHash);
     // Only the one entry point this instance attaches: each load is a full

@@ -156,6 +156,15 @@ pub struct RunArgs {
     /// hint left by an upstream program, else fastpath's own hash.
     #[arg(long, value_enum, default_value_t = RxHash::Auto)]
     pub rx_hash: RxHash,
+    /// What identifies a cached TCP/UDP flow: `ports`, the 5-tuple (an entry
+    /// per connection); `addresses`, the address pair as for other
+    /// protocols (one entry for all connections between two hosts, so a
+    /// cache of the same size reaches many more of them; `fastpath flows`
+    /// then counts per pair). A family whose multipath hash policy is 1
+    /// keeps the ports either way: the kernel picks its ECMP path by them.
+    /// Stateless mode only.
+    #[arg(long, value_enum, default_value_t = FlowKey::Ports)]
+    pub flow_key: FlowKey,
     /// `stateless` forwards by the routing tables alone; `stateful` forwards
     /// only connections conntrack holds as established and the user's
     /// ruleset marked with `--ct-mark`.
@@ -281,6 +290,12 @@ fn parse_u32_mask(s: &str) -> Result<u32, String> {
         return Err("the mark mask must have at least one bit set".into());
     }
     Ok(v)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FlowKey {
+    Ports,
+    Addresses,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

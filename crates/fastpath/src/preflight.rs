@@ -41,6 +41,7 @@ pub struct Checked {
 }
 
 pub fn check(args: &RunArgs) -> Result<Checked> {
+    crate::config::combinable(args)?;
     if !nix::unistd::geteuid().is_root() {
         bail!("must run as root (loads BPF programs and attaches XDP)");
     }

@@ -149,9 +149,10 @@ pub fn status(s: &Status, all: bool) -> String {
     if fc.enabled {
         let _ = writeln!(
             out,
-            "flow cache: on, {} entries per CPU, idle timeout {} s: hit {}  miss {}  stale {}  expired {}  evict {}  bypass {}\n",
+            "flow cache: on, {} entries per CPU, idle timeout {} s, {}: hit {}  miss {}  stale {}  expired {}  evict {}  bypass {}\n",
             fc.entries_per_cpu,
             fc.timeout_s,
+            if fc.key == "addresses" { "TCP/UDP keyed by address pair" } else { "keyed by 5-tuple" },
             ev("hit"),
             ev("miss"),
             ev("stale"),

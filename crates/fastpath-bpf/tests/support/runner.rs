@@ -78,6 +78,7 @@ impl Loaded {
         rodata.fp_cfg.ingress_slot = ingress_slot(world);
         rodata.fp_cfg.flow_sets = FLOW_SETS;
         rodata.fp_cfg.stateful = u32::from(world.stateful);
+        rodata.fp_cfg.flow_key_addrs = u32::from(world.flow_key_addrs);
         let flows = fastpath_bpf::flow_cache_entries(FLOW_SETS).map_err(anyhow::Error::msg)?;
         open.maps.fp_flows.set_max_entries(flows).context("sizing fp_flows")?;
         open.maps.fp_ct_flows.set_max_entries(flows).context("sizing fp_ct_flows")?;
@@ -243,10 +244,10 @@ thread_local! {
 
 /// Everything `Loaded::new` puts into .rodata: cases that agree on it can
 /// share one load.
-type LoadKey = (u32, u32, bool);
+type LoadKey = (u32, u32, bool, bool);
 
 fn load_key(w: &World) -> LoadKey {
-    (w.a, ingress_slot(w), w.stateful)
+    (w.a, ingress_slot(w), w.stateful, w.flow_key_addrs)
 }
 
 /// The instance keeps its slot even when the test unmanages it.

@@ -120,6 +120,8 @@ pub struct World {
     pub rt: fp_runtime,
     /// Load the program in stateful mode (fp_config.stateful).
     pub stateful: bool,
+    /// Load it with `--flow-key addresses` (fp_config.flow_key_addrs).
+    pub flow_key_addrs: bool,
     /// Conntrack entries of the test's namespace, each the arguments of one
     /// `conntrack -I` (the table is flushed first when there are any).
     pub conntrack: Vec<String>,
@@ -172,6 +174,7 @@ impl World {
             // Generation 0 is what an empty flow-cache way carries.
             rt: fp_runtime { generation: 1, ..Default::default() },
             stateful: false,
+            flow_key_addrs: false,
             conntrack: vec![],
         }
     }
