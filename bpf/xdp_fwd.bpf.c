@@ -386,8 +386,8 @@ fp_route_nexthop(struct fp_pkt *p, const struct fp_route *rt, const struct fp_fl
 		return FP_R_FORWARDED;
 	}
 	policy = k->family == FP_AF_INET ? fp_rt.mp_policy4 : fp_rt.mp_policy6;
-	if (policy == 1) {
-		l4 = fp_mp_l4_ports_proto(k->proto);
+	if (policy) {
+		l4 = fp_mp_ports_proto(policy, k->proto);
 		if (l4 < 0)
 			return FP_R_ECMP;
 		if (l4 > 0) {

@@ -120,13 +120,18 @@ def ecmp_lab(fastpath_bin):
         yield lab
 
 
+MULTIPATH_HASH = {0: "L3 (policy 0)", 1: "L4 (policy 1)", 2: "L3 or inner L3 (policy 2; encapsulations punted)"}
+
+
 @pytest.mark.parametrize("key", ["ports", "addresses"])
-@pytest.mark.parametrize("policy", [0, 1])
+@pytest.mark.parametrize("policy", [0, 1, 2])
 @pytest.mark.parametrize("family", [4, 6])
 def test_same_next_hop_as_the_kernel(ecmp_lab: Lab, family: int, policy: int, key: str):
-    """Also with `--flow-key addresses`: under policy 0 a flow is its address
-    pair (each of these flows has a pair of its own), under policy 1 the
-    key keeps the ports."""
+    """Policy 2 on packets that encapsulate nothing (the kernel then hashes
+    the outer header; IPv6 with the flow label in host order). Also with
+    `--flow-key addresses`: under policies 0 and 2 a flow is its address
+    pair (each of these flows has a pair of its own), under policy 1 the key
+    keeps the ports."""
     lab = ecmp_lab
     set_policy(lab, policy)
     ports = range(20000, 20000 + FLOWS)
@@ -147,7 +152,7 @@ def test_same_next_hop_as_the_kernel(ecmp_lab: Lab, family: int, policy: int, ke
     # cache: 919 hits of 1000 in one CI run. Most second packets must hit.
     fc = st["flow_cache"]
     assert fc["hit"] + fc["stale"] >= 0.9 * FLOWS, fc
-    assert st["families"][f"ipv{family}"]["multipath_hash"] == f"L{3 + policy} (policy {policy})", st["families"]
+    assert st["families"][f"ipv{family}"]["multipath_hash"] == MULTIPATH_HASH[policy], st["families"]
     differ = {p: (kernel[p], fast[p]) for p in ports if kernel[p] != fast[p]}
     assert not differ, f"{len(differ)} of {FLOWS} flows took another path, e.g. {list(differ.items())[:5]}"
     # The weights show in the split (1:2:3), within a few percent over 1000 flows.
@@ -181,6 +186,36 @@ def test_punted_frames_take_the_kernels_path(ecmp_lab: Lab):
         asked = choices(lab, 4, ports, options=True)
     moved = sum(kernel[p] != asked[p] for p in ports)
     assert moved > len(ports) // 4, f"only {moved} of {len(ports)} flows moved with --rx-hash nic"
+
+
+def test_policy_2_leaves_encapsulations_to_the_kernel(ecmp_lab: Lab):
+    """Under policy 2 the kernel hashes a GRE or IP-in-IP packet's inner
+    header, which fastpath does not parse: such packets over a multipath
+    route are punted (`ecmp`) and the kernel forwards them; plain UDP is
+    forwarded."""
+    lab = ecmp_lab
+    set_policy(lab, 2)
+    inner = IP(src="192.0.2.77", dst="203.0.113.77") / UDP(sport=1, dport=2) / Raw(b"in")
+    eth = Ether(src=lab.c0.mac, dst=lab.r0.mac)
+    encaps = [bytes(eth / IP(src=lab.C4, dst=f"203.0.113.{10 + i}", proto=p) / inner)
+              for i in range(10) for p in (4, 47)]
+    with Daemon(lab) as d:
+        d.wait_neighbours_mirrored()
+        before = d.counters("r0")
+        with Capture([lab.s0]) as cap:
+            tx = Sender(lab.c0)
+            try:
+                for f in encaps:
+                    tx.send(f)
+            finally:
+                tx.close()
+            got = cap.collect(quiet=0.4, limit=5)[lab.s0.name]
+        delta = counter_delta(before, d.counters("r0"))
+        choices(lab, 4, range(22000, 22050))
+        after = counter_delta(before, d.counters("r0"))
+    assert delta.get("ecmp", 0) == len(encaps) and not delta.get("forwarded"), delta
+    assert sum(gw_of(f) is not None for f in got) == len(encaps), f"{len(got)} of {len(encaps)} arrived"
+    assert after.get("forwarded", 0) >= 50, after
 
 
 def test_random_seed_is_not_guessed(ecmp_lab: Lab):

@@ -29,7 +29,13 @@
  *                (the very next header, extension header or not).
  *   policy 1:    addresses, ports, ip_proto from the flow dissector
  *                (FLOW_DISSECTOR_F_STOP_AT_ENCAP); no flow label in v6.
- *   Policies 2 and 3 are not implemented: fp_mp_hash*() return FP_MP_HASH_PUNT.
+ *   policy 2:    the fields the flow dissector (flags 0) finds in the
+ *                innermost header: for a packet that encapsulates none, v4
+ *                as policy 0; v6 addresses, ip_proto and the flow label in
+ *                host order (the dissector's ntohl(); policy 0 keeps the
+ *                header's word as it is). The caller punts protocols the
+ *                dissector walks into (fp_mp_ports_proto() says so).
+ *   Policy 3 (custom fields) is not implemented: FP_MP_HASH_PUNT.
  *
  * What the CALLER must pass, and when it must punt instead:
  *   - ICMP / ICMPv6 errors (policy 0 hashes the embedded header): punt.
@@ -46,7 +52,7 @@
  *     SCTP/DCCP/UDP-Lite) or walks on to another header and changes ip_proto
  *     (IPv6 extension headers, MPLS in IP). Policy 0 ignores ports.
  *   - Punt the whole ECMP decision when the kernel would not hash this way:
- *     fib_multipath_hash_seed = 0 (a random boot seed), policy 2/3, fib
+ *     fib_multipath_hash_seed = 0 (a random boot seed), policy 3, fib
  *     rules that need early flow dissection in IPv6 (the label then enters
  *     in host order), a BPF flow dissector attached to the netns, or — for
  *     policy 1 — an skb that would arrive with skb->l4_hash set (a NIC RSS
@@ -85,6 +91,32 @@ static __always_inline int fp_mp_l4_ports_proto(__u8 proto)
 	}
 }
 
+/*
+ * Policy 2: an inner header the flow dissector would hash instead (a GRE
+ * payload, IP in IP, IPv6 in IP; Ethernet and MPLS in IP as well, to be
+ * safe). Kept equal to fastpath_core::mphash::policy2_encap().
+ */
+static __always_inline bool fp_mp_policy2_encap(__u8 proto)
+{
+	return proto == 4 || proto == 41 || proto == 47 || proto == 97 || proto == 137;
+}
+
+/*
+ * What the caller passes as ports under @policy (non-zero): as
+ * fp_mp_l4_ports_proto() for policy 1; policy 2 takes none, and punts (-1)
+ * what it would hash an inner header of; any other policy punts (the daemon
+ * never lets one reach a multipath route: its hash would be
+ * FP_MP_HASH_PUNT, which no path bound may be compared with).
+ */
+static __always_inline int fp_mp_ports_proto(__u32 policy, __u8 proto)
+{
+	if (policy > 2)
+		return -1;
+	if (policy == 2)
+		return fp_mp_policy2_encap(proto) ? -1 : 0;
+	return fp_mp_l4_ports_proto(proto);
+}
+
 static __always_inline __u32 fp_mp_finish(__u64 h64)
 {
 	__u32 h = (__u32)h64;
@@ -105,9 +137,9 @@ static __always_inline __u32 fp_mp_hash4(__u32 policy, __u32 seed, __be32 saddr,
 	__u64 m[6];
 	__u64 k = fp_mp_key(seed);
 
-	if (policy > 1)
+	if (policy > 2)
 		return FP_MP_HASH_PUNT;
-	if (policy == 0) {
+	if (policy != 1) {
 		proto = 0;
 		sport = 0;
 		dport = 0;
@@ -151,10 +183,13 @@ static __always_inline __u32 fp_mp_hash6(__u32 policy, __u32 seed, const __u8 *s
 	__u64 m[9];
 	__u64 k = fp_mp_key(seed);
 
-	if (policy > 1)
+	if (policy > 2)
 		return FP_MP_HASH_PUNT;
-	if (policy == 0) {
+	if (policy != 1) {
 		flowlabel &= bpf_htonl(0x000FFFFF);
+		/* Policy 2 stores the host-order number, not the header's word. */
+		if (policy == 2)
+			flowlabel = bpf_ntohl(flowlabel);
 		sport = 0;
 		dport = 0;
 	} else {

@@ -11,7 +11,8 @@
  *    0 family (4 or 6)   1 policy   2 proto   4 seed (host order)
  *    8 sport  10 dport   14 IPv6 first word (version, class, label)
  *   22 IPv6 source  38 IPv6 destination  26 IPv4 source  30 IPv4 destination
- * Output written back: 60 hash (host order), 64 fp_mp_l4_ports_proto(proto).
+ * Output written back: 60 hash (host order), 64 fp_mp_l4_ports_proto(proto),
+ * 68 fp_mp_ports_proto(policy, proto) (policy 0: 0, not asked).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -29,6 +30,7 @@ int fp_mphash_test(struct xdp_md *ctx)
 
 	if (p + MPT_LEN > end)
 		return XDP_ABORTED;
+	*(__s32 *)(p + 68) = p[1] ? fp_mp_ports_proto(p[1], p[2]) : 0;
 	seed = *(__u32 *)(p + 4);
 	sport = *(__be16 *)(p + 8);
 	dport = *(__be16 *)(p + 10);

@@ -521,9 +521,9 @@ fn mp_block(fam: Family, state: &KernelState) -> Option<String> {
             "{name} multipath routes punted: set net.ipv4.fib_multipath_hash_seed to a non-zero value to fast-path ECMP: the kernel's random seed cannot be reproduced"
         ));
     }
-    if policy > 1 {
+    if policy > 2 {
         return Some(format!(
-            "{name} multipath routes punted: net.{proto}.fib_multipath_hash_policy is {policy}; only 0 (L3) and 1 (L4) are implemented, set it to one of them to fast-path ECMP"
+            "{name} multipath routes punted: net.{proto}.fib_multipath_hash_policy is {policy}; only 0 (L3), 1 (L4) and 2 (L3 or inner L3) are implemented, set it to one of them to fast-path ECMP"
         ));
     }
     None
@@ -3129,14 +3129,14 @@ mod tests {
         assert_eq!(d.switches.table_full | d.switches.policy_punt, 0);
 
         let mut pol = st.clone();
-        pol.sysctl.mp_policy6 = 2;
-        pol.sysctl.mp_policy4 = 1;
+        pol.sysctl.mp_policy6 = 3;
+        pol.sysctl.mp_policy4 = 2;
         let d = run(&pol);
-        assert!(matches!(act(&d, "198.51.100.0", 24), RouteAction::Multipath { .. }));
+        assert!(matches!(act(&d, "198.51.100.0", 24), RouteAction::Multipath { .. }), "policy 2 is hashed");
         assert_eq!(act(&d, "2001:db8:1::", 64), p(reason::ECMP));
-        assert_eq!(d.switches.mp_policy4, 1);
+        assert_eq!(d.switches.mp_policy4, 2);
         assert_eq!(d.problems.len(), 1);
-        assert!(d.problems[0].starts_with("IPv6 multipath routes punted: net.ipv6.fib_multipath_hash_policy is 2"));
+        assert!(d.problems[0].starts_with("IPv6 multipath routes punted: net.ipv6.fib_multipath_hash_policy is 3"));
 
         // no multipath route: no problem line for a random seed
         let mut plain = ecmp_base();

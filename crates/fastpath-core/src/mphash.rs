@@ -26,6 +26,19 @@ const LEN6: usize = 72;
 /// Hash policies fastpath reproduces (`fib_multipath_hash_policy`).
 pub const POLICY_L3: u32 = 0;
 pub const POLICY_L4: u32 = 1;
+/// L3, or the inner packet's L3 when there is one. Reproduced for packets
+/// without one: the flow dissector (flags 0) then finds the outer header's
+/// fields, for IPv4 those of policy 0; for IPv6 also the flow label, but in
+/// host order (the dissector's `ntohl()`, where policy 0 stores the header's
+/// word as it is) and the dissector's ip_proto.
+pub const POLICY_L3_INNER: u32 = 2;
+
+/// IP protocols the flow dissector walks into under policy 2 (or might: a
+/// GRE payload, IP in IP, IPv6 in IP, Ethernet in IP, MPLS in IP): the
+/// kernel would hash an inner header, which is not reproduced.
+pub fn policy2_encap(proto: u8) -> bool {
+    matches!(proto, 4 | 41 | 47 | 97 | 137)
+}
 
 fn siphash(seed: u32, bytes: &[u8]) -> u32 {
     let k = (u64::from(seed) << 32) | u64::from(seed);
@@ -49,11 +62,14 @@ fn ordered_ports(sport: u16, dport: u16) -> ([u8; 2], [u8; 2]) {
 }
 
 /// IPv4 ECMP hash as the forwarding path computes it; `None` for policies
-/// other than 0 (L3) and 1 (L4). Policy 0 ignores proto and ports.
+/// other than 0 (L3), 1 (L4) and 2 (L3 or inner L3), and for policy 2 on a
+/// protocol the dissector may walk into (`policy2_encap`). Policies 0 and 2
+/// ignore proto and ports.
 pub fn hash4(policy: u32, seed: u32, saddr: Ipv4Addr, daddr: Ipv4Addr, proto: u8, sport: u16, dport: u16) -> Option<u32> {
     let (proto, sport, dport) = match policy {
         POLICY_L3 => (0, 0, 0),
         POLICY_L4 => (proto, sport, dport),
+        POLICY_L3_INNER if !policy2_encap(proto) => (0, 0, 0),
         _ => return None,
     };
     let (mut s, mut d) = (saddr.octets(), daddr.octets());
@@ -70,10 +86,11 @@ pub fn hash4(policy: u32, seed: u32, saddr: Ipv4Addr, daddr: Ipv4Addr, proto: u8
     Some(siphash(seed, &b))
 }
 
-/// IPv6 ECMP hash as the forwarding path computes it; `None` for policies
-/// other than 0 and 1. `flowlabel` is the 20-bit label (host order, higher
-/// bits ignored); policy 0 uses label and proto (the header's nexthdr),
-/// policy 1 proto and ports.
+/// IPv6 ECMP hash as the forwarding path computes it; `None` as for
+/// `hash4`. `flowlabel` is the 20-bit label (host order, higher bits
+/// ignored); policies 0 and 2 use label and proto (the header's nexthdr; the
+/// label stored in the order each policy stores it), policy 1 proto and
+/// ports.
 #[allow(clippy::too_many_arguments)]
 pub fn hash6(
     policy: u32,
@@ -85,9 +102,12 @@ pub fn hash6(
     sport: u16,
     dport: u16,
 ) -> Option<u32> {
+    // ip6_flowlabel() keeps the header's network-order word (policy 0); the
+    // flow dissector stores the label in host order (policy 2).
     let (label, sport, dport) = match policy {
-        POLICY_L3 => (flowlabel & 0x000F_FFFF, 0, 0),
-        POLICY_L4 => (0, sport, dport),
+        POLICY_L3 => ((flowlabel & 0x000F_FFFF).to_be_bytes(), 0, 0),
+        POLICY_L4 => ([0; 4], sport, dport),
+        POLICY_L3_INNER if !policy2_encap(proto) => ((flowlabel & 0x000F_FFFF).to_ne_bytes(), 0, 0),
         _ => return None,
     };
     let (mut s, mut d) = (saddr.octets(), daddr.octets());
@@ -98,8 +118,7 @@ pub fn hash6(
     let (ps, pd) = ordered_ports(sport, dport);
     let mut b = [0u8; LEN6];
     b[IP_PROTO] = proto;
-    // ip6_flowlabel(): the header's network-order word, stored unconverted.
-    b[FLOW_LABEL..FLOW_LABEL + 4].copy_from_slice(&label.to_be_bytes());
+    b[FLOW_LABEL..FLOW_LABEL + 4].copy_from_slice(&label);
     b[PORTS..PORTS + 2].copy_from_slice(&ps);
     b[PORTS + 2..PORTS + 4].copy_from_slice(&pd);
     b[ADDRS..ADDRS + 16].copy_from_slice(&s);
@@ -181,7 +200,11 @@ mod tests {
         assert_eq!(hash4(0, 7, s, d, 6, 1, 2), hash4(0, 7, s, d, 17, 3, 4));
         assert_ne!(hash4(1, 7, s, d, 6, 1, 2), hash4(1, 7, s, d, 17, 1, 2));
         assert_ne!(hash4(1, 7, s, d, 6, 1, 2), hash4(1, 7, s, d, 6, 1, 3));
-        assert_eq!(hash4(2, 7, s, d, 6, 1, 2), None);
+        // L3 or inner L3: without an inner header, v4 is L3; an
+        // encapsulation is declined.
+        assert_eq!(hash4(2, 7, s, d, 6, 1, 2), hash4(0, 7, s, d, 17, 3, 4));
+        assert_eq!(hash4(2, 7, s, d, 47, 0, 0), None);
+        assert_eq!(hash4(3, 7, s, d, 6, 1, 2), None);
         let (s6, d6) = (v6("2001:db8::1"), v6("2001:db8::2"));
         // v6 L3 uses the label and the next header, L4 does not use the label.
         assert_ne!(hash6(0, 7, s6, d6, 1, 17, 0, 0), hash6(0, 7, s6, d6, 2, 17, 0, 0));
@@ -190,6 +213,13 @@ mod tests {
         assert_eq!(hash6(0, 7, s6, d6, 0x1_00001, 17, 0, 0), hash6(0, 7, s6, d6, 1, 17, 0, 0));
         assert_eq!(hash6(1, 7, s6, d6, 1, 17, 5, 6), hash6(1, 7, s6, d6, 2, 17, 5, 6));
         assert_eq!(hash6(3, 7, s6, d6, 1, 17, 5, 6), None);
+        // v6 policy 2: label and next header as policy 0, the label stored
+        // in the other byte order (a label that reads the same both ways
+        // hashes the same); no ports; encapsulations declined.
+        assert_ne!(hash6(2, 7, s6, d6, 1, 17, 0, 0), hash6(0, 7, s6, d6, 1, 17, 0, 0));
+        assert_eq!(hash6(2, 7, s6, d6, 0, 17, 5, 6), hash6(0, 7, s6, d6, 0, 17, 0, 0));
+        assert_ne!(hash6(2, 7, s6, d6, 1, 17, 0, 0), hash6(2, 7, s6, d6, 2, 17, 0, 0));
+        assert_eq!(hash6(2, 7, s6, d6, 1, 41, 0, 0), None);
     }
 
     #[test]

@@ -380,6 +380,7 @@ fn multipath_hash(policy: u8, seed: u32) -> String {
         (0, _) => "punted (fib_multipath_hash_seed is 0: the kernel's random seed)".into(),
         (_, 0) => "L3 (policy 0)".into(),
         (_, 1) => "L4 (policy 1)".into(),
+        (_, 2) => "L3 or inner L3 (policy 2; encapsulations punted)".into(),
         (_, p) => format!("punted (policy {p} not implemented)"),
     }
 }
