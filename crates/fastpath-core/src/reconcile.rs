@@ -132,7 +132,7 @@ impl Reconciler {
         // New hash settings the data plane can use go in before the routes
         // change; settings it cannot use only once the routes they would
         // concern are punted.
-        let mp_usable = new_sw.mp_seed != 0 && new_sw.mp_policy4 <= 1 && new_sw.mp_policy6 <= 1;
+        let mp_usable = new_sw.mp_seed != 0 && new_sw.mp_policy4 <= 2 && new_sw.mp_policy6 <= 2;
         let mp_src = if mp_usable { &new_sw } else { &old.switches };
         let first = Switches {
             table_full: old.switches.table_full | new_sw.table_full | transient,
@@ -1637,7 +1637,8 @@ mod tests {
         }
         st.sysctl.forwarding6_all = true;
         st.sysctl.mp_seed = if rng.chance(90) { 7 } else { 0 };
-        st.sysctl.mp_policy6 = if rng.chance(10) { 2 } else { rng.below(2) as u8 };
+        // Mostly hashed policies (0, 1, 2), now and then one that is punted (3).
+        st.sysctl.mp_policy6 = if rng.chance(10) { 3 } else { rng.below(3) as u8 };
         // Next-hop objects: 10..13 plain (both families), 20 hash-threshold, 21 resilient.
         for (id, gw) in [(10u32, "192.0.2.1"), (11, "198.51.100.1"), (12, "2001:db8::1"), (13, "fe80::1")] {
             st.nexthops.insert(
