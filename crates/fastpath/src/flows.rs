@@ -100,10 +100,14 @@ pub fn render(f: &FlowsJson) -> String {
         .flows
         .iter()
         .map(|f| {
-            // ICMP keys carry type and code where TCP/UDP have ports.
+            // ICMP keys carry type and code where TCP/UDP have ports; an
+            // address-pair key (other protocols, `--flow-key addresses`)
+            // has none.
             let icmp = f.proto == 1 || f.proto == 58;
             let (src, dst, proto) = if icmp {
                 (f.src.clone(), f.dst.clone(), format!("icmp {}/{}", f.sport >> 8, f.sport & 0xff))
+            } else if f.sport == 0 && f.dport == 0 {
+                (f.src.clone(), f.dst.clone(), f.proto.to_string())
             } else {
                 (format!("{}:{}", f.src, f.sport), format!("{}:{}", f.dst, f.dport), f.proto.to_string())
             };
@@ -137,4 +141,40 @@ pub fn client(args: &FlowsArgs) -> Result<()> {
     let f: FlowsJson = serde_json::from_value(data).context("daemon sent unexpected flows")?;
     print!("{}", render(&f));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flow(proto: u8, sport: u16, dport: u16) -> FlowJson {
+        FlowJson {
+            family: "ipv4".into(),
+            proto,
+            src: "192.0.2.2".into(),
+            dst: "203.0.113.1".into(),
+            sport,
+            dport,
+            ingress: Some("r0".into()),
+            egress: Some("r1".into()),
+            nexthop: 1,
+            dmac: "02:00:00:00:00:01".into(),
+            packets: 3,
+            bytes: None,
+            cpus: 1,
+            idle_s: 0,
+            current: true,
+        }
+    }
+
+    #[test]
+    fn ports_only_where_the_key_has_them() {
+        let f = FlowsJson { total: 3, flows: vec![flow(17, 4000, 53), flow(17, 0, 0), flow(1, 0x0800, 0)] };
+        let text = render(&f);
+        let rows: Vec<&str> = text.lines().skip(1).collect();
+        assert!(rows[0].starts_with("192.0.2.2:4000") && rows[0].contains("203.0.113.1:53"), "{text}");
+        let cols: Vec<&str> = rows[1].split_whitespace().take(2).collect();
+        assert_eq!(cols, ["192.0.2.2", "203.0.113.1"], "{text}");
+        assert!(rows[2].contains("icmp 8/0"), "{text}");
+    }
 }
