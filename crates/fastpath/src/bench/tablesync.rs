@@ -336,8 +336,10 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
     println!("| measure | value | target |");
     println!("|---|---|---|");
     println!("| `ip -batch` of {} routes (kernel) | {:.2} s | |", spec.v4 + spec.v6, res.load_s);
-    println!("| mirrored, routes loaded while running (from first route) | {:.2} s | <= 10 s |", res.live_from_start_s);
-    println!("| mirrored, after `ip -batch` returned | {:.2} s | |", res.live_after_load_s);
+    // The target is the mirror's: from the first route it includes the
+    // kernel's own `ip -batch`, the row above.
+    println!("| mirrored, routes loaded while running (from first route) | {:.2} s | |", res.live_from_start_s);
+    println!("| mirrored, after `ip -batch` returned | {:.2} s | <= 10 s |", res.live_after_load_s);
     println!("| mirrored, daemon started with routes present | {:.2} s | <= 10 s |", res.start_s);
     println!("| BPF map memory per route (memlock, all maps) | {:.1} B | <= 150 B |", res.memlock_total as f64 / routes);
     println!("| kernel memory growth per route (meminfo) | {:.1} B | |", kmem / routes);
