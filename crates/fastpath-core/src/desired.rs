@@ -521,7 +521,7 @@ fn mp_block(fam: Family, state: &KernelState) -> Option<String> {
             "{name} multipath routes punted: set net.ipv4.fib_multipath_hash_seed to a non-zero value to fast-path ECMP: the kernel's random seed cannot be reproduced"
         ));
     }
-    if policy > 2 {
+    if !crate::mphash::reproduced(policy) {
         return Some(format!(
             "{name} multipath routes punted: net.{proto}.fib_multipath_hash_policy is {policy}; only 0 (L3), 1 (L4) and 2 (L3 or inner L3) are implemented, set it to one of them to fast-path ECMP"
         ));

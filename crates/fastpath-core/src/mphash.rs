@@ -33,6 +33,12 @@ pub const POLICY_L4: u32 = 1;
 /// word as it is) and the dissector's ip_proto.
 pub const POLICY_L3_INNER: u32 = 2;
 
+/// The `fib_multipath_hash_policy` values the data path hashes by (0, 1, 2);
+/// multipath routes under any other are punted.
+pub fn reproduced(policy: u8) -> bool {
+    u32::from(policy) <= POLICY_L3_INNER
+}
+
 /// IP protocols the flow dissector walks into under policy 2 (or might: a
 /// GRE payload, IP in IP, IPv6 in IP, Ethernet in IP, MPLS in IP): the
 /// kernel would hash an inner header, which is not reproduced.

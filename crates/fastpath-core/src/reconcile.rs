@@ -132,7 +132,9 @@ impl Reconciler {
         // New hash settings the data plane can use go in before the routes
         // change; settings it cannot use only once the routes they would
         // concern are punted.
-        let mp_usable = new_sw.mp_seed != 0 && new_sw.mp_policy4 <= 2 && new_sw.mp_policy6 <= 2;
+        let mp_usable = new_sw.mp_seed != 0
+            && crate::mphash::reproduced(new_sw.mp_policy4)
+            && crate::mphash::reproduced(new_sw.mp_policy6);
         let mp_src = if mp_usable { &new_sw } else { &old.switches };
         let first = Switches {
             table_full: old.switches.table_full | new_sw.table_full | transient,
