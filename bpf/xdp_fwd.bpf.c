@@ -114,7 +114,9 @@ struct fp_flow_pos {
 
 /*
  * L4 part of the key: ports for TCP/UDP (unless fp_flow_ports() says the
- * family's keys go without), type and code for ICMP.
+ * family's keys go without), type and code for ICMP; in stateful mode also
+ * the echo id (conntrack keeps one entry per id, and so must the cache of
+ * its verdicts).
  */
 static __always_inline void
 fp_flow_key_l4(struct fp_flow_key *k, void *l4, void *data_end, __u32 l4_len, __u8 icmp_proto)
@@ -135,6 +137,8 @@ fp_flow_key_l4(struct fp_flow_key *k, void *l4, void *data_end, __u32 l4_len, __
 	} else if (k->proto == icmp_proto) {
 		if (l4_len >= 2 && (void *)(w + 1) <= data_end)
 			k->sport = w[0];
+		if (fp_cfg.stateful && l4_len >= 8 && (void *)(w + 4) <= data_end)
+			k->dport = w[2];
 	}
 }
 
@@ -302,7 +306,7 @@ fp_ct_pass(struct fp_pkt *p, const struct fp_flow_key *k, const struct fp_flow_p
 	   struct fp_ct_verdict *v, bool v4)
 {
 	bool closes = false;
-	__u32 r = fp_ct_l4_reason(p->ctx, k->proto, l4_off, l4_len, &closes);
+	__u32 r = fp_ct_l4_reason(p->ctx, k->proto, v4 ? FP_IPPROTO_ICMP : FP_IPPROTO_ICMPV6, l4_off, l4_len, &closes);
 
 	if (r) {
 		if (r == FP_R_CT_TCP_FLAGS && pos->set)

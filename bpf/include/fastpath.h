@@ -579,6 +579,27 @@ struct fp_ct_set {
 };
 
 /*
+ * fp_ct_icmp (stateful mode): the daemon's copy of conntrack's ICMP and
+ * ICMPv6 echo entries, which the conntrack kfuncs cannot look up (TCP and
+ * UDP only). Key: an echo packet's own tuple as a struct fp_flow_key
+ * (proto ICMP or ICMPv6 matching the family; sport = type and code as on
+ * the wire, dport = echo id; ingress and flowlabel 0), one key per
+ * direction of an entry. The daemon writes both from a ctnetlink GET when
+ * the data path asks (fp_ct_icmp_req) and again every half
+ * revalidation interval while it tracks the entry; the data path trusts a
+ * copy for ct_revalidate_ms after its GET, like a cached verdict.
+ */
+#define FP_DEFAULT_CT_ICMP_ENTRIES 8192     /* keys: two per echo entry */
+
+struct fp_ct_icmp {
+	__u64 checked;           /* CLOCK_MONOTONIC_COARSE ns (bpf_ktime_get_coarse_ns()) of the GET */
+	__u64 used;              /* written by the data path: last packet it let through on this copy */
+	__u32 reason;            /* FP_R_FORWARDED, or why conntrack's entry keeps this direction slow */
+	__u32 _pad;
+	struct fp_nat nat;       /* this direction's rewrite (flags 0: none) */
+};
+
+/*
  * fp_src_bloom4: a bitmap in front of fp_src_deny4, so that the common
  * source (not denied) costs an array read instead of a hash lookup. Bit
  * (addr * FP_SRC_BLOOM_MUL) >> (32 - FP_SRC_BLOOM_BITS), with addr the

@@ -14,8 +14,11 @@
  * conntrack does per-packet work for them that we do not.
  *
  * The kfuncs (net/netfilter/nf_conntrack_bpf.c, 6.18): bpf_xdp_ct_lookup()
- * accepts IPPROTO_TCP and IPPROTO_UDP only (-EPROTO otherwise), so ICMP,
- * ICMPv6 and every other protocol punt FP_R_CT_UNSUPPORTED. Lookups use the
+ * accepts IPPROTO_TCP and IPPROTO_UDP only (-EPROTO otherwise). ICMP and
+ * ICMPv6 echo entries are judged from the daemon's copy of them instead
+ * (fp_ct_icmp, read over ctnetlink; fp_ct_icmp_check), every other ICMP
+ * (errors are related traffic) and every other protocol punt
+ * FP_R_CT_UNSUPPORTED. Lookups use the
  * device's netns (BPF_F_CURRENT_NETNS) and the 12-byte bpf_ct_opts, which
  * 6.18 still accepts and which means the default zone 0; an entry in any
  * other zone is not found (FP_R_CT_NEW), so zones are never fast-pathed.
@@ -81,15 +84,24 @@ struct fp_ct_verdict {
 	struct fp_nat nat;       /* the rewrite to apply (flags 0: none) */
 };
 
+/* The ICMP types conntrack tracks as one echo entry (request, reply). */
+static __always_inline bool fp_ct_icmp_echo(__u8 icmp_proto, __u8 type)
+{
+	if (icmp_proto == FP_IPPROTO_ICMP)
+		return type == 8 || type == 0;
+	return type == 128 || type == 129;
+}
+
 /*
- * Punts that need no conntrack lookup: protocols the kfuncs refuse, L4
- * headers too short to look up or to read the flags from, and TCP packets
- * conntrack must see (SYN, FIN, RST) — on every packet, cache hit or not.
+ * Punts that need no conntrack lookup: protocols the kfuncs refuse (and
+ * ICMP other than echo), L4 headers too short to look up or to read the
+ * flags from, and TCP packets conntrack must see (SYN, FIN, RST) — on
+ * every packet, cache hit or not. @icmp_proto: the family's ICMP.
  * @l4_off is the constant offset of the L4 header in the frame. *@closes:
  * the TCP segment punted for its flags has FIN or RST (else it is a SYN).
  */
-static __always_inline __u32 fp_ct_l4_reason(struct xdp_md *ctx, __u8 proto, __u32 l4_off, __u32 l4_len,
-					     bool *closes)
+static __always_inline __u32 fp_ct_l4_reason(struct xdp_md *ctx, __u8 proto, __u8 icmp_proto, __u32 l4_off,
+					     __u32 l4_len, bool *closes)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -105,6 +117,12 @@ static __always_inline __u32 fp_ct_l4_reason(struct xdp_md *ctx, __u8 proto, __u
 	}
 	if (proto == IPPROTO_UDP) {
 		if (l4_len < 8 || (void *)(l4 + 8) > data_end)
+			return FP_R_CT_UNSUPPORTED;
+		return 0;
+	}
+	if (proto == icmp_proto) {
+		/* Code 0 only: the kernel sends no other with an echo. */
+		if (l4_len < 8 || (void *)(l4 + 8) > data_end || l4[1] || !fp_ct_icmp_echo(icmp_proto, l4[0]))
 			return FP_R_CT_UNSUPPORTED;
 		return 0;
 	}
@@ -245,19 +263,63 @@ fp_ct_eligible(const struct nf_conn *ct, __u32 dir, __u8 proto, const struct fp_
 }
 
 /*
+ * An ICMP echo packet with key @k (fp_ct_l4_reason() let it by): its
+ * conntrack entry as the daemon last read it, trusted for ct_revalidate_ms
+ * after that read. On FP_R_FORWARDED *@nat is filled and *@asof (now, on
+ * entry) becomes the time of the read, which is what a verdict cached from
+ * it is as old as. No copy, or one too old: punted as FP_R_CT_NEW (the
+ * data path knows of no entry), and the daemon asked for one; its reads
+ * also refresh the entry's timeout for the packets marked used here. With
+ * ct_revalidate_ms 0 nothing is ever current: every echo is the kernel's.
+ */
+static __always_inline __u32
+fp_ct_icmp_check(const struct fp_flow_key *k, const struct fp_runtime *rt, struct fp_nat *nat, __u64 *asof)
+{
+	__u32 zero = 0;
+	struct fp_flow_key *q = bpf_map_lookup_elem(&fp_ct_liberal_key, &zero);
+	struct fp_ct_icmp *e;
+	__u64 now = *asof;
+	__u32 r;
+
+	if (!q)
+		return FP_R_CT_UNSUPPORTED;
+	*q = *k;
+	q->ingress = 0;
+	q->flowlabel = 0;
+	e = bpf_map_lookup_elem(&fp_ct_icmp, q);
+	/* Signed: the daemon's clock may read a hair ahead of ours. */
+	if (!e || (__s64)(now - e->checked) >= (__s64)((__u64)rt->ct_revalidate_ms * FP_NSEC_PER_MSEC)) {
+		if (rt->ct_revalidate_ms)
+			bpf_ringbuf_output(&fp_ct_icmp_req, q, sizeof(*q), 0);
+		return FP_R_CT_NEW;
+	}
+	r = e->reason;
+	if (r != FP_R_FORWARDED)
+		return r < FP_R__COUNT ? r : FP_R_CT_UNSUPPORTED;
+	*nat = e->nat;
+	e->used = now;
+	*asof = e->checked;
+	return FP_R_FORWARDED;
+}
+
+/*
  * One conntrack lookup for the packet with key @k: FP_R_FORWARDED (with
  * *@nat filled and the entry's timeout refreshed) or the punt reason.
+ * *@asof: now on entry; when the answer was read from conntrack on return.
  * (Tried as a global function, verified once instead of per call site: the
  * stateless program then cost the verifier 20% more, so it stays inline.)
  */
 static __always_inline __u32
-fp_ct_check(struct xdp_md *ctx, const struct fp_flow_key *k, const struct fp_runtime *rt, struct fp_nat *nat)
+fp_ct_check(struct xdp_md *ctx, const struct fp_flow_key *k, const struct fp_runtime *rt, struct fp_nat *nat,
+	    __u64 *asof)
 {
 	struct bpf_ct_opts opts = { .netns_id = FP_BPF_F_CURRENT_NETNS, .l4proto = k->proto };
 	struct bpf_sock_tuple t = {};
 	struct nf_conn *ct;
 	__u32 r, tuple_sz, timeout;
 
+	if (k->proto == FP_IPPROTO_ICMP || k->proto == FP_IPPROTO_ICMPV6)
+		return fp_ct_icmp_check(k, rt, nat, asof);
 	if (!bpf_ksym_exists(bpf_xdp_ct_lookup) || !bpf_ksym_exists(bpf_ct_release) ||
 	    !bpf_ksym_exists(bpf_ct_change_timeout))
 		return FP_R_CT_UNSUPPORTED;
@@ -410,7 +472,7 @@ fp_ct_gate(struct xdp_md *ctx, const struct fp_runtime *rt, const struct fp_flow
 			}
 		}
 	}
-	r = fp_ct_check(ctx, k, rt, &v->nat);
+	r = fp_ct_check(ctx, k, rt, &v->nat, &v->now);
 	if (r != FP_R_FORWARDED) {
 		if (h)
 			fp_ct_invalidate(h, h->state & FP_CTH_NAT);

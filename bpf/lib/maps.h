@@ -191,8 +191,8 @@ struct {
 } fp_ct_liberal_req SEC(".maps");
 
 /*
- * Stateful mode: where fp_ct_want_liberal() builds a request's key, off the
- * stack (the forward path is at the 512-byte limit).
+ * Stateful mode: where fp_ct_want_liberal() and fp_ct_icmp_check() build
+ * a key, off the stack (the forward path is at the 512-byte limit).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -200,5 +200,25 @@ struct {
 	__type(key, __u32);
 	__type(value, struct fp_flow_key);
 } fp_ct_liberal_key SEC(".maps");
+
+/* Stateful mode: conntrack's ICMP echo entries, as the daemon read them (struct fp_ct_icmp). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, FP_DEFAULT_CT_ICMP_ENTRIES);
+	__type(key, struct fp_flow_key);
+	__type(value, struct fp_ct_icmp);
+} fp_ct_icmp SEC(".maps");
+
+/*
+ * Stateful mode: ICMP echo tuples the data path found no current copy of
+ * in fp_ct_icmp, one struct fp_flow_key each (as fp_ct_icmp keys them), for
+ * the daemon to look up. Small on purpose: it bounds the daemon's lookups
+ * per round under a flood of new echo ids; a request that finds it full is
+ * posted again by a later packet.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 * 1024);
+} fp_ct_icmp_req SEC(".maps");
 
 #endif /* FP_MAPS_H */

@@ -21,10 +21,12 @@
  * checksum alone there too (udp_manip_pkt tests the value, not the family),
  * so the same rule applies to both families.
  *
- * ICMP echo id NAT (icmp_manip_pkt) is not here on purpose: the conntrack
- * kfuncs look up TCP and UDP only (-EPROTO otherwise, nf_conntrack_bpf.c),
- * so the fast path never holds an ICMP entry; ICMP is punted in stateful
- * mode and the kernel translates it.
+ * ICMP echo (icmp_manip_pkt, nf_nat_icmpv6_manip_pkt): the echo id is the
+ * entry's "port", set to the target tuple's id by either manip, and the
+ * checksum follows it; ICMPv4's checksum covers no pseudo-header, so an
+ * address change leaves it alone, while ICMPv6's covers the addresses like
+ * TCP's. Its fp_nat comes from the daemon's copy of the entry (ct.h,
+ * fp_ct_icmp_check): id in sport and dport alike.
  */
 #ifndef FP_NAT_H
 #define FP_NAT_H
@@ -39,6 +41,12 @@
 #endif
 #ifndef FP_IPPROTO_UDP
 #define FP_IPPROTO_UDP 17
+#endif
+#ifndef FP_IPPROTO_ICMP
+#define FP_IPPROTO_ICMP 1
+#endif
+#ifndef FP_IPPROTO_ICMPV6
+#define FP_IPPROTO_ICMPV6 58
 #endif
 
 /*
@@ -186,7 +194,19 @@ fp_nat_l4(void *l4, __u8 proto, const struct fp_nat *nat, __u64 addr_diff)
 }
 
 /*
- * Rewrite an IPv4 packet of a TCP or UDP flow (no IP options: @l4 follows
+ * An ICMP or ICMPv6 echo (@l4: its 8-byte header): the id, and the
+ * checksum over @addr_diff (0 for ICMPv4) and the id.
+ */
+static __always_inline void fp_nat_icmp(void *l4, const struct fp_nat *nat, __u64 addr_diff)
+{
+	__be16 *check = (__be16 *)l4 + 1, *id = (__be16 *)l4 + 2;
+
+	*check = fp_nat_csum(*check, addr_diff + fp_nat_diff4(*id, nat->sport));
+	*id = nat->sport;
+}
+
+/*
+ * Rewrite an IPv4 packet of a TCP, UDP or ICMP echo flow (no IP options: @l4 follows
  * the 20-byte header). TTL is not touched; fp_ip4_dec_ttl() may run before
  * or after.
  */
@@ -202,7 +222,10 @@ fp_nat_apply4(struct iphdr *ip, void *l4, __u8 proto, const struct fp_nat *nat)
 		diff += fp_nat_diff4(ip->saddr, nsrc);
 	if (nat->flags & FP_NAT_DST)
 		diff += fp_nat_diff4(ip->daddr, ndst);
-	fp_nat_l4(l4, proto, nat, diff);
+	if (proto == FP_IPPROTO_ICMP)
+		fp_nat_icmp(l4, nat, 0);
+	else
+		fp_nat_l4(l4, proto, nat, diff);
 	ip->check = fp_nat_csum(ip->check, diff);
 	if (nat->flags & FP_NAT_SRC)
 		ip->saddr = nsrc;
@@ -222,7 +245,10 @@ fp_nat_apply6(struct ipv6hdr *ip6, void *l4, __u8 proto, const struct fp_nat *na
 		diff += fp_nat_diff16((const __u8 *)&ip6->saddr, nat->saddr);
 	if (nat->flags & FP_NAT_DST)
 		diff += fp_nat_diff16((const __u8 *)&ip6->daddr, nat->daddr);
-	fp_nat_l4(l4, proto, nat, diff);
+	if (proto == FP_IPPROTO_ICMPV6)
+		fp_nat_icmp(l4, nat, diff);
+	else
+		fp_nat_l4(l4, proto, nat, diff);
 	if (nat->flags & FP_NAT_SRC)
 		__builtin_memcpy(&ip6->saddr, nat->saddr, 16);
 	if (nat->flags & FP_NAT_DST)
@@ -231,9 +257,10 @@ fp_nat_apply6(struct ipv6hdr *ip6, void *l4, __u8 proto, const struct fp_nat *na
 
 /*
  * The whole rewrite of a committed frame (Ethernet, then IPv4 without
- * options or IPv6 without extension headers, then TCP or UDP), for the
+ * options or IPv6 without extension headers, then TCP, UDP or an ICMP
+ * echo), for the
  * forwarding program after fp_tx_commit() invalidated its packet
- * pointers. The gate has already seen a complete TCP or UDP header; the
+ * pointers. The gate has already seen a complete L4 header; the
  * bounds tests are for the verifier. Returns 1, or 0 with the frame
  * untouched if the headers are not there after all.
  *
@@ -264,6 +291,8 @@ __noinline int fp_nat_rewrite(struct xdp_md *ctx, const struct fp_nat *nat)
 			fp_nat_apply4(ip, l4, FP_IPPROTO_TCP, nat);
 		else if (ip->protocol == FP_IPPROTO_UDP && l4 + sizeof(struct udphdr) <= end)
 			fp_nat_apply4(ip, l4, FP_IPPROTO_UDP, nat);
+		else if (ip->protocol == FP_IPPROTO_ICMP && l4 + 8 <= end)
+			fp_nat_apply4(ip, l4, FP_IPPROTO_ICMP, nat);
 		else
 			return 0;
 		return 1;
@@ -276,6 +305,8 @@ __noinline int fp_nat_rewrite(struct xdp_md *ctx, const struct fp_nat *nat)
 			fp_nat_apply6(ip6, l4, FP_IPPROTO_TCP, nat);
 		else if (ip6->nexthdr == FP_IPPROTO_UDP && l4 + sizeof(struct udphdr) <= end)
 			fp_nat_apply6(ip6, l4, FP_IPPROTO_UDP, nat);
+		else if (ip6->nexthdr == FP_IPPROTO_ICMPV6 && l4 + 8 <= end)
+			fp_nat_apply6(ip6, l4, FP_IPPROTO_ICMPV6, nat);
 		else
 			return 0;
 		return 1;

@@ -86,14 +86,15 @@ impl Request {
 }
 
 /// Appends one netlink attribute, padded to 4 bytes.
-fn nla(out: &mut Vec<u8>, ty: u16, payload: &[u8]) {
+pub(crate) fn nla(out: &mut Vec<u8>, ty: u16, payload: &[u8]) {
     out.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
     out.extend_from_slice(&ty.to_ne_bytes());
     out.extend_from_slice(payload);
     out.resize((out.len() + 3) & !3, 0);
 }
 
-/// The consumer side of fp_ct_liberal_req.
+/// The consumer side of a ring of struct fp_flow_key records
+/// (fp_ct_liberal_req, fp_ct_icmp_req).
 pub struct Ring {
     ring: RingBuffer<'static>,
     /// Filled by the ring's callback during consume(); None: a record we do not understand.

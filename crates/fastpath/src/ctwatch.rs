@@ -43,7 +43,7 @@ use log::{info, warn};
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 use serde::{Deserialize, Serialize};
 
-use crate::ctliberal;
+use crate::{cticmp, ctliberal};
 use crate::nlraw::{
     align4, messages, put_header, recv, NLMSG_DONE, NLMSG_ERROR, NLMSG_HDRLEN, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP,
     NLM_F_MULTI, NLM_F_REQUEST,
@@ -51,7 +51,7 @@ use crate::nlraw::{
 use crate::maps::MapWriter;
 use crate::CtAb;
 
-const NFGENMSG_LEN: usize = 4;
+pub(crate) const NFGENMSG_LEN: usize = 4;
 
 const NFNL_SUBSYS_CTNETLINK: u16 = 1;
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
@@ -109,8 +109,8 @@ const EVENT_COALESCE: Duration = Duration::from_millis(50);
 /// liberal requests) to be readable. When only `lazy` ones are, waits up to
 /// `coalesce` more for others to queue up, unless an urgent one becomes
 /// readable first.
-fn wait_coalesced(urgent: &[RawFd], lazy: [RawFd; 2], timeout: Duration, coalesce: Duration) {
-    let fds: Vec<RawFd> = urgent.iter().copied().chain(lazy).collect();
+fn wait_coalesced(urgent: &[RawFd], lazy: &[RawFd], timeout: Duration, coalesce: Duration) {
+    let fds: Vec<RawFd> = urgent.iter().chain(lazy).copied().collect();
     let p = crate::nlraw::wait_any(&fds, timeout);
     let (u, l) = p.split_at(urgent.len());
     if l.iter().any(|q| q.revents != 0) && u.iter().all(|q| q.revents == 0) {
@@ -190,7 +190,7 @@ impl CtEvent {
 }
 
 /// Attributes of a netlink attribute stream: (type without flags, payload).
-fn attrs(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+pub(crate) fn attrs(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
     std::iter::from_fn(move || {
         if b.len() < 4 {
             return None;
@@ -221,7 +221,7 @@ fn raw_attr(mut b: &[u8], ty: u16) -> Option<&[u8]> {
     None
 }
 
-fn be32(p: &[u8]) -> Option<u32> {
+pub(crate) fn be32(p: &[u8]) -> Option<u32> {
     Some(u32::from_be_bytes(p.get(..4)?.try_into().ok()?))
 }
 
@@ -264,14 +264,14 @@ pub fn parse_ct_event(attrs_buf: &[u8], destroy: bool) -> CtEvent {
 }
 
 /// Appends one nfnetlink request: header, nfgenmsg, attributes.
-fn put_msg(out: &mut Vec<u8>, ty: u16, flags: u16, seq: u32, family: u8, attrs: &[u8]) {
+pub(crate) fn put_msg(out: &mut Vec<u8>, ty: u16, flags: u16, seq: u32, family: u8, attrs: &[u8]) {
     put_header(out, NLMSG_HDRLEN + NFGENMSG_LEN + attrs.len(), ty, flags, seq);
     out.extend_from_slice(&[family, 0, 0, 0]);
     out.extend_from_slice(attrs);
     out.resize(align4(out.len()), 0);
 }
 
-fn put_be32_attr(out: &mut Vec<u8>, ty: u16, v: u32) {
+pub(crate) fn put_be32_attr(out: &mut Vec<u8>, ty: u16, v: u32) {
     out.extend_from_slice(&8u16.to_ne_bytes());
     out.extend_from_slice(&ty.to_ne_bytes());
     out.extend_from_slice(&v.to_be_bytes());
@@ -370,7 +370,7 @@ fn set_rcvbuf(s: &mut Socket, size: usize) -> io::Result<()> {
     Ok(())
 }
 
-fn set_recv_timeout(s: &Socket, t: Duration) -> io::Result<()> {
+pub(crate) fn set_recv_timeout(s: &Socket, t: Duration) -> io::Result<()> {
     let tv = libc::timeval { tv_sec: t.as_secs() as libc::time_t, tv_usec: t.subsec_micros() as libc::suseconds_t };
     // SAFETY: a pointer to a live timeval and its size.
     let rc = unsafe {
@@ -396,6 +396,8 @@ pub struct Round {
     pub revoke: bool,
     /// The ruleset changed: clear the marks, then bump.
     pub ruleset: bool,
+    /// Events were lost: whatever they said is unknown.
+    pub lost: bool,
 }
 
 /// Counters shown by `fastpath status`.
@@ -420,6 +422,21 @@ pub struct CtCounters {
     /// per revalidation interval, for connections that outlived a few ms).
     #[serde(default)]
     pub liberal_requests: u64,
+    /// ICMP echo entries whose copies the data path has (cticmp.rs).
+    #[serde(default)]
+    pub icmp_tracked: u64,
+    /// ICMP echo tuples the data path asked about (it found no current copy).
+    #[serde(default)]
+    pub icmp_requests: u64,
+    /// ICMP entries whose timeout we refreshed for fast-pathed echoes.
+    #[serde(default)]
+    pub icmp_refreshes: u64,
+    /// ICMP entries left uncopied: fp_ct_icmp was full.
+    #[serde(default)]
+    pub icmp_full: u64,
+    /// Failed ctnetlink lookups or refreshes of ICMP entries.
+    #[serde(default)]
+    pub icmp_errors: u64,
 }
 
 /// The event sockets and the request socket of the stateful mode.
@@ -446,6 +463,9 @@ pub struct Watch {
     /// Bench A/B: an update for every marked TCP entry as its event
     /// arrives, instead of the data path's requests.
     eager_liberal: bool,
+    /// ICMP entries events destroyed or revoked this round: (family,
+    /// original tuple attribute payload, destroyed), for cticmp.
+    icmp_touched: Vec<(u8, Vec<u8>, bool)>,
     pub counters: CtCounters,
 }
 
@@ -478,16 +498,18 @@ impl Watch {
             skip_liberal: ab == CtAb::NoLiberal,
             ring,
             eager_liberal: ab == CtAb::EagerLiberal,
+            icmp_touched: Vec::new(),
             counters: CtCounters::default(),
         })
     }
 
-    /// Sleeps until one of `others` or of our sockets is readable, or `timeout`.
-    pub fn wait(&self, others: &[RawFd], timeout: Duration) {
+    /// Sleeps until one of `others`, of our sockets or `rings` is readable, or `timeout`.
+    pub fn wait(&self, others: &[RawFd], rings: &[RawFd], timeout: Duration) {
         // No ring: -1, which poll() skips.
         let ring = self.ring.as_ref().map_or(-1, |r| r.fd());
         let urgent: Vec<RawFd> = others.iter().copied().chain([self.rules.as_raw_fd()]).collect();
-        wait_coalesced(&urgent, [self.ct.as_raw_fd(), ring], timeout, EVENT_COALESCE);
+        let lazy: Vec<RawFd> = [self.ct.as_raw_fd(), ring].into_iter().chain(rings.iter().copied()).collect();
+        wait_coalesced(&urgent, &lazy, timeout, EVENT_COALESCE);
     }
 
     /// Reads everything queued on both event sockets without blocking.
@@ -511,6 +533,7 @@ impl Watch {
                         // Keep reading: the kernel resumes delivery once the queue is empty.
                         self.counters.overruns += 1;
                         r.revoke = true;
+                        r.lost = true;
                         r.ruleset |= rules;
                         warn!("{} event socket overran; re-checking every cached verdict", if rules { "nftables" } else { "conntrack" });
                         continue;
@@ -518,6 +541,7 @@ impl Watch {
                     Err(e) => {
                         warn!("reading netfilter events: {e}");
                         r.revoke = true;
+                        r.lost = true;
                         break;
                     }
                 }
@@ -526,6 +550,7 @@ impl Watch {
                     if truncated {
                         // Never for events this size; were it so, what it said is unknown.
                         r.revoke = true;
+                        r.lost = true;
                         r.ruleset |= rules;
                     }
                     let slot = &buf[i * EVENT_SLOT..(i + 1) * EVENT_SLOT];
@@ -557,8 +582,14 @@ impl Watch {
             self.counters.events += 1;
             let a = &payload[NFGENMSG_LEN..];
             let ev = parse_ct_event(a, destroy);
-            if ev.revokes(self.marks) {
+            let revokes = ev.revokes(self.marks);
+            if revokes {
                 r.revoke = true;
+            }
+            if matches!(ev.proto, Some(cticmp::IPPROTO_ICMP | cticmp::IPPROTO_ICMPV6)) && (destroy || revokes) {
+                if let Some((_, tuple)) = attrs(a).find(|(t, _)| *t == CTA_TUPLE_ORIG) {
+                    self.icmp_touched.push((payload[0], tuple.to_vec(), destroy));
+                }
             }
             if self.eager_liberal && !self.skip_liberal && ev.needs_liberal(self.marks) {
                 if let Some(tuple) = raw_attr(a, CTA_TUPLE_ORIG) {
@@ -716,6 +747,12 @@ pub struct CtTimeouts {
     pub tcp: u32,
     pub udp: u32,
     pub udp_stream: u32,
+    /// nf_conntrack_icmp_timeout, nf_conntrack_icmpv6_timeout: what an
+    /// echo entry is refreshed to (cticmp.rs).
+    #[serde(default = "default_icmp_timeout")]
+    pub icmp: u32,
+    #[serde(default = "default_icmp_timeout")]
+    pub icmpv6: u32,
     /// nf_conntrack_tcp_be_liberal: every TCP entry's window tracking is
     /// liberal (read with the timeouts; not one, so kept out of `timeouts_s`).
     #[serde(skip)]
@@ -728,8 +765,9 @@ impl CtTimeouts {
     /// UDP). Each validation refreshes the entry's timeout; a longer
     /// interval would let a busy flow's entry expire between two, and an
     /// idle flow's verdict outlive its entry until the kernel collects it.
+    /// (ICMP echo entries, refreshed by the daemon, count too.)
     pub fn revalidate_cap_ms(&self, revalidate_ms: u32) -> u32 {
-        let shortest = self.tcp.min(self.udp_stream);
+        let shortest = self.tcp.min(self.udp_stream).min(self.icmp).min(self.icmpv6);
         revalidate_ms.min(shortest.saturating_mul(500))
     }
 }
@@ -737,8 +775,12 @@ impl CtTimeouts {
 impl Default for CtTimeouts {
     /// The kernel's own defaults, for when the sysctls cannot be read.
     fn default() -> Self {
-        CtTimeouts { tcp: 432_000, udp: 30, udp_stream: 120, tcp_liberal: false }
+        CtTimeouts { tcp: 432_000, udp: 30, udp_stream: 120, icmp: 30, icmpv6: 30, tcp_liberal: false }
     }
+}
+
+fn default_icmp_timeout() -> u32 {
+    30
 }
 
 fn read_u32(root: &Path, name: &str) -> Option<u32> {
@@ -752,6 +794,8 @@ pub fn read_timeouts(root: &Path) -> Option<CtTimeouts> {
         tcp: read_u32(root, "nf_conntrack_tcp_timeout_established")?,
         udp: read_u32(root, "nf_conntrack_udp_timeout")?,
         udp_stream: read_u32(root, "nf_conntrack_udp_timeout_stream")?,
+        icmp: read_u32(root, "nf_conntrack_icmp_timeout").unwrap_or_else(default_icmp_timeout),
+        icmpv6: read_u32(root, "nf_conntrack_icmpv6_timeout").unwrap_or_else(default_icmp_timeout),
         tcp_liberal: read_u32(root, "nf_conntrack_tcp_be_liberal").is_some_and(|v| v != 0),
     })
 }
@@ -797,9 +841,21 @@ fn warn_one_mark(m: CtMarks) {
     }
 }
 
+/// The maps the daemon side of the stateful mode works on.
+pub struct StatefulMaps {
+    /// fp_ct_liberal_req: TCP entries to make liberal.
+    pub liberal_req: libbpf_rs::MapHandle,
+    /// fp_ct_icmp: the ICMP echo entries' copies.
+    pub icmp: libbpf_rs::MapHandle,
+    /// fp_ct_icmp_req: ICMP tuples the data path asks about.
+    pub icmp_req: libbpf_rs::MapHandle,
+}
+
 /// The stateful mode as the daemon loop drives it.
 pub struct Stateful {
     watch: Watch,
+    /// Conntrack's ICMP echo entries for the data path.
+    icmp: cticmp::Mirror,
     timeouts: CtTimeouts,
     marks: CtMarks,
     revalidate_ms: u32,
@@ -816,14 +872,15 @@ impl Stateful {
         revalidate_ms: u32,
         rcvbuf: usize,
         ab: CtAb,
-        ring: libbpf_rs::MapHandle,
+        maps: StatefulMaps,
         writer: &mut MapWriter,
     ) -> anyhow::Result<Stateful> {
         use anyhow::Context;
         if ab != CtAb::Full {
             warn!("--ct-ab {ab:?}: conntrack work left out or done otherwise for a measurement; revocations are not guaranteed");
         }
-        let ring = ctliberal::Ring::open(ring).context("opening the data path's liberal-window request ring (fp_ct_liberal_req)")?;
+        let ring = ctliberal::Ring::open(maps.liberal_req).context("opening the data path's liberal-window request ring (fp_ct_liberal_req)")?;
+        let icmp = cticmp::Mirror::open(maps.icmp, maps.icmp_req)?;
         let watch = Watch::open(marks, rcvbuf, ab, Some(ring)).context("subscribing to conntrack and nftables events")?;
         let root = Path::new(NETFILTER_SYSCTL);
         let timeouts = read_timeouts(root).unwrap_or_else(|| {
@@ -835,7 +892,7 @@ impl Stateful {
             warn!("net.netfilter.nf_conntrack_events is 0: only entries the ruleset gives an event mask (`ct event set`, as the example ruleset does) send conntrack events; the others' revocations wait for the {revalidate_ms} ms revalidation");
         }
         writer.set_ct(marks, revalidate_ms, timeouts);
-        let mut s = Stateful { watch, timeouts, marks, revalidate_ms, events_enabled, ab };
+        let mut s = Stateful { watch, icmp, timeouts, marks, revalidate_ms, events_enabled, ab };
         s.watch.skip_liberal = s.skip_liberal();
         s.clear_marks();
         s.bump(writer);
@@ -849,7 +906,8 @@ impl Stateful {
     }
 
     pub fn wait(&self, others: &[RawFd], timeout: Duration) {
-        self.watch.wait(others, timeout);
+        let timeout = self.icmp.until_poll().map_or(timeout, |p| p.min(timeout));
+        self.watch.wait(others, &[self.icmp.fd()], timeout);
     }
 
     /// A netns-wide liberal window tracking makes every entry liberal: the
@@ -860,19 +918,29 @@ impl Stateful {
         self.ab == CtAb::NoLiberal || self.timeouts.tcp_liberal
     }
 
-    /// One round: read the events, clear marks on a ruleset change, bump.
+    /// One round: read the events, clear marks on a ruleset change, read
+    /// the ICMP entries due (all of them after a ruleset change or lost
+    /// events: their copies must say what conntrack says before the bump
+    /// sends the cached verdicts back to them), bump.
     pub fn step(&mut self, writer: &mut MapWriter) {
         let r = self.watch.drain();
         if r.ruleset {
             self.watch.counters.ruleset_changes += 1;
             self.clear_marks();
         }
+        self.icmp_step(r.ruleset || r.lost);
         if r.revoke || r.ruleset {
             self.bump(writer);
         }
         if let Err(e) = self.watch.flush_liberal() {
             warn!("making conntrack's TCP window tracking liberal for fast-pathed connections: {e}");
         }
+    }
+
+    fn icmp_step(&mut self, all: bool) {
+        let touched = std::mem::take(&mut self.watch.icmp_touched);
+        let revalidate = self.timeouts.revalidate_cap_ms(self.revalidate_ms);
+        self.icmp.step(&touched, all, self.marks, self.timeouts, revalidate, &mut self.watch.counters);
     }
 
     fn clear_marks(&mut self) {
@@ -912,6 +980,7 @@ impl Stateful {
         self.marks = marks;
         self.watch.marks = marks;
         self.clear_marks();
+        self.icmp_step(true);
         self.bump(writer);
         info!(
             "stateful mode: ct mark {:#x}/{:#x} -> {:#x}/{:#x} (original/reply)",
@@ -1010,7 +1079,7 @@ mod tests {
         let (ct, mut ct_w) = pipe();
         ct_w.write_all(b"e").unwrap();
         let t = std::time::Instant::now();
-        wait_coalesced(&[route.as_raw_fd(), -1], [ct.as_raw_fd(), -1], Duration::from_secs(5), Duration::from_millis(200));
+        wait_coalesced(&[route.as_raw_fd(), -1], &[ct.as_raw_fd(), -1], Duration::from_secs(5), Duration::from_millis(200));
         assert!(t.elapsed() >= Duration::from_millis(150), "returned after {:?}", t.elapsed());
     }
 
@@ -1032,7 +1101,7 @@ mod tests {
                 w
             });
             let t = std::time::Instant::now();
-            wait_coalesced(&[route.as_raw_fd(), watcher.as_raw_fd()], [ct.as_raw_fd(), -1], Duration::from_secs(5), Duration::from_secs(30));
+            wait_coalesced(&[route.as_raw_fd(), watcher.as_raw_fd()], &[ct.as_raw_fd(), -1], Duration::from_secs(5), Duration::from_secs(30));
             assert!(t.elapsed() < Duration::from_secs(10), "socket {urgent}'s change waited {:?}", t.elapsed());
             drop(writer.join().unwrap());
         }
@@ -1102,7 +1171,7 @@ mod tests {
 
     #[test]
     fn revalidation_is_capped_at_half_the_shortest_fast_timeout() {
-        let t = CtTimeouts { tcp: 432000, udp: 30, udp_stream: 120, tcp_liberal: false };
+        let t = CtTimeouts { tcp: 432000, udp: 30, udp_stream: 120, icmp: 30, icmpv6: 30, tcp_liberal: false };
         assert_eq!(t.revalidate_cap_ms(1000), 1000);
         assert_eq!(t.revalidate_cap_ms(600_000), 60_000, "udp_stream 120 s");
         assert_eq!(t.revalidate_cap_ms(0), 0, "0 stays: every packet looked up");
@@ -1184,7 +1253,7 @@ mod tests {
         std::fs::write(dir.join("nf_conntrack_tcp_timeout_established"), "60\n").unwrap();
         std::fs::write(dir.join("nf_conntrack_udp_timeout"), "5\n").unwrap();
         std::fs::write(dir.join("nf_conntrack_udp_timeout_stream"), "10\n").unwrap();
-        assert_eq!(read_timeouts(&dir), Some(CtTimeouts { tcp: 60, udp: 5, udp_stream: 10, tcp_liberal: false }));
+        assert_eq!(read_timeouts(&dir), Some(CtTimeouts { tcp: 60, udp: 5, udp_stream: 10, icmp: 30, icmpv6: 30, tcp_liberal: false }));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

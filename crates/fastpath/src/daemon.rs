@@ -190,8 +190,13 @@ pub fn run(loaded: Loaded) -> Result<()> {
     // first packet can be fast-pathed by our programs.
     if stateful {
         let first = instances.first().context("no interface to run on")?;
-        let ring = libbpf_rs::MapHandle::try_from(&first.skel.maps.fp_ct_liberal_req).context("opening fp_ct_liberal_req")?;
-        let c = ctwatch::Stateful::start(args.ct_marks(), args.ct_revalidate_ms, args.netlink_rcvbuf, args.ct_ab, ring, &mut lp.writer)?;
+        let m = &first.skel.maps;
+        let maps = ctwatch::StatefulMaps {
+            liberal_req: libbpf_rs::MapHandle::try_from(&m.fp_ct_liberal_req).context("opening fp_ct_liberal_req")?,
+            icmp: libbpf_rs::MapHandle::try_from(&m.fp_ct_icmp).context("opening fp_ct_icmp")?,
+            icmp_req: libbpf_rs::MapHandle::try_from(&m.fp_ct_icmp_req).context("opening fp_ct_icmp_req")?,
+        };
+        let c = ctwatch::Stateful::start(args.ct_marks(), args.ct_revalidate_ms, args.netlink_rcvbuf, args.ct_ab, maps, &mut lp.writer)?;
         lp.ct_status = Some(c.status(&lp.writer));
         lp.ct = Some(c);
     }

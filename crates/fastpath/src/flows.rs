@@ -100,12 +100,13 @@ pub fn render(f: &FlowsJson) -> String {
         .flows
         .iter()
         .map(|f| {
-            // ICMP keys carry type and code where TCP/UDP have ports; an
-            // address-pair key (other protocols, `--flow-key addresses`)
-            // has none.
+            // ICMP keys carry type and code where TCP/UDP have ports (and,
+            // in stateful mode, the echo id); an address-pair key (other
+            // protocols, `--flow-key addresses`) has none.
             let icmp = f.proto == 1 || f.proto == 58;
             let (src, dst, proto) = if icmp {
-                (f.src.clone(), f.dst.clone(), format!("icmp {}/{}", f.sport >> 8, f.sport & 0xff))
+                let id = if f.dport != 0 { format!(" id {}", f.dport) } else { String::new() };
+                (f.src.clone(), f.dst.clone(), format!("icmp {}/{}{id}", f.sport >> 8, f.sport & 0xff))
             } else if f.sport == 0 && f.dport == 0 {
                 (f.src.clone(), f.dst.clone(), f.proto.to_string())
             } else {

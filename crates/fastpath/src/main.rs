@@ -7,6 +7,7 @@ mod api;
 mod batch;
 mod bench;
 mod config;
+mod cticmp;
 mod ctliberal;
 mod ctwatch;
 mod daemon;

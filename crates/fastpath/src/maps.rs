@@ -36,7 +36,7 @@ fn ctx<T>(map: &'static str, r: libbpf_rs::Result<T>) -> MapResult<T> {
 
 /// Views a bindgen struct of fastpath.h as the bytes the kernel expects.
 /// Every such struct spells its padding out as fields, so no byte is uninit.
-fn bytes<T: Copy>(v: &T) -> &[u8] {
+pub(crate) fn bytes<T: Copy>(v: &T) -> &[u8] {
     // SAFETY: T is a repr(C) plain-old-data type from fastpath.h without
     // implicit padding; the slice borrows `v` for its lifetime.
     unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }

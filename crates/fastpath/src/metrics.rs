@@ -387,8 +387,13 @@ impl Collector for Scrape {
                     ("clear_errors", c.clear_errors),
                     ("liberal", c.liberal),
                     ("liberal_requests", c.liberal_requests),
+                    ("icmp_requests", c.icmp_requests),
+                    ("icmp_refreshes", c.icmp_refreshes),
+                    ("icmp_full", c.icmp_full),
+                    ("icmp_errors", c.icmp_errors),
                 ],
             )?;
+            gauge(&mut e, "fastpath_ct_icmp_entries", "Stateful mode: ICMP echo conntrack entries copied for the data path.", c.icmp_tracked as f64)?;
         }
         Ok(())
     }

@@ -35,7 +35,12 @@ pub fn error_code(payload: &[u8]) -> i32 {
 }
 
 /// Netlink messages of one datagram: (type, flags, payload after the header).
-pub fn messages(mut b: &[u8]) -> impl Iterator<Item = (u16, u16, &[u8])> {
+pub fn messages(b: &[u8]) -> impl Iterator<Item = (u16, u16, &[u8])> {
+    messages_seq(b).map(|(ty, flags, _, payload)| (ty, flags, payload))
+}
+
+/// The same with each message's sequence number: (type, flags, seq, payload).
+pub fn messages_seq(mut b: &[u8]) -> impl Iterator<Item = (u16, u16, u32, &[u8])> {
     std::iter::from_fn(move || {
         if b.len() < NLMSG_HDRLEN {
             return None;
@@ -43,12 +48,13 @@ pub fn messages(mut b: &[u8]) -> impl Iterator<Item = (u16, u16, &[u8])> {
         let len = u32::from_ne_bytes(b[0..4].try_into().ok()?) as usize;
         let ty = u16::from_ne_bytes([b[4], b[5]]);
         let flags = u16::from_ne_bytes([b[6], b[7]]);
+        let seq = u32::from_ne_bytes([b[8], b[9], b[10], b[11]]);
         if len < NLMSG_HDRLEN || len > b.len() {
             return None;
         }
         let payload = &b[NLMSG_HDRLEN..len];
         b = &b[align4(len).min(b.len())..];
-        Some((ty, flags, payload))
+        Some((ty, flags, seq, payload))
     })
 }
 

@@ -97,6 +97,12 @@ pub fn status(s: &Status, all: bool) -> String {
             c.generation, c.counters.events, c.counters.bumps, c.counters.overruns,
             c.counters.ruleset_changes, c.counters.marks_cleared
         );
+        let _ = writeln!(
+            out,
+            "  icmp echo entries copied {}: requests {}  timeout refreshes {}  table full {}  errors {}",
+            c.counters.icmp_tracked, c.counters.icmp_requests, c.counters.icmp_refreshes, c.counters.icmp_full,
+            c.counters.icmp_errors
+        );
         if !c.events_enabled {
             out.push_str("  problem: net.netfilter.nf_conntrack_events is 0 (only entries the ruleset gives an event mask with `ct event set` send events; the others' revocations wait for the revalidation)\n");
         }
