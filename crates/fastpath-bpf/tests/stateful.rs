@@ -35,6 +35,8 @@ use support::world::*;
 
 const TCP: u8 = 6;
 const UDP: u8 = 17;
+const ICMP: u8 = 1;
+const ICMPV6: u8 = 58;
 
 const FIN: u8 = 0x01;
 const SYN: u8 = 0x02;
@@ -130,6 +132,66 @@ fn out6(p: &Ip6) -> Vec<u8> {
     let mut o = p.clone();
     o.hop -= 1;
     o.frame(MAC_GW6, MAC_B)
+}
+
+/// An ICMP message from the client (type, code, echo id) with its checksum.
+fn echo4(ty: u8, code: u8, id: u16) -> Ip4 {
+    let mut p = Ip4::new(v4("192.0.2.10"), v4("203.0.113.20"));
+    p.proto = ICMP;
+    p.payload = icmp_msg(ty, code, id, None);
+    p
+}
+
+fn echo6(ty: u8, id: u16) -> Ip6 {
+    let (s, d) = (v6("2001:db8:a::10"), v6("2001:db8:2::20"));
+    let mut p = Ip6::new(s, d);
+    p.nexthdr = ICMPV6;
+    p.payload = icmp_msg(ty, 0, id, Some((&s, &d)));
+    p
+}
+
+/// ICMP header (sequence 1) and a payload; ICMPv6 sums the pseudo-header.
+fn icmp_msg(ty: u8, code: u8, id: u16, v6: Option<(&[u8; 16], &[u8; 16])>) -> Vec<u8> {
+    let mut m = vec![ty, code, 0, 0];
+    m.extend_from_slice(&id.to_be_bytes());
+    m.extend_from_slice(&1u16.to_be_bytes());
+    m.extend_from_slice(b"fastpath echo");
+    let mut summed = Vec::new();
+    if let Some((s, d)) = v6 {
+        summed.extend_from_slice(s);
+        summed.extend_from_slice(d);
+        summed.extend_from_slice(&(m.len() as u32).to_be_bytes());
+        summed.extend_from_slice(&[0, 0, 0, ICMPV6]);
+    }
+    summed.extend_from_slice(&m);
+    let c = csum(&summed);
+    m[2..4].copy_from_slice(&c.to_be_bytes());
+    m
+}
+
+/// The fp_ct_icmp key of an echo packet (its own tuple, as the daemon writes it).
+fn echo_key(family: u8, proto: u8, src: &[u8], dst: &[u8], ty: u8, id: u16) -> fp_flow_key {
+    let mut k = fp_flow_key { family, proto, sport: u16::from_ne_bytes([ty, 0]), dport: id.to_be(), ..Default::default() };
+    k.saddr[..src.len()].copy_from_slice(src);
+    k.daddr[..dst.len()].copy_from_slice(dst);
+    k
+}
+
+fn now_coarse_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    assert_eq!(unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) }, 0);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// What the daemon writes after a GET `age_ms` ago.
+fn put_copy(l: &Loaded, k: &fp_flow_key, reason: fp_reason, nat: fp_nat, age_ms: u64) {
+    let v = fp_ct_icmp { checked: now_coarse_ns() - age_ms * 1_000_000, reason: reason as u32, nat, ..Default::default() };
+    l.skel.maps.fp_ct_icmp.update(raw(k), raw(&v), MapFlags::ANY).expect("fp_ct_icmp");
+}
+
+fn copy_of(l: &Loaded, k: &fp_flow_key) -> Option<fp_ct_icmp> {
+    l.skel.maps.fp_ct_icmp.lookup(raw(k), MapFlags::ANY).expect("fp_ct_icmp").map(|v| from_raw(&v))
 }
 
 fn stateful_world(a: u32, b: u32) -> World {
@@ -235,9 +297,11 @@ fn punt_cases() -> Vec<Case> {
     let data = t4(ACK);
     let data6 = t6(ACK);
     let udp = u4();
-    let mut echo = Ip4::new(v4("192.0.2.10"), v4("203.0.113.20"));
-    echo.proto = 1;
-    echo.payload = vec![8, 0, 0xf7, 0xfe, 0, 1, 0, 0];
+    let echo = echo4(8, 0, 1);
+    let unreachable = echo4(3, 1, 0);
+    let echo_code1 = echo4(8, 1, 1);
+    let mut short_echo = echo4(8, 0, 1);
+    short_echo.payload.truncate(6);
     let mut gre = echo.clone();
     gre.proto = 47;
     gre.payload = vec![0, 0, 0x08, 0x00];
@@ -309,7 +373,11 @@ fn punt_cases() -> Vec<Case> {
         flags("FIN+ACK", FIN | ACK),
         flags("RST", RST),
         flags("RST+ACK", RST | ACK),
-        Case::punt("icmp echo (no conntrack kfunc for icmp)", entries(&[TCP_EST]), f4(&echo), FP_R_CT_UNSUPPORTED),
+        // ICMP goes by the daemon's copy of its entry (icmp_echo_* below).
+        Case::punt("icmp echo, no copy of its entry", entries(&[TCP_EST]), f4(&echo), FP_R_CT_NEW),
+        Case::punt("icmp error (related traffic)", entries(&[]), f4(&unreachable), FP_R_CT_UNSUPPORTED),
+        Case::punt("icmp echo with a code", entries(&[]), f4(&echo_code1), FP_R_CT_UNSUPPORTED),
+        Case::punt("icmp echo header cut short", entries(&[]), f4(&short_echo), FP_R_CT_UNSUPPORTED),
         Case::punt("gre", entries(&[]), f4(&gre), FP_R_CT_UNSUPPORTED),
         Case::punt("tcp header cut short", entries(&[TCP_EST]), f4(&short_tcp), FP_R_CT_UNSUPPORTED),
         Case::punt("udp header cut short", entries(&[UDP_EST]), f4(&short_udp), FP_R_CT_UNSUPPORTED),
@@ -810,4 +878,86 @@ fn per_flow_packets_and_bytes() {
 const STATEFUL_REASONS: &[fp_reason] =
     &[FP_R_CT_NEW, FP_R_CT_NOT_ESTABLISHED, FP_R_CT_UNMARKED, FP_R_CT_TCP_FLAGS, FP_R_CT_UNSUPPORTED, FP_R_CT_NAT];
 
+/// The data path's side of ICMP echo, which the conntrack kfuncs cannot look
+/// up: it goes by the daemon's copy of the entry (fp_ct_icmp), trusted for
+/// ct_revalidate_ms after the daemon read it. No copy or an old one: punted
+/// as new and asked for on fp_ct_icmp_req (the packet's own key); a copy
+/// that says why the entry is slow punts for that reason; a current
+/// forwarding copy forwards and records the packet's time in `used` (what
+/// the daemon refreshes conntrack's timeout by). The verdict is cached per
+/// echo id like any other and dropped by a generation bump.
+#[test]
+fn icmp_echo_goes_by_the_daemons_copy() {
+    let Some((mut lab, mut w)) = shared_lab("icmp_echo_goes_by_the_daemons_copy") else { return };
+    w.rt.flow_timeout = 30;
+    w.rt.ct_revalidate_ms = 400;
+    let l = lab.program(&w).expect("load");
+    let got = std::rc::Rc::new(std::cell::RefCell::new(Vec::<Vec<u8>>::new()));
+    let sink = std::rc::Rc::clone(&got);
+    let mut b = libbpf_rs::RingBufferBuilder::new();
+    b.add(&l.skel.maps.fp_ct_icmp_req, move |d: &[u8]| {
+        sink.borrow_mut().push(d.to_vec());
+        0
+    })
+    .expect("ring");
+    let ring = b.build().expect("ring");
+    let asked = || {
+        ring.consume().expect("consume");
+        got.borrow_mut().drain(..).collect::<Vec<_>>()
+    };
+    let (c4, s4) = (v4("192.0.2.10"), v4("203.0.113.20"));
+    let (c6, s6) = (v6("2001:db8:a::10"), v6("2001:db8:2::20"));
+    let p = echo4(8, 0, 0x1234);
+    let k = echo_key(2, ICMP, &c4, &s4, 8, 0x1234);
+    let p6 = echo6(128, 0x1234);
+    let k6 = echo_key(10, ICMPV6, &c6, &s6, 128, 0x1234);
+    let none = fp_nat::default();
 
+    punts(&l, &w, &f4(&p), FP_R_CT_NEW);
+    assert_eq!(asked(), vec![raw(&k).to_vec()], "the daemon is asked for the packet's own tuple");
+    put_copy(&l, &k, FP_R_FORWARDED, none, 0);
+    let before = now_coarse_ns();
+    forwards(&l, &w, &f4(&p), &out4(&p));
+    assert!(copy_of(&l, &k).expect("copy").used >= before - 10_000_000, "used not recorded");
+    forwards(&l, &w, &f4(&p), &out4(&p));
+    assert!(asked().is_empty());
+
+    // Another echo id is another entry.
+    let other = echo4(8, 0, 0x1235);
+    punts(&l, &w, &f4(&other), FP_R_CT_NEW);
+    assert_eq!(asked(), vec![raw(&echo_key(2, ICMP, &c4, &s4, 8, 0x1235)).to_vec()]);
+
+    // The daemon rewrote the copy after an event (unmarked) and bumped.
+    put_copy(&l, &k, FP_R_CT_UNMARKED, none, 0);
+    forwards(&l, &w, &f4(&p), &out4(&p));
+    w.rt.ct_generation += 1;
+    set_rt(&l, &w);
+    punts(&l, &w, &f4(&p), FP_R_CT_UNMARKED);
+    assert!(asked().is_empty(), "a current copy is not asked for again");
+
+    // A copy older than the interval is not trusted, cached or not.
+    put_copy(&l, &k, FP_R_FORWARDED, none, 0);
+    w.rt.ct_generation += 1;
+    set_rt(&l, &w);
+    forwards(&l, &w, &f4(&p), &out4(&p));
+    std::thread::sleep(Duration::from_millis(450));
+    punts(&l, &w, &f4(&p), FP_R_CT_NEW);
+    assert_eq!(asked().len(), 1, "an old copy is asked for again");
+    put_copy(&l, &k, FP_R_FORWARDED, none, 500);
+    punts(&l, &w, &f4(&p), FP_R_CT_NEW);
+    assert_eq!(asked().len(), 1);
+
+    // IPv6 alike.
+    punts(&l, &w, &f6(&p6), FP_R_CT_NEW);
+    assert_eq!(asked(), vec![raw(&k6).to_vec()]);
+    put_copy(&l, &k6, FP_R_FORWARDED, none, 0);
+    forwards(&l, &w, &f6(&p6), &out6(&p6));
+    forwards(&l, &w, &f6(&p6), &out6(&p6));
+
+    // ct_revalidate_ms 0: nothing is current, nothing asked for.
+    w.rt.ct_revalidate_ms = 0;
+    set_rt(&l, &w);
+    put_copy(&l, &k, FP_R_FORWARDED, none, 0);
+    punts(&l, &w, &f4(&p), FP_R_CT_NEW);
+    assert!(asked().is_empty());
+}

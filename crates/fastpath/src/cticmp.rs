@@ -269,7 +269,7 @@ impl Entry {
             daddr: other.src,
             sport: id,
             dport: id,
-            flags: u32::from(src_manip) * FP_NAT_SRC | u32::from(dst_manip) * FP_NAT_DST,
+            flags: (u32::from(src_manip) * FP_NAT_SRC) | (u32::from(dst_manip) * FP_NAT_DST),
         }
     }
 

@@ -1173,7 +1173,9 @@ mod tests {
     fn revalidation_is_capped_at_half_the_shortest_fast_timeout() {
         let t = CtTimeouts { tcp: 432000, udp: 30, udp_stream: 120, icmp: 30, icmpv6: 30, tcp_liberal: false };
         assert_eq!(t.revalidate_cap_ms(1000), 1000);
-        assert_eq!(t.revalidate_cap_ms(600_000), 60_000, "udp_stream 120 s");
+        assert_eq!(t.revalidate_cap_ms(600_000), 15_000, "icmp 30 s (the daemon's refresh follows the interval)");
+        assert_eq!(CtTimeouts { icmp: 300, ..t }.revalidate_cap_ms(600_000), 15_000, "icmpv6 30 s");
+        assert_eq!(CtTimeouts { icmp: 300, icmpv6: 300, ..t }.revalidate_cap_ms(600_000), 60_000, "udp_stream 120 s");
         assert_eq!(t.revalidate_cap_ms(0), 0, "0 stays: every packet looked up");
         // The unassured UDP timeout never holds a fast entry.
         let t = CtTimeouts { udp: 1, udp_stream: 3, ..t };
