@@ -9,7 +9,7 @@ logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
 
 from scapy.layers.inet import ICMP, IP, TCP, UDP, fragment  # noqa: E402
 from scapy.layers.inet6 import (  # noqa: E402
-    ICMPv6EchoRequest, IPv6, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, fragment6)
+    ICMPv6EchoReply, ICMPv6EchoRequest, IPv6, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, fragment6)
 from scapy.layers.l2 import Ether  # noqa: E402
 from scapy.packet import Padding, Raw  # noqa: E402
 
@@ -119,6 +119,6 @@ def frags6(lab: Lab, dst: str | None = None, size: int = 600, fragsize: int = 30
 
 
 __all__ = [
-    "Ether", "IP", "IPv6", "UDP", "TCP", "ICMP", "Raw", "Padding", "IPv6ExtHdrHopByHop",
+    "Ether", "IP", "IPv6", "UDP", "TCP", "ICMP", "ICMPv6EchoRequest", "ICMPv6EchoReply", "Raw", "Padding", "IPv6ExtHdrHopByHop",
     "eth", "payload", "udp4", "udp6", "udp_series", "tcp4", "tcp6", "ping4", "ping6", "frags4", "frags6",
 ]

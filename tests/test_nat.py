@@ -11,9 +11,12 @@ directions (a run that punted everything would prove nothing).
 
 A UDP flow becomes fast only once conntrack has made it ASSURED, which it
 does for a packet more than two seconds after the first (stream_ts), so the
-UDP flows pause once. All four flows of a NAT kind (v4/v6, UDP/TCP) share
-one run and that pause; each is compared on its own frames, and must have
-been forwarded by XDP in both directions, per fastpath's flow entries.
+UDP flows pause once. An ICMP echo flow (echo id NAT) becomes fast once the
+daemon's copy of its entry shows the marks both directions set: its first
+two exchanges go through the kernel, the rest after the pause. All six
+flows of a NAT kind (v4/v6, UDP/TCP/ICMP) share one run and that pause;
+each is compared on its own frames, and must have been forwarded by XDP in
+both directions, per fastpath's flow entries.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import pytest
 
 from lab import Lab, Sender
 from oracle import Case, differential_many
-from pkts import IP, TCP, UDP, Ether, IPv6, Raw, payload
+from pkts import ICMP, IP, TCP, UDP, Ether, ICMPv6EchoReply, ICMPv6EchoRequest, IPv6, Raw, payload
 
 # The fast-path bits of each direction (fastpath's --ct-mark / --ct-mark-reply defaults).
 FAST_MARK, FAST_MARK_REPLY = "0x1", "0x2"
@@ -40,6 +43,11 @@ table inet fpnat_fw {{
 """
 
 SNAT4, SNAT6 = "198.51.100.100", "2001:db8:2::100"
+# The scenarios' echoes carry this DSCP so that the source NAT rules leave
+# the lab's own pings alone (they resolve the neighbours before each run,
+# and the server could not answer a translated one: nothing owns SNAT4).
+ECHO_DSCP = "cs1"
+ECHO_TOS = 0x20
 
 RULES = {
     "snat": f"""
@@ -47,28 +55,32 @@ table ip fpnat {{
   chain post {{
     type nat hook postrouting priority srcnat; policy accept;
     oifname "r1" meta l4proto {{ tcp, udp }} snat to {SNAT4}
+    oifname "r1" ip dscp {ECHO_DSCP} icmp type echo-request snat to {SNAT4}
   }}
 }}
 table ip6 fpnat {{
   chain post {{
     type nat hook postrouting priority srcnat; policy accept;
     oifname "r1" meta l4proto {{ tcp, udp }} snat to {SNAT6}
+    oifname "r1" ip6 dscp {ECHO_DSCP} icmpv6 type echo-request snat to {SNAT6}
   }}
 }}
 """,
-    "masquerade": """
-table ip fpnat {
-  chain post {
+    "masquerade": f"""
+table ip fpnat {{
+  chain post {{
     type nat hook postrouting priority srcnat; policy accept;
-    oifname "r1" meta l4proto { tcp, udp } masquerade
-  }
-}
-table ip6 fpnat {
-  chain post {
+    oifname "r1" meta l4proto {{ tcp, udp }} masquerade
+    oifname "r1" ip dscp {ECHO_DSCP} icmp type echo-request masquerade
+  }}
+}}
+table ip6 fpnat {{
+  chain post {{
     type nat hook postrouting priority srcnat; policy accept;
-    oifname "r1" meta l4proto { tcp, udp } masquerade
-  }
-}
+    oifname "r1" meta l4proto {{ tcp, udp }} masquerade
+    oifname "r1" ip6 dscp {ECHO_DSCP} icmpv6 type echo-request masquerade
+  }}
+}}
 """,
     # Port forwarding: the client talks to the router's own address.
     "dnat": f"""
@@ -76,12 +88,14 @@ table ip fpnat {{
   chain pre {{
     type nat hook prerouting priority dstnat; policy accept;
     iifname "r0" ip daddr {Lab.R0_4} meta l4proto {{ tcp, udp }} th dport 8080 dnat to {Lab.S4}:80
+    iifname "r0" ip daddr {Lab.R0_4} icmp type echo-request dnat to {Lab.S4}
   }}
 }}
 table ip6 fpnat {{
   chain pre {{
     type nat hook prerouting priority dstnat; policy accept;
     iifname "r0" ip6 daddr {Lab.R0_6} meta l4proto {{ tcp, udp }} th dport 8080 dnat to [{Lab.S6}]:80
+    iifname "r0" ip6 daddr {Lab.R0_6} icmpv6 type echo-request dnat to {Lab.S6}
   }}
 }}
 """,
@@ -106,16 +120,28 @@ class Ends:
         self.lab, self.v6 = lab, v6
         self.cview, self.sview = flow(kind, v6, sport)
 
-    def _ip(self, src: str, dst: str):
-        return IPv6(src=src, dst=dst, hlim=64) if self.v6 else IP(src=src, dst=dst, ttl=64, id=0x4e41)
+    def _ip(self, src: str, dst: str, tos: int):
+        if self.v6:
+            return IPv6(src=src, dst=dst, hlim=64, tc=tos)
+        return IP(src=src, dst=dst, ttl=64, id=0x4e41, tos=tos)
 
-    def from_client(self, l4) -> bytes:
+    def from_client(self, l4, tos: int = 0) -> bytes:
         src, dst, _, _ = self.cview
-        return bytes(Ether(src=self.lab.c0.mac, dst=self.lab.r0.mac) / self._ip(src, dst) / l4)
+        return bytes(Ether(src=self.lab.c0.mac, dst=self.lab.r0.mac) / self._ip(src, dst, tos) / l4)
 
-    def from_server(self, l4) -> bytes:
+    def from_server(self, l4, tos: int = 0) -> bytes:
         src, dst, _, _ = self.sview
-        return bytes(Ether(src=self.lab.s0.mac, dst=self.lab.r1.mac) / self._ip(dst, src) / l4)
+        return bytes(Ether(src=self.lab.s0.mac, dst=self.lab.r1.mac) / self._ip(dst, src, tos) / l4)
+
+    def echo(self, seq: int, reply: bool) -> bytes:
+        """An echo request from the client, or the server's reply (as NATed)."""
+        id_ = self.cview[2]
+        data = payload(200 + seq, 24 + seq)
+        if self.v6:
+            l4 = ICMPv6EchoReply(id=id_, seq=seq, data=data) if reply else ICMPv6EchoRequest(id=id_, seq=seq, data=data)
+        else:
+            l4 = ICMP(type=0 if reply else 8, id=id_, seq=seq) / Raw(data)
+        return self.from_server(l4, ECHO_TOS) if reply else self.from_client(l4, ECHO_TOS)
 
     def c_ports(self) -> dict:
         return {"sport": self.cview[2], "dport": self.cview[3]}
@@ -149,6 +175,24 @@ def udp_stream(ends: Ends, send, srv: Sender) -> None:
     # zero checksum over IPv4 (none), an odd length
     if not ends.v6:
         send([ends.from_client(UDP(**ends.c_ports(), chksum=0) / Raw(payload(20, 17)))])
+
+
+def icmp_open(ends: Ends, send, srv: Sender) -> None:
+    """Two exchanges through the kernel: the first makes the entry (the reply
+    direction marked by its reply), the second marks the original direction."""
+    for seq in (1, 2):
+        send([ends.echo(seq, reply=False)])
+        srv.send(ends.echo(seq, reply=True))
+        time.sleep(0.01)
+
+
+def icmp_stream(ends: Ends, send, srv: Sender) -> None:
+    """Echoes once the daemon has re-read the marked entry (the kernel keeps
+    the id unless it clashes: the server answers the id the client sent)."""
+    for seq in range(10, 10 + N):
+        send([ends.echo(seq, reply=False)])
+        srv.send(ends.echo(seq, reply=True))
+        time.sleep(0.01)
 
 
 def tcp_session(ends: Ends, send, srv: Sender) -> None:
@@ -198,11 +242,16 @@ def kind_scenario(flows: list[tuple[Ends, str]]):
                 for e in udp:
                     udp_open(e, send, srv)
                 assured_at = time.monotonic() + ASSURED_AFTER
+                icmp = [e for e, proto in flows if proto == "icmp"]
+                for e in icmp:
+                    icmp_open(e, send, srv)
                 for e in (e for e, proto in flows if proto == "tcp"):
                     tcp_session(e, send, srv)
                 time.sleep(max(0.0, assured_at - time.monotonic()))
                 for e in udp:
                     udp_stream(e, send, srv)
+                for e in icmp:
+                    icmp_stream(e, send, srv)
         finally:
             srv.close()
     return run
@@ -211,11 +260,14 @@ def kind_scenario(flows: list[tuple[Ends, str]]):
 def claims(v6: bool, proto: str):
     """Whether a frame belongs to the flow of this family and protocol (one per kind's run)."""
     et, num = (b"\x86\xdd", 20) if v6 else (b"\x08\x00", 23)  # next header / protocol
-    want = 17 if proto == "udp" else 6
+    want = PROTO[proto](v6)
     return lambda f: len(f) > num and f[12:14] == et and f[num] == want
 
 
-CASES = [(k, v6, p) for k in RULES for v6 in (False, True) for p in ("udp", "tcp")]
+PROTO = {"udp": lambda v6: 17, "tcp": lambda v6: 6, "icmp": lambda v6: 58 if v6 else 1}
+
+
+CASES = [(k, v6, p) for k in RULES for v6 in (False, True) for p in ("udp", "tcp", "icmp")]
 IDS = [f"{k}-{'v6' if v6 else 'v4'}-{p}" for k, v6, p in CASES]
 
 
@@ -250,7 +302,7 @@ def nat_runs(fastpath_bin):
 
 def flow_packets(flows: list[dict], ingress: str, proto: str, v6: bool, sport: int, dport: int) -> int:
     return sum(f["packets"] for f in flows
-               if f["ingress"] == ingress and f["proto"] == (17 if proto == "udp" else 6)
+               if f["ingress"] == ingress and f["proto"] == PROTO[proto](v6)
                and f["family"] == ("ipv6" if v6 else "ipv4") and (f["sport"], f["dport"]) == (sport, dport))
 
 
@@ -264,6 +316,11 @@ def test_nat_same_bytes(nat_runs, name):
     # packets (keyed as sent), r1 the server's (keyed as the server sent them).
     _, _, proto = name.split("-")
     c, s = ends.c_ports(), ends.s_ports()
-    for iface, sport, dport in (("r0", c["sport"], c["dport"]), ("r1", s["sport"], s["dport"])):
+    keys = (("r0", c["sport"], c["dport"]), ("r1", s["sport"], s["dport"]))
+    if proto == "icmp":
+        # ICMP flow keys: type and code as sport, the echo id as dport.
+        req, rep = (128, 129) if ends.v6 else (8, 0)
+        keys = (("r0", req << 8, c["sport"]), ("r1", rep << 8, c["sport"]))
+    for iface, sport, dport in keys:
         got = flow_packets(fp.flows, iface, proto, ends.v6, sport, dport)
         assert got >= N, f"{iface}: {got} fast-path packets of {name} ({sport} -> {dport}); flows: {fp.flows}"
