@@ -4,7 +4,8 @@ conntrack in the router namespace, with the shipped example ruleset
 
 Policy fidelity: what the ruleset drops is never forwarded, what it accepts
 without the fast-path mark never goes fast, marked established TCP and UDP
-go fast with their payload intact, and every revocation (conntrack -D, a
+go fast with their payload intact (and ICMP echoes, by the daemon's copy of
+their entries), and every revocation (conntrack -D, a
 ruleset flush, a cleared mark) sends the next packets to the kernel within
 a second. The kernel stays truthful: an idle-but-alive flow keeps its
 conntrack entry, FIN and RST reach conntrack, and fastpath's own per-flow
@@ -182,6 +183,72 @@ class UdpFlow:
         self.s.close()
 
 
+def icmp_sum(b: bytes) -> int:
+    if len(b) % 2:
+        b += b"\0"
+    s = sum(struct.unpack(f"!{len(b) // 2}H", b))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+class EchoFlow:
+    """ICMP echoes client -> server with one id (one conntrack entry), over
+    a raw socket in the client; the server's kernel answers them."""
+
+    def __init__(self, lab: Lab, ident: int, v6: bool = False):
+        self.lab, self.ident, self.v6 = lab, ident, v6
+        fam, proto = (socket.AF_INET6, socket.IPPROTO_ICMPV6) if v6 else (socket.AF_INET, socket.IPPROTO_ICMP)
+        with in_netns(lab.client):
+            self.sock = socket.socket(fam, socket.SOCK_RAW, proto)
+        self.sock.settimeout(2)
+        self.dst = Lab.S6 if v6 else Lab.S4
+        self.seq = 0
+        lab.defer(self.sock.close)
+
+    def ping(self, n: int = 1, gap: float = 0.0) -> None:
+        """n echoes; each must be answered with its id, sequence and data."""
+        req, rep = (128, 129) if self.v6 else (8, 0)
+        for _ in range(n):
+            self.seq += 1
+            data = b"fp-echo-%08d" % self.seq
+            hdr = struct.pack("!BBHHH", req, 0, 0, self.ident, self.seq)
+            # The kernel sums ICMPv6 raw sockets' messages itself.
+            check = 0 if self.v6 else icmp_sum(hdr + data)
+            self.sock.sendto(struct.pack("!BBHHH", req, 0, check, self.ident, self.seq) + data, (self.dst, 0))
+            deadline = time.monotonic() + 2
+            while True:
+                assert time.monotonic() < deadline, f"echo {self.ident}/{self.seq} not answered"
+                got = self.sock.recv(65536)
+                msg = got if self.v6 else got[(got[0] & 0xF) * 4:]
+                if struct.unpack("!BBHHH", msg[:8])[:1] == (rep,) and msg[4:8] == hdr[4:8]:
+                    assert msg[8:] == data, (msg[8:], data)
+                    break
+            if gap:
+                time.sleep(gap)
+
+    def establish(self) -> None:
+        """Two exchanges through the kernel (the reply marks its direction,
+        the second echo the original one), then time for the daemon's next
+        read of the entry (every half revalidation interval)."""
+        self.ping(2, gap=0.01)
+        time.sleep(0.7)
+
+    def entry(self) -> str | None:
+        p = "icmpv6" if self.v6 else "icmp"
+        lines = conntrack(self.lab, "-p", p, f"--{p}-id", str(self.ident))
+        return lines[0] if lines else None
+
+
+def make_fast_echo(d: Daemon, flow: EchoFlow, n: int = 20) -> None:
+    """n echoes, every request and reply forwarded by XDP."""
+    before = (d.counters("r0"), d.counters("r1"))
+    flow.ping(n)
+    for iface, b in zip(("r0", "r1"), before):
+        delta = counter_delta(b, d.counters(iface))
+        assert delta.get("forwarded", 0) == n, f"{iface}: {delta}"
+
+
 def make_fast(d: Daemon, flow: UdpFlow, n: int = 20) -> dict:
     """Sends n datagrams and asserts they all took the fast path."""
     before = d.counters("r0")
@@ -208,7 +275,7 @@ def test_status_shows_the_stateful_mode(sf: Daemon):
     ct = st["conntrack"]
     assert ct["mark"] == 1 and ct["mark_reply"] == 2 and ct["revalidate_ms"] == 1000
     assert ct["generation"] >= 1 and ct["events_enabled"]
-    assert ct["timeouts_s"] == {"tcp": 432000, "udp": 30, "udp_stream": 120}
+    assert ct["timeouts_s"] == {"tcp": 432000, "udp": 30, "udp_stream": 120, "icmp": 30, "icmpv6": 30}
     # The user's forward chain is expected in this mode, not a reason to punt.
     assert st["families"]["ipv4"]["fast_path"], st["families"]
     text = sf.cli("status").stdout
@@ -370,16 +437,17 @@ def test_example_ruleset_reports_only_what_revokes(lab: Lab):
 def test_example_ruleset_udp_and_icmp_report_only_what_revokes(lab: Lab):
     """The same for UDP and ICMP, kernel alone: a query and its answer send
     only their "new" event (the reply bit comes unreported: nothing goes
-    fast before conntrack assures the entry), an ICMP echo nothing at all
-    (never fast), and a UDP flow conntrack has assured reports a mark clear
-    again."""
+    fast before conntrack assures the entry), a UDP flow conntrack has
+    assured reports a mark clear again, and an ICMP echo entry (fastpath
+    copies it) its mark changes: the reply's bit, and the clear."""
     load_ruleset(lab)
     lab.resolve_neighbours()
     ev = ct_events(lab)
     query = UdpFlow(lab, 40061, 5161)
     query.send()
     query.reply()
-    lab.run(lab.client, "ping", "-c1", "-W1", "-q", Lab.S4)
+    echo = EchoFlow(lab, 0x4641)
+    echo.ping()
     stream = UdpFlow(lab, 40062, 5162)
     stream.establish()
     q, st = ct_entry(lab, "udp", 5161), ct_entry(lab, "udp", 5162)
@@ -391,7 +459,9 @@ def test_example_ruleset_udp_and_icmp_report_only_what_revokes(lab: Lab):
     out = ct_events_seen(ev)
     assert ct_event_kinds(out, 5161, "mark") == [("NEW", "1")], out
     assert ct_event_kinds(out, 5162, "mark") == [("NEW", "1"), ("UPDATE", "0")], out
-    assert not [line for line in out.splitlines() if "icmp" in line], out
+    icmp = [(m.group(1), ct_field(line, "mark")) for line in out.splitlines()
+            if " icmp " in line and f"id={0x4641} " in line for m in [re.match(r"\s*\[(\w+)\]", line)] if m]
+    assert icmp == [("NEW", "1"), ("UPDATE", "3"), ("UPDATE", "0")], out
 
 
 def test_dropped_connection_is_never_forwarded(sf: Daemon):
@@ -464,6 +534,54 @@ def test_marked_udp_flow_goes_fast(sf: Daemon):
     assert entry and "ASSURED" in entry and ct_field(entry, "mark") == "3", entry
 
 
+@pytest.mark.parametrize("v6", [False, True], ids=["icmp", "icmpv6"])
+def test_marked_ping_goes_fast(sf: Daemon, v6):
+    """The kfuncs cannot look ICMP up: the data path asks the daemon, which
+    copies the entry; the echoes after that go fast both ways, as one flow
+    per direction keyed by the echo id."""
+    lab = sf.lab
+    ident = 0x4601 + v6
+    st0 = sf.status()["conntrack"]
+    flow = EchoFlow(lab, ident, v6)
+    flow.establish()
+    make_fast_echo(sf, flow, 30)
+    entry = flow.entry()
+    assert entry and ct_field(entry, "mark") == "3", entry
+    # The counters come with the daemon's periodic status publish.
+    wait_for(lambda: (st := sf.status()["conntrack"])["icmp_requests"] > st0["icmp_requests"]
+             and st["icmp_tracked"] >= 1, 3.0, "the ICMP copy counters")
+    req, rep = (128, 129) if v6 else (8, 0)
+    flows = json.loads(sf.cli("flows", "--json", "--limit", "0").stdout)["flows"]
+    got = {(f["ingress"], f["sport"] >> 8): f["packets"] for f in flows
+           if f["proto"] == (58 if v6 else 1) and f["dport"] == ident}
+    assert got.get(("r0", req), 0) >= 30 and got.get(("r1", rep), 0) >= 30, (got, flows)
+    assert f"id {ident}" in sf.cli("flows").stdout
+    assert "icmp echo entries" in sf.cli("status").stdout
+
+
+def test_unmarked_ping_is_never_fast_pathed(sf: Daemon):
+    """Echoes the ruleset accepts before its marking rules: slow path only."""
+    lab = sf.lab
+    ident = 0x4611
+    handles = []
+    for chain in ("forward", "approve"):
+        out = lab.run(lab.router, "nft", "--echo", "--handle", "insert", "rule", "inet", "fastpath_fw", chain,
+                      "icmp", "id", str(ident), "accept" if chain == "forward" else "return").stdout
+        handles.append((chain, re.search(r"# handle (\d+)", out).group(1)))
+    lab.defer(lambda: [lab.run(lab.router, "nft", "delete", "rule", "inet", "fastpath_fw", c, "handle", h,
+                               check=False) for c, h in handles])
+    sf.wait_converged(0.3)
+    flow = EchoFlow(lab, ident)
+    flow.establish()
+    before = sf.counters()
+    flow.ping(10)
+    delta = counter_delta(before, sf.counters())
+    assert delta.get("forwarded", 0) == 0, delta
+    assert delta.get("ct_unmarked", 0) >= 20, delta
+    entry = flow.entry()
+    assert entry and ct_field(entry, "mark") in (None, "0"), entry
+
+
 def test_flows_counts_match_the_packets_sent(sf: Daemon):
     lab = sf.lab
     flow = UdpFlow(lab, 40002, 5104)
@@ -510,6 +628,35 @@ def revoker(fastpath_bin):
 
 
 REVOCATIONS = ["conntrack-delete", "ruleset-flush", "mark-clear"]
+
+
+@pytest.mark.parametrize("action", REVOCATIONS)
+def test_echo_revocation_reaches_the_kernel_within_a_second(revoker: Daemon, action):
+    """The same for an ICMP echo flow, whose copy the daemon reads again on
+    the event (its own interval is 15 s here, capped by the ICMP timeouts)."""
+    d, lab = revoker, revoker.lab
+    load_ruleset(lab)
+    k = REVOCATIONS.index(action)
+    flow = EchoFlow(lab, 0x4621 + k)
+    flow.establish()
+    make_fast_echo(d, flow)
+    gen = d.status()["conntrack"]["generation"]
+    if action == "conntrack-delete":
+        lab.run(lab.router, "conntrack", "-D", "-p", "icmp", "--icmp-id", str(flow.ident))
+    elif action == "ruleset-flush":
+        lab.run(lab.router, "nft", "flush", "ruleset")
+    else:
+        lab.run(lab.router, "conntrack", "-U", "-s", Lab.C4, "--mark", "0")
+    time.sleep(0.5)
+    before = d.counters("r0")
+    flow.ping(3, gap=0.02)
+    delta = counter_delta(before, d.counters("r0"))
+    assert punted(delta) >= 1, f"{action}: the first echoes after it were all still fast-pathed: {delta}"
+    assert d.status()["conntrack"]["generation"] > gen
+    if action != "mark-clear":
+        # Deleted: the kernel's new entry is new to the copy too. Flushed:
+        # nothing marks the entry again.
+        assert delta.get("forwarded", 0) == 0, delta
 
 
 @pytest.mark.parametrize("action", REVOCATIONS)
@@ -789,30 +936,40 @@ def test_idle_but_alive_flows_do_not_expire(lab: Lab, fastpath_bin):
     same entries (same id), and the packets stay fast."""
     load_ruleset(lab)
     for key, v in (("nf_conntrack_tcp_timeout_established", "4"),
-                   ("nf_conntrack_udp_timeout", "4"), ("nf_conntrack_udp_timeout_stream", "4")):
+                   ("nf_conntrack_udp_timeout", "4"), ("nf_conntrack_udp_timeout_stream", "4"),
+                   ("nf_conntrack_icmp_timeout", "4"), ("nf_conntrack_icmpv6_timeout", "4")):
         lab.sysctl(lab.router, f"net.netfilter.{key}", v)
     lab.resolve_neighbours()
     with stateful_daemon(lab) as d:
-        assert d.status()["conntrack"]["timeouts_s"] == {"tcp": 4, "udp": 4, "udp_stream": 4}
+        assert d.status()["conntrack"]["timeouts_s"] == {"tcp": 4, "udp": 4, "udp_stream": 4, "icmp": 4, "icmpv6": 4}
         sess = TcpSession(lab, 5107)
         sess.echo(100)
         flow = UdpFlow(lab, 40005, 5108)
         flow.establish()
         sess.echo(100)
+        echo = EchoFlow(lab, 0x4631)
+        echo.establish()
         ids = {p: ct_field(ct_entry(lab, p, port) or "", "id") for p, port in (("tcp", 5107), ("udp", 5108))}
+        ids["icmp"] = ct_field(echo.entry() or "", "id")
         assert all(ids.values()), ids
+        refreshes = d.status()["conntrack"]["icmp_refreshes"]
         before = d.counters()
         for _ in range(7):  # ~10 s, 2.5 times the timeouts
             time.sleep(1.5)
             flow.send(1)
             sess.echo(100)
+            echo.ping(1)
         delta = counter_delta(before, d.counters())
-        # UDP there, TCP data there and back (plus ACKs): fast, each one
-        # revalidated (and the entry refreshed) as the interval has passed.
-        assert delta.get("forwarded", 0) >= 21, delta
+        # UDP there, TCP data there and back (plus ACKs), the echo and its
+        # reply: fast, each one revalidated (and the entry refreshed) as the
+        # interval has passed; the echo's entry refreshed by the daemon.
+        assert delta.get("forwarded", 0) >= 35, delta
+        assert d.status()["conntrack"]["icmp_refreshes"] >= refreshes + 5
         for p, port in (("tcp", 5107), ("udp", 5108)):
             entry = ct_entry(lab, p, port)
             assert entry and ct_field(entry, "id") == ids[p], f"{p} entry replaced or gone: {entry} (was id {ids[p]})"
+        entry = echo.entry()
+        assert entry and ct_field(entry, "id") == ids["icmp"], f"echo entry replaced or gone: {entry} (was {ids['icmp']})"
 
 
 @pytest.mark.parametrize("how", [

@@ -85,6 +85,12 @@ const IPS_HW_OFFLOAD: u32 = 1 << 15;
 
 /// Requests answered per round at most (the ring holds fewer anyway).
 const REQUESTS_PER_ROUND: usize = 1024;
+/// How long the data path trusts a "no entry" copy: long enough that a
+/// flood of echoes the kernel never makes an entry for (dropped by the
+/// ruleset) costs one GET per tuple and tenth of a second, short enough
+/// that an entry made just after our GET (the kernel confirms it as the
+/// punted packet leaves, which may be after we looked) is found soon.
+const ABSENT_TRUST_MS: u64 = 100;
 const RECV_BUF: usize = 64 << 10;
 const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -317,6 +323,8 @@ pub struct Mirror {
     /// Tuples written as "no entry" (FP_R_CT_NEW), with when.
     absent: HashMap<Tuple, u64>,
     next_poll_ns: u64,
+    /// The data path's effective ct_revalidate_ms, as of the last round.
+    revalidate_ms: u32,
 }
 
 impl Mirror {
@@ -344,6 +352,7 @@ impl Mirror {
             by_key: HashMap::new(),
             absent: HashMap::new(),
             next_poll_ns: 0,
+            revalidate_ms: 0,
         })
     }
 
@@ -382,6 +391,7 @@ impl Mirror {
             }
         };
         counters.icmp_requests += reqs.len() as u64;
+        self.revalidate_ms = revalidate_ms;
         if revalidate_ms == 0 {
             // The data path trusts no copy: nothing to keep.
             self.forget_all();
@@ -403,7 +413,7 @@ impl Mirror {
         if all || now >= self.next_poll_ns {
             self.next_poll_ns = now + period;
             check.extend(self.tracked.keys().copied());
-            let stale = u64::from(revalidate_ms) * 1_000_000;
+            let stale = ABSENT_TRUST_MS * 1_000_000;
             let gone: Vec<Tuple> = self.absent.iter().filter(|(_, &at)| now.saturating_sub(at) >= stale).map(|(t, _)| *t).collect();
             for t in gone {
                 self.absent.remove(&t);
@@ -512,7 +522,15 @@ impl Mirror {
             counters.icmp_full += 1;
             return;
         }
-        let v = fp_ct_icmp { checked, used: 0, reason: fp_reason::FP_R_CT_NEW as u32, _pad: 0, nat: fp_nat::default() };
+        // Dated back so that the data path's interval ends ABSENT_TRUST_MS from now.
+        let back = u64::from(self.revalidate_ms).saturating_sub(ABSENT_TRUST_MS) * 1_000_000;
+        let v = fp_ct_icmp {
+            checked: checked.saturating_sub(back),
+            used: 0,
+            reason: fp_reason::FP_R_CT_NEW as u32,
+            _pad: 0,
+            nat: fp_nat::default(),
+        };
         if self.map.update(bytes(&t.key()), bytes(&v), MapFlags::ANY).is_ok() {
             self.absent.insert(t, checked);
         } else {
