@@ -630,6 +630,20 @@ def revoker(fastpath_bin):
 REVOCATIONS = ["conntrack-delete", "ruleset-flush", "mark-clear"]
 
 
+def revoke(lab: Lab, action: str, selector: list[str]) -> None:
+    """One of REVOCATIONS, of the entry `selector` names (conntrack -D
+    filter), then half a second for it to take effect."""
+    if action == "conntrack-delete":
+        lab.run(lab.router, "conntrack", "-D", *selector)
+    elif action == "ruleset-flush":
+        lab.run(lab.router, "nft", "flush", "ruleset")
+    else:
+        # conntrack-tools 1.4.7 cannot update with a port filter (EOPNOTSUPP):
+        # select by address, all of the client's entries.
+        lab.run(lab.router, "conntrack", "-U", "-s", Lab.C4, "--mark", "0")
+    time.sleep(0.5)
+
+
 @pytest.mark.parametrize("action", REVOCATIONS)
 def test_echo_revocation_reaches_the_kernel_within_a_second(revoker: Daemon, action):
     """The same for an ICMP echo flow, whose copy the daemon reads again on
@@ -641,13 +655,7 @@ def test_echo_revocation_reaches_the_kernel_within_a_second(revoker: Daemon, act
     flow.establish()
     make_fast_echo(d, flow)
     gen = d.status()["conntrack"]["generation"]
-    if action == "conntrack-delete":
-        lab.run(lab.router, "conntrack", "-D", "-p", "icmp", "--icmp-id", str(flow.ident))
-    elif action == "ruleset-flush":
-        lab.run(lab.router, "nft", "flush", "ruleset")
-    else:
-        lab.run(lab.router, "conntrack", "-U", "-s", Lab.C4, "--mark", "0")
-    time.sleep(0.5)
+    revoke(lab, action, ["-p", "icmp", "--icmp-id", str(flow.ident)])
     before = d.counters("r0")
     flow.ping(3, gap=0.02)
     delta = counter_delta(before, d.counters("r0"))
@@ -673,16 +681,7 @@ def test_revocation_reaches_the_kernel_within_a_second(revoker: Daemon, action):
     st0 = d.status()["conntrack"]
     gen = st0["generation"]
 
-    sel = ["-p", "udp", "--orig-port-dst", str(sport)]
-    if action == "conntrack-delete":
-        lab.run(lab.router, "conntrack", "-D", *sel)
-    elif action == "ruleset-flush":
-        lab.run(lab.router, "nft", "flush", "ruleset")
-    else:
-        # conntrack-tools 1.4.7 cannot update with a port filter (EOPNOTSUPP):
-        # select by address, all of the client's entries.
-        lab.run(lab.router, "conntrack", "-U", "-s", Lab.C4, "--mark", "0")
-    time.sleep(0.5)
+    revoke(lab, action, ["-p", "udp", "--orig-port-dst", str(sport)])
     before = d.counters("r0")
     flow.send(5, gap=0.02)
     delta = counter_delta(before, d.counters("r0"))

@@ -428,6 +428,32 @@ fn stateless_ignores_conntrack() {
     lab.run_all(&world, &[Case::forward("syn, no entry", entries(&[]), f4(&data), out4(&data))]);
 }
 
+/// The records the data path posts on a ring buffer map, read on demand.
+struct RingRecords<'a> {
+    ring: libbpf_rs::RingBuffer<'a>,
+    got: std::rc::Rc<std::cell::RefCell<Vec<Vec<u8>>>>,
+}
+
+impl<'a> RingRecords<'a> {
+    fn open(map: &'a dyn MapCore) -> Self {
+        let got = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let sink = std::rc::Rc::clone(&got);
+        let mut b = libbpf_rs::RingBufferBuilder::new();
+        b.add(map, move |d: &[u8]| {
+            sink.borrow_mut().push(d.to_vec());
+            0
+        })
+        .expect("ring");
+        RingRecords { ring: b.build().expect("ring"), got }
+    }
+
+    /// What was posted since the last call.
+    fn take(&self) -> Vec<Vec<u8>> {
+        self.ring.consume().expect("consume");
+        self.got.borrow_mut().drain(..).collect()
+    }
+}
+
 fn set_rt(l: &Loaded, w: &World) {
     l.set_rt(&w.rt).expect(".bss");
 }
@@ -516,19 +542,8 @@ fn strict_tcp_entry_asks_for_liberal_after_a_while() {
     w.conntrack = vec![TCP_EST.into()];
     let l = lab.program(&w).expect("load");
     conntrack::set_tcp_liberal(v4("192.0.2.10"), v4("203.0.113.20"), 1000, 80, [false, false]).expect("ctnetlink update");
-    let got = std::rc::Rc::new(std::cell::RefCell::new(Vec::<Vec<u8>>::new()));
-    let sink = std::rc::Rc::clone(&got);
-    let mut b = libbpf_rs::RingBufferBuilder::new();
-    b.add(&l.skel.maps.fp_ct_liberal_req, move |d: &[u8]| {
-        sink.borrow_mut().push(d.to_vec());
-        0
-    })
-    .expect("ring");
-    let ring = b.build().expect("ring");
-    let asked = || {
-        ring.consume().expect("consume");
-        got.borrow_mut().drain(..).collect::<Vec<_>>()
-    };
+    let ring = RingRecords::open(&l.skel.maps.fp_ct_liberal_req);
+    let asked = || ring.take();
     let p = t4(ACK | PSH);
 
     // Met strict now: remembered, not asked (a short connection ends here).
@@ -892,19 +907,8 @@ fn icmp_echo_goes_by_the_daemons_copy() {
     w.rt.flow_timeout = 30;
     w.rt.ct_revalidate_ms = 400;
     let l = lab.program(&w).expect("load");
-    let got = std::rc::Rc::new(std::cell::RefCell::new(Vec::<Vec<u8>>::new()));
-    let sink = std::rc::Rc::clone(&got);
-    let mut b = libbpf_rs::RingBufferBuilder::new();
-    b.add(&l.skel.maps.fp_ct_icmp_req, move |d: &[u8]| {
-        sink.borrow_mut().push(d.to_vec());
-        0
-    })
-    .expect("ring");
-    let ring = b.build().expect("ring");
-    let asked = || {
-        ring.consume().expect("consume");
-        got.borrow_mut().drain(..).collect::<Vec<_>>()
-    };
+    let ring = RingRecords::open(&l.skel.maps.fp_ct_icmp_req);
+    let asked = || ring.take();
     let (c4, s4) = (v4("192.0.2.10"), v4("203.0.113.20"));
     let (c6, s6) = (v6("2001:db8:a::10"), v6("2001:db8:2::20"));
     let p = echo4(8, 0, 0x1234);
@@ -913,51 +917,51 @@ fn icmp_echo_goes_by_the_daemons_copy() {
     let k6 = echo_key(10, ICMPV6, &c6, &s6, 128, 0x1234);
     let none = fp_nat::default();
 
-    punts(&l, &w, &f4(&p), FP_R_CT_NEW);
+    punts(l, &w, &f4(&p), FP_R_CT_NEW);
     assert_eq!(asked(), vec![raw(&k).to_vec()], "the daemon is asked for the packet's own tuple");
-    put_copy(&l, &k, FP_R_FORWARDED, none, 0);
+    put_copy(l, &k, FP_R_FORWARDED, none, 0);
     let before = now_coarse_ns();
-    forwards(&l, &w, &f4(&p), &out4(&p));
-    assert!(copy_of(&l, &k).expect("copy").used >= before - 10_000_000, "used not recorded");
-    forwards(&l, &w, &f4(&p), &out4(&p));
+    forwards(l, &w, &f4(&p), &out4(&p));
+    assert!(copy_of(l, &k).expect("copy").used >= before - 10_000_000, "used not recorded");
+    forwards(l, &w, &f4(&p), &out4(&p));
     assert!(asked().is_empty());
 
     // Another echo id is another entry.
     let other = echo4(8, 0, 0x1235);
-    punts(&l, &w, &f4(&other), FP_R_CT_NEW);
+    punts(l, &w, &f4(&other), FP_R_CT_NEW);
     assert_eq!(asked(), vec![raw(&echo_key(2, ICMP, &c4, &s4, 8, 0x1235)).to_vec()]);
 
     // The daemon rewrote the copy after an event (unmarked) and bumped.
-    put_copy(&l, &k, FP_R_CT_UNMARKED, none, 0);
-    forwards(&l, &w, &f4(&p), &out4(&p));
+    put_copy(l, &k, FP_R_CT_UNMARKED, none, 0);
+    forwards(l, &w, &f4(&p), &out4(&p));
     w.rt.ct_generation += 1;
-    set_rt(&l, &w);
-    punts(&l, &w, &f4(&p), FP_R_CT_UNMARKED);
+    set_rt(l, &w);
+    punts(l, &w, &f4(&p), FP_R_CT_UNMARKED);
     assert!(asked().is_empty(), "a current copy is not asked for again");
 
     // A copy older than the interval is not trusted, cached or not.
-    put_copy(&l, &k, FP_R_FORWARDED, none, 0);
+    put_copy(l, &k, FP_R_FORWARDED, none, 0);
     w.rt.ct_generation += 1;
-    set_rt(&l, &w);
-    forwards(&l, &w, &f4(&p), &out4(&p));
+    set_rt(l, &w);
+    forwards(l, &w, &f4(&p), &out4(&p));
     std::thread::sleep(Duration::from_millis(450));
-    punts(&l, &w, &f4(&p), FP_R_CT_NEW);
+    punts(l, &w, &f4(&p), FP_R_CT_NEW);
     assert_eq!(asked().len(), 1, "an old copy is asked for again");
-    put_copy(&l, &k, FP_R_FORWARDED, none, 500);
-    punts(&l, &w, &f4(&p), FP_R_CT_NEW);
+    put_copy(l, &k, FP_R_FORWARDED, none, 500);
+    punts(l, &w, &f4(&p), FP_R_CT_NEW);
     assert_eq!(asked().len(), 1);
 
     // IPv6 alike.
-    punts(&l, &w, &f6(&p6), FP_R_CT_NEW);
+    punts(l, &w, &f6(&p6), FP_R_CT_NEW);
     assert_eq!(asked(), vec![raw(&k6).to_vec()]);
-    put_copy(&l, &k6, FP_R_FORWARDED, none, 0);
-    forwards(&l, &w, &f6(&p6), &out6(&p6));
-    forwards(&l, &w, &f6(&p6), &out6(&p6));
+    put_copy(l, &k6, FP_R_FORWARDED, none, 0);
+    forwards(l, &w, &f6(&p6), &out6(&p6));
+    forwards(l, &w, &f6(&p6), &out6(&p6));
 
     // ct_revalidate_ms 0: nothing is current, nothing asked for.
     w.rt.ct_revalidate_ms = 0;
-    set_rt(&l, &w);
-    put_copy(&l, &k, FP_R_FORWARDED, none, 0);
-    punts(&l, &w, &f4(&p), FP_R_CT_NEW);
+    set_rt(l, &w);
+    put_copy(l, &k, FP_R_FORWARDED, none, 0);
+    punts(l, &w, &f4(&p), FP_R_CT_NEW);
     assert!(asked().is_empty());
 }

@@ -25,9 +25,11 @@
 //!  "totals":{"<reason>":{"packets":n,"bytes":n}, ... every reason},
 //!  "mode":"stateless"|"stateful", "routes_offload_failed":n,
 //!  "conntrack":null | {"mark":n, "mark_reply":n, "revalidate_ms":n, "revalidate_effective_ms":n, "generation":n (ct_generation),
-//!               "timeouts_s":{"tcp":n,"udp":n,"udp_stream":n}, "events_enabled":bool,
+//!               "timeouts_s":{"tcp":n,"udp":n,"udp_stream":n,"icmp":n,"icmpv6":n}, "events_enabled":bool,
 //!               "events":n, "bumps":n, "overruns":n, "ruleset_changes":n,
-//!               "marks_cleared":n, "clear_errors":n, "liberal":n, "liberal_requests":n}}
+//!               "marks_cleared":n, "clear_errors":n, "liberal":n, "liberal_requests":n,
+//!               "icmp_tracked":n (echo entries copied), "icmp_requests":n, "icmp_refreshes":n,
+//!               "icmp_full":n, "icmp_errors":n}}
 //! ```
 //! Reason names are `enum fp_reason` in lower case without `FP_R_`
 //! ("forwarded", "not_ip", "no_neigh", ...). `totals` also counts packets

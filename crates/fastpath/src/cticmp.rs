@@ -38,50 +38,10 @@ use crate::ctwatch::{attrs, be32, put_be32_attr, put_msg, CtCounters, CtMarks, C
 use crate::keepalive::now_coarse_ns;
 use crate::maps::{bytes, from_bytes};
 use crate::nlraw::{error_code, messages_seq, recv, NLMSG_ERROR, NLM_F_ACK, NLM_F_REQUEST};
+use crate::ctnl::*;
 
 pub const IPPROTO_ICMP: u8 = 1;
 pub const IPPROTO_ICMPV6: u8 = 58;
-const AF_INET: u8 = 2;
-const AF_INET6: u8 = 10;
-
-const NFNL_SUBSYS_CTNETLINK: u16 = 1;
-const IPCTNL_MSG_CT_NEW: u16 = 0;
-const IPCTNL_MSG_CT_GET: u16 = 1;
-
-const CTA_TUPLE_ORIG: u16 = 1;
-const CTA_TUPLE_REPLY: u16 = 2;
-const CTA_STATUS: u16 = 3;
-const CTA_HELP: u16 = 5;
-const CTA_TIMEOUT: u16 = 7;
-const CTA_MARK: u16 = 8;
-const CTA_TUPLE_MASTER: u16 = 14;
-const CTA_ZONE: u16 = 18;
-const CTA_TUPLE_IP: u16 = 1;
-const CTA_TUPLE_PROTO: u16 = 2;
-const CTA_IP_V4_SRC: u16 = 1;
-const CTA_IP_V4_DST: u16 = 2;
-const CTA_IP_V6_SRC: u16 = 3;
-const CTA_IP_V6_DST: u16 = 4;
-const CTA_PROTO_NUM: u16 = 1;
-const CTA_PROTO_ICMP_ID: u16 = 4;
-const CTA_PROTO_ICMP_TYPE: u16 = 5;
-const CTA_PROTO_ICMP_CODE: u16 = 6;
-const CTA_PROTO_ICMPV6_ID: u16 = 7;
-const CTA_PROTO_ICMPV6_TYPE: u16 = 8;
-const CTA_PROTO_ICMPV6_CODE: u16 = 9;
-const NLA_F_NESTED: u16 = 0x8000;
-
-const IPS_EXPECTED: u32 = 1 << 0;
-const IPS_SEEN_REPLY: u32 = 1 << 1;
-const IPS_CONFIRMED: u32 = 1 << 3;
-const IPS_SRC_NAT: u32 = 1 << 4;
-const IPS_DST_NAT: u32 = 1 << 5;
-const IPS_SEQ_ADJUST: u32 = 1 << 6;
-const IPS_DYING: u32 = 1 << 9;
-const IPS_FIXED_TIMEOUT: u32 = 1 << 10;
-const IPS_HELPER: u32 = 1 << 13;
-const IPS_OFFLOAD: u32 = 1 << 14;
-const IPS_HW_OFFLOAD: u32 = 1 << 15;
 
 /// Requests answered per round at most (the ring holds fewer anyway).
 const REQUESTS_PER_ROUND: usize = 1024;

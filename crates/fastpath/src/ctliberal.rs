@@ -15,20 +15,7 @@ use std::rc::Rc;
 
 use fastpath_bpf::intf::fp_flow_key;
 use libbpf_rs::{MapHandle, RingBuffer, RingBufferBuilder};
-
-const CTA_TUPLE_ORIG: u16 = 1;
-const CTA_TUPLE_IP: u16 = 1;
-const CTA_TUPLE_PROTO: u16 = 2;
-const CTA_IP_V4_SRC: u16 = 1;
-const CTA_IP_V4_DST: u16 = 2;
-const CTA_IP_V6_SRC: u16 = 3;
-const CTA_IP_V6_DST: u16 = 4;
-const CTA_PROTO_NUM: u16 = 1;
-const CTA_PROTO_SRC_PORT: u16 = 2;
-const CTA_PROTO_DST_PORT: u16 = 3;
-const NLA_F_NESTED: u16 = 0x8000;
-const AF_INET: u8 = 2;
-const AF_INET6: u8 = 10;
+use crate::ctnl::*;
 
 /// One request: the entry's original tuple, as the data path read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -50,39 +50,9 @@ use crate::nlraw::{
 };
 use crate::maps::MapWriter;
 use crate::CtAb;
+use crate::ctnl::*;
 
 pub(crate) const NFGENMSG_LEN: usize = 4;
-
-const NFNL_SUBSYS_CTNETLINK: u16 = 1;
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
-const IPCTNL_MSG_CT_NEW: u16 = 0;
-const IPCTNL_MSG_CT_GET: u16 = 1;
-const IPCTNL_MSG_CT_DELETE: u16 = 2;
-
-const NFNLGRP_CONNTRACK_UPDATE: u32 = 2;
-const NFNLGRP_CONNTRACK_DESTROY: u32 = 3;
-const NFNLGRP_NFTABLES: u32 = 7;
-
-const CTA_TUPLE_ORIG: u16 = 1;
-const CTA_STATUS: u16 = 3;
-const CTA_PROTOINFO: u16 = 4;
-const CTA_MARK: u16 = 8;
-const CTA_ZONE: u16 = 18;
-const CTA_MARK_MASK: u16 = 21;
-const CTA_PROTOINFO_TCP: u16 = 1;
-const CTA_PROTOINFO_TCP_STATE: u16 = 1;
-const CTA_PROTOINFO_TCP_FLAGS_ORIGINAL: u16 = 4;
-const CTA_PROTOINFO_TCP_FLAGS_REPLY: u16 = 5;
-const CTA_TUPLE_PROTO: u16 = 2;
-const CTA_PROTO_NUM: u16 = 1;
-const IP_CT_TCP_FLAG_BE_LIBERAL: u8 = 0x08;
-const IPPROTO_TCP: u8 = 6;
-const NLA_TYPE_MASK: u16 = 0x3fff;
-const NLA_F_NESTED: u16 = 0x8000;
-
-const IPS_SEEN_REPLY: u32 = 1 << 1;
-const IPS_DYING: u32 = 1 << 9;
-const TCP_CONNTRACK_ESTABLISHED: u8 = 3;
 
 /// Datagrams read per socket per round; a busier socket stays readable and
 /// is read again on the next round.

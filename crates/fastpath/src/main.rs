@@ -8,6 +8,7 @@ mod batch;
 mod bench;
 mod config;
 mod cticmp;
+mod ctnl;
 mod ctliberal;
 mod ctwatch;
 mod daemon;
