@@ -618,8 +618,9 @@ def test_flows_counts_match_the_packets_sent(sf: Daemon):
 
 @pytest.fixture(scope="module")
 def revoker(fastpath_bin):
-    """A daemon that revalidates only once a minute, shared by the revocation
-    cases (each on its own ports; each reloads the ruleset a flush removed)."""
+    """A daemon asked to revalidate only once a minute (every 15 s in
+    effect: half the 30 s ICMP timeouts), shared by the revocation cases
+    (each on its own ports; each reloads the ruleset a flush removed)."""
     with Lab() as lab:
         load_ruleset(lab)
         lab.resolve_neighbours()
@@ -669,7 +670,7 @@ def test_echo_revocation_reaches_the_kernel_within_a_second(revoker: Daemon, act
 
 @pytest.mark.parametrize("action", REVOCATIONS)
 def test_revocation_reaches_the_kernel_within_a_second(revoker: Daemon, action):
-    """With revalidation pushed out to a minute, only the event path can
+    """With revalidation pushed out to 15 s, only the event path can
     revoke in time: the next packets after the change must be punted."""
     d, lab = revoker, revoker.lab
     load_ruleset(lab)
@@ -735,7 +736,7 @@ def test_added_drop_rule_stops_a_fast_flow_within_a_second(revoker: Daemon):
     ahead of the accepts (not a flush: the rest of the ruleset and the flow's
     conntrack entry stay): within a second its packets go to the kernel,
     which drops them by that rule, and none reaches the server. With
-    revalidation pushed out to a minute only the ruleset event can do it."""
+    revalidation pushed out to 15 s only the ruleset event can do it."""
     d, lab = revoker, revoker.lab
     load_ruleset(lab)
     cport, sport = 40041, 5141

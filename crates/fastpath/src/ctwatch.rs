@@ -796,8 +796,8 @@ fn warn_capped(revalidate_ms: u32, t: CtTimeouts) {
     let cap = t.revalidate_cap_ms(revalidate_ms);
     if cap < revalidate_ms {
         warn!(
-            "ct revalidation every {revalidate_ms} ms outlasts half the conntrack timeouts ({} s TCP established, {} s assured UDP): cached verdicts are re-checked every {cap} ms instead, so that no fast entry expires between two checks",
-            t.tcp, t.udp_stream
+            "ct revalidation every {revalidate_ms} ms outlasts half the conntrack timeouts ({} s TCP established, {} s assured UDP, {}/{} s ICMP/ICMPv6): cached verdicts are re-checked every {cap} ms instead, so that no fast entry expires between two checks",
+            t.tcp, t.udp_stream, t.icmp, t.icmpv6
         );
     }
 }
