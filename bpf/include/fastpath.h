@@ -586,14 +586,14 @@ struct fp_ct_set {
  * the wire, dport = echo id; ingress and flowlabel 0), one key per
  * direction of an entry. The daemon writes both from a ctnetlink GET when
  * the data path asks (fp_ct_icmp_req) and again every half
- * revalidation interval while it tracks the entry; the data path trusts a
+ * revalidation interval while packets look at them (`used`); the data path trusts a
  * copy for ct_revalidate_ms after its GET, like a cached verdict.
  */
 #define FP_DEFAULT_CT_ICMP_ENTRIES 8192     /* keys: two per echo entry */
 
 struct fp_ct_icmp {
 	__u64 checked;           /* CLOCK_MONOTONIC_COARSE ns (bpf_ktime_get_coarse_ns()) of the GET */
-	__u64 used;              /* written by the data path: last packet it let through on this copy */
+	__u64 used;              /* written by the data path: last packet that looked at this copy while current */
 	__u32 reason;            /* FP_R_FORWARDED, or why conntrack's entry keeps this direction slow */
 	__u32 _pad;
 	struct fp_nat nat;       /* this direction's rewrite (flags 0: none) */

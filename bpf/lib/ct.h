@@ -268,8 +268,9 @@ fp_ct_eligible(const struct nf_conn *ct, __u32 dir, __u8 proto, const struct fp_
  * after that read. On FP_R_FORWARDED *@nat is filled and *@asof (now, on
  * entry) becomes the time of the read, which is what a verdict cached from
  * it is as old as. No copy, or one too old: punted as FP_R_CT_NEW (the
- * data path knows of no entry), and the daemon asked for one; its reads
- * also refresh the entry's timeout for the packets marked used here. With
+ * data path knows of no entry), and the daemon asked for one. Every look
+ * at a current copy stamps it used: the daemon keeps reading the copies
+ * packets look at, and refreshes the entry's timeout for them. With
  * ct_revalidate_ms 0 nothing is ever current: every echo is the kernel's.
  */
 static __always_inline __u32
@@ -293,11 +294,12 @@ fp_ct_icmp_check(const struct fp_flow_key *k, const struct fp_runtime *rt, struc
 			bpf_ringbuf_output(&fp_ct_icmp_req, q, sizeof(*q), 0);
 		return FP_R_CT_NEW;
 	}
+	/* Any verdict: the daemon reads again only copies packets look at. */
+	e->used = now;
 	r = e->reason;
 	if (r != FP_R_FORWARDED)
 		return r < FP_R__COUNT ? r : FP_R_CT_UNSUPPORTED;
 	*nat = e->nat;
-	e->used = now;
 	*asof = e->checked;
 	return FP_R_FORWARDED;
 }

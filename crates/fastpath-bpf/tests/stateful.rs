@@ -898,8 +898,9 @@ const STATEFUL_REASONS: &[fp_reason] =
 /// ct_revalidate_ms after the daemon read it. No copy or an old one: punted
 /// as new and asked for on fp_ct_icmp_req (the packet's own key); a copy
 /// that says why the entry is slow punts for that reason; a current
-/// forwarding copy forwards and records the packet's time in `used` (what
-/// the daemon refreshes conntrack's timeout by). The verdict is cached per
+/// forwarding copy forwards. Every look at a current copy records the
+/// packet's time in `used` (what the daemon keeps reading the entry and
+/// refreshes conntrack's timeout by). The verdict is cached per
 /// echo id like any other and dropped by a generation bump.
 #[test]
 fn icmp_echo_goes_by_the_daemons_copy() {
@@ -936,8 +937,11 @@ fn icmp_echo_goes_by_the_daemons_copy() {
     forwards(l, &w, &f4(&p), &out4(&p));
     w.rt.ct_generation += 1;
     set_rt(l, &w);
+    let before = now_coarse_ns();
     punts(l, &w, &f4(&p), FP_R_CT_UNMARKED);
     assert!(asked().is_empty(), "a current copy is not asked for again");
+    // Looked at, if not forwarded on: the daemon reads such entries again.
+    assert!(copy_of(l, &k).expect("copy").used >= before - 10_000_000, "a look not recorded");
 
     // A copy older than the interval is not trusted, cached or not.
     put_copy(l, &k, FP_R_FORWARDED, none, 0);

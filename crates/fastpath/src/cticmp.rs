@@ -12,15 +12,17 @@
 //! directions' keys are written with the verdict and the time of the GET;
 //! the data path trusts a copy for `ct_revalidate_ms` after that time.
 //!
-//! While an entry is tracked it is read again every half revalidation
-//! interval, so a live flow's copy never goes stale, and at once when a
-//! conntrack event destroys or revokes it, or the ruleset changes (after
+//! While packets look at an entry's copies (the data path stamps them
+//! `used`; within the last 5 s, or one and a half intervals if longer) it
+//! is read again every half revalidation interval, so a live flow's copy
+//! never goes stale; after that, once they are stale, it is forgotten. It is read at once when
+//! a conntrack event destroys or revokes it, or the ruleset changes (after
 //! the marks were cleared), before the generation bump that makes the data
 //! path re-check its cached verdicts. A GET that finds the entry gone
 //! forgets it. Conntrack never sees the fast-pathed echoes, so an entry
-//! whose copies the data path used since the last read has its timeout set
-//! to the namespace's `nf_conntrack_icmp(v6)_timeout` again, as the kernel's
-//! per-packet refresh would (unless it is a fixed timeout).
+//! whose copies the data path used since the last refresh has its timeout
+//! set to the namespace's `nf_conntrack_icmp(v6)_timeout` again, as the
+//! kernel's per-packet refresh would (unless it is a fixed timeout).
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -51,6 +53,10 @@ const REQUESTS_PER_ROUND: usize = 1024;
 /// that an entry made just after our GET (the kernel confirms it as the
 /// punted packet leaves, which may be after we looked) is found soon.
 const ABSENT_TRUST_MS: u64 = 100;
+/// How long after the last packet that looked at an entry's copies (or one
+/// and a half revalidation intervals, if longer) we keep them current:
+/// echoes that far apart (a monitoring ping every few seconds) stay fast.
+const LOOKED_AT_MS: u64 = 5000;
 const RECV_BUF: usize = 64 << 10;
 const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -266,6 +272,11 @@ struct Tracked {
     /// The latest `used` either copy had when we last refreshed the timeout.
     refreshed: u64,
     fixed_timeout: bool,
+    /// When the copies were last written (the data path trusts them for an interval).
+    read_at: u64,
+    /// When the data path last asked for the entry (a packet found no
+    /// current copy: it looked, though `used` cannot say so).
+    asked_at: u64,
 }
 
 /// The copies, their tracking, and the socket that reads them.
@@ -372,7 +383,26 @@ impl Mirror {
         let period = u64::from(revalidate_ms).saturating_mul(500_000).max(10_000_000);
         if all || now >= self.next_poll_ns {
             self.next_poll_ns = now + period;
-            check.extend(self.tracked.keys().copied());
+            // Read again what packets looked at lately (a flow cache hit
+            // consults the copy once per interval, when its verdict is due);
+            // forget the rest once their copies are stale, which the data
+            // path treats as no copy anyway: a burst of one-off echoes (a
+            // scan, random ids) then holds its room and costs GETs for a
+            // few seconds, not for the 30 s conntrack keeps the entries.
+            let interval = u64::from(revalidate_ms) * 1_000_000;
+            let recent = (interval + interval / 2).max(LOOKED_AT_MS * 1_000_000);
+            let entries: Vec<(Tuple, Tuple, u64, u64)> =
+                self.tracked.iter().map(|(o, t)| (*o, t.reply, t.read_at, t.asked_at)).collect();
+            for (orig, reply, read_at, asked_at) in entries {
+                let looked = self.used(&orig).max(self.used(&reply)).max(asked_at);
+                if now.saturating_sub(looked) < recent {
+                    check.insert(orig);
+                } else if all || now.saturating_sub(read_at) >= interval {
+                    // After a ruleset change or lost events a copy still
+                    // current must not stand either.
+                    self.forget(&orig);
+                }
+            }
             let stale = ABSENT_TRUST_MS * 1_000_000;
             let gone: Vec<Tuple> = self.absent.iter().filter(|(_, &at)| now.saturating_sub(at) >= stale).map(|(t, _)| *t).collect();
             for t in gone {
@@ -386,8 +416,13 @@ impl Mirror {
             if !seen.insert(q) {
                 continue;
             }
-            match self.by_key.get(&q) {
-                Some(orig) => drop(check.insert(*orig)),
+            match self.by_key.get(&q).copied() {
+                Some(orig) => {
+                    if let Some(tr) = self.tracked.get_mut(&orig) {
+                        tr.asked_at = now;
+                    }
+                    check.insert(orig);
+                }
                 None => asked.push(q),
             }
         }
@@ -449,9 +484,19 @@ impl Mirror {
             return;
         }
         let fixed_timeout = e.status & IPS_FIXED_TIMEOUT != 0;
-        let tr = self.tracked.entry(e.orig).or_insert(Tracked { reply: e.reply, refreshed: used, fixed_timeout });
+        let tr = self.tracked.entry(e.orig).or_insert(Tracked {
+            reply: e.reply,
+            refreshed: used,
+            fixed_timeout,
+            read_at: checked,
+            asked_at: 0,
+        });
         tr.reply = e.reply;
         tr.fixed_timeout = fixed_timeout;
+        tr.read_at = checked;
+        if asked {
+            tr.asked_at = checked;
+        }
         self.by_key.insert(e.orig, e.orig);
         self.by_key.insert(e.reply, e.orig);
         let forwarded = e.reason(false, marks) == fp_reason::FP_R_FORWARDED || e.reason(true, marks) == fp_reason::FP_R_FORWARDED;
