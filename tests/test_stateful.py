@@ -559,6 +559,23 @@ def test_marked_ping_goes_fast(sf: Daemon, v6):
     assert "icmp echo entries" in sf.cli("status").stdout
 
 
+def test_one_off_echoes_give_their_room_back(sf: Daemon):
+    """Echoes of ids never seen again (a scan, a ping sweep): their entries
+    are copied when asked for, then forgotten some 6 s after the last look
+    (conntrack keeps them 30 s), so they do not hold fp_ct_icmp."""
+    lab = sf.lab
+    def tracked() -> int:
+        return sf.status()["conntrack"]["icmp_tracked"]
+    for ident in range(0x4700, 0x4714):
+        EchoFlow(lab, ident).ping()
+    # (Earlier tests' entries, if still tracked, are forgotten alike.)
+    wait_for(lambda: tracked() >= 20, 3.0, "the one-off echoes' copies")
+    wait_for(lambda: tracked() == 0, 12.0, "the one-off echoes' copies to be forgotten", step=0.5)
+    for ident in range(0x4700, 0x4714):
+        entry = conntrack(lab, "-p", "icmp", "--icmp-id", str(ident))
+        assert entry, f"conntrack itself forgot echo {ident} first: nothing tested"
+
+
 def test_unmarked_ping_is_never_fast_pathed(sf: Daemon):
     """Echoes the ruleset accepts before its marking rules: slow path only."""
     lab = sf.lab
