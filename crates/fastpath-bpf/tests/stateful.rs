@@ -28,6 +28,7 @@ use fastpath_bpf::intf::*;
 use libbpf_rs::{MapCore, MapFlags};
 
 use support::conntrack;
+use support::ct_icmp::*;
 use support::netns::{require_root, Lab};
 use support::packet::*;
 use support::runner::*;
@@ -138,7 +139,7 @@ fn out6(p: &Ip6) -> Vec<u8> {
 fn echo4(ty: u8, code: u8, id: u16) -> Ip4 {
     let mut p = Ip4::new(v4("192.0.2.10"), v4("203.0.113.20"));
     p.proto = ICMP;
-    p.payload = icmp_msg(ty, code, id, None);
+    p.payload = icmp_msg(ty, code, id, b"fastpath echo", None);
     p
 }
 
@@ -146,52 +147,8 @@ fn echo6(ty: u8, id: u16) -> Ip6 {
     let (s, d) = (v6("2001:db8:a::10"), v6("2001:db8:2::20"));
     let mut p = Ip6::new(s, d);
     p.nexthdr = ICMPV6;
-    p.payload = icmp_msg(ty, 0, id, Some((&s, &d)));
+    p.payload = icmp_msg(ty, 0, id, b"fastpath echo", Some((&s, &d)));
     p
-}
-
-/// ICMP header (sequence 1) and a payload; ICMPv6 sums the pseudo-header.
-fn icmp_msg(ty: u8, code: u8, id: u16, v6: Option<(&[u8; 16], &[u8; 16])>) -> Vec<u8> {
-    let mut m = vec![ty, code, 0, 0];
-    m.extend_from_slice(&id.to_be_bytes());
-    m.extend_from_slice(&1u16.to_be_bytes());
-    m.extend_from_slice(b"fastpath echo");
-    let mut summed = Vec::new();
-    if let Some((s, d)) = v6 {
-        summed.extend_from_slice(s);
-        summed.extend_from_slice(d);
-        summed.extend_from_slice(&(m.len() as u32).to_be_bytes());
-        summed.extend_from_slice(&[0, 0, 0, ICMPV6]);
-    }
-    summed.extend_from_slice(&m);
-    let c = csum(&summed);
-    m[2..4].copy_from_slice(&c.to_be_bytes());
-    m
-}
-
-/// The fp_ct_icmp key of an echo packet (its own tuple, as the daemon writes it).
-fn echo_key(family: u8, proto: u8, src: &[u8], dst: &[u8], ty: u8, id: u16) -> fp_flow_key {
-    let mut k = fp_flow_key { family, proto, sport: u16::from_ne_bytes([ty, 0]), dport: id.to_be(), ..Default::default() };
-    k.saddr[..src.len()].copy_from_slice(src);
-    k.daddr[..dst.len()].copy_from_slice(dst);
-    k
-}
-
-fn now_coarse_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes into the timespec we own.
-    assert_eq!(unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) }, 0);
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// What the daemon writes after a GET `age_ms` ago.
-fn put_copy(l: &Loaded, k: &fp_flow_key, reason: fp_reason, nat: fp_nat, age_ms: u64) {
-    let v = fp_ct_icmp { checked: now_coarse_ns() - age_ms * 1_000_000, reason: reason as u32, nat, ..Default::default() };
-    l.skel.maps.fp_ct_icmp.update(raw(k), raw(&v), MapFlags::ANY).expect("fp_ct_icmp");
-}
-
-fn copy_of(l: &Loaded, k: &fp_flow_key) -> Option<fp_ct_icmp> {
-    l.skel.maps.fp_ct_icmp.lookup(raw(k), MapFlags::ANY).expect("fp_ct_icmp").map(|v| from_raw(&v))
 }
 
 fn stateful_world(a: u32, b: u32) -> World {
@@ -913,9 +870,9 @@ fn icmp_echo_goes_by_the_daemons_copy() {
     let (c4, s4) = (v4("192.0.2.10"), v4("203.0.113.20"));
     let (c6, s6) = (v6("2001:db8:a::10"), v6("2001:db8:2::20"));
     let p = echo4(8, 0, 0x1234);
-    let k = echo_key(2, ICMP, &c4, &s4, 8, 0x1234);
+    let k = echo_key(2, ICMP, (&c4, &s4), 8, 0x1234);
     let p6 = echo6(128, 0x1234);
-    let k6 = echo_key(10, ICMPV6, &c6, &s6, 128, 0x1234);
+    let k6 = echo_key(10, ICMPV6, (&c6, &s6), 128, 0x1234);
     let none = fp_nat::default();
 
     punts(l, &w, &f4(&p), FP_R_CT_NEW);
@@ -930,7 +887,7 @@ fn icmp_echo_goes_by_the_daemons_copy() {
     // Another echo id is another entry.
     let other = echo4(8, 0, 0x1235);
     punts(l, &w, &f4(&other), FP_R_CT_NEW);
-    assert_eq!(asked(), vec![raw(&echo_key(2, ICMP, &c4, &s4, 8, 0x1235)).to_vec()]);
+    assert_eq!(asked(), vec![raw(&echo_key(2, ICMP, (&c4, &s4), 8, 0x1235)).to_vec()]);
 
     // The daemon rewrote the copy after an event (unmarked) and bumped.
     put_copy(l, &k, FP_R_CT_UNMARKED, none, 0);

@@ -19,9 +19,9 @@ mod support;
 use fastpath_bpf::intf::fp_flow_event::*;
 use fastpath_bpf::intf::fp_reason::*;
 use fastpath_bpf::intf::*;
-use libbpf_rs::MapCore;
 
 use support::conntrack;
+use support::ct_icmp::*;
 use support::netns::{require_root, Lab};
 use support::packet::*;
 use support::runner::*;
@@ -239,31 +239,11 @@ fn cached_nat_and_a_moved_target() {
     forwards(&l, &w, &pkt, &to_host.frame(MAC_HOST_B, MAC_B));
 }
 
-/// An ICMP message (sequence 1 and a payload) with a full checksum;
-/// ICMPv6's covers the pseudo-header.
-fn icmp(ty: u8, id: u16, pseudo: Option<(&[u8], &[u8])>) -> Vec<u8> {
-    let mut m = vec![ty, 0, 0, 0];
-    m.extend_from_slice(&id.to_be_bytes());
-    m.extend_from_slice(&1u16.to_be_bytes());
-    m.extend_from_slice(b"fastpath nat echo");
-    let mut summed = Vec::new();
-    if let Some((s, d)) = pseudo {
-        summed.extend_from_slice(s);
-        summed.extend_from_slice(d);
-        summed.extend_from_slice(&(m.len() as u32).to_be_bytes());
-        summed.extend_from_slice(&[0, 0, 0, 58]);
-    }
-    summed.extend_from_slice(&m);
-    let c = csum(&summed);
-    m[2..4].copy_from_slice(&c.to_be_bytes());
-    m
-}
-
 fn echo4(src: &str, dst: &str, ty: u8, id: u16, ttl: u8) -> Ip4 {
     let mut p = Ip4::new(v4(src), v4(dst));
     p.proto = 1;
     p.ttl = ttl;
-    p.payload = icmp(ty, id, None);
+    p.payload = icmp_msg(ty, 0, id, b"fastpath nat echo", None);
     p
 }
 
@@ -272,27 +252,8 @@ fn echo6(src: &str, dst: &str, ty: u8, id: u16, hop: u8) -> Ip6 {
     let mut p = Ip6::new(s, d);
     p.nexthdr = 58;
     p.hop = hop;
-    p.payload = icmp(ty, id, Some((&s, &d)));
+    p.payload = icmp_msg(ty, 0, id, b"fastpath nat echo", Some((&s, &d)));
     p
-}
-
-/// The fp_ct_icmp key of an echo packet (its own tuple).
-fn echo_key(family: u8, proto: u8, (src, dst): (&[u8], &[u8]), ty: u8, id: u16) -> fp_flow_key {
-    let mut k = fp_flow_key { family, proto, sport: u16::from_ne_bytes([ty, 0]), dport: id.to_be(), ..Default::default() };
-    k.saddr[..src.len()].copy_from_slice(src);
-    k.daddr[..dst.len()].copy_from_slice(dst);
-    k
-}
-
-/// The daemon's copy of an echo entry for the packets with key `k`, read
-/// just now, forwarding with `nat`.
-fn put_copy(l: &Loaded, k: fp_flow_key, nat: fp_nat) {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes into the timespec we own.
-    assert_eq!(unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) }, 0);
-    let checked = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
-    let v = fp_ct_icmp { checked, reason: FP_R_FORWARDED as u32, nat, ..Default::default() };
-    l.skel.maps.fp_ct_icmp.update(raw(&k), raw(&v), libbpf_rs::MapFlags::ANY).expect("fp_ct_icmp");
 }
 
 fn nat_to(flags: u32, saddr: &[u8], daddr: &[u8], id: u16) -> fp_nat {
@@ -317,13 +278,13 @@ fn icmp_echo_nat_from_the_daemons_copy() {
     let (c6, s6, nat6) = (v6("2001:db8:a::10"), v6("2001:db8:2::20"), v6("2001:db8:b::99"));
 
     // SNAT with a new id (another client held 0x1234 on the NAT address).
-    put_copy(&l, echo_key(2, 1, (&c4, &s4), 8, 0x1234), nat_to(FP_NAT_SRC, &nat4, &s4, 0xbeef));
+    put_copy(&l, &echo_key(2, 1, (&c4, &s4), 8, 0x1234), FP_R_FORWARDED, nat_to(FP_NAT_SRC, &nat4, &s4, 0xbeef), 0);
     let want = echo4("198.51.100.254", "203.0.113.20", 8, 0xbeef, 63).frame(MAC_GW4, MAC_B);
     for _ in 0..2 {
         forwards(&l, &w, &echo4("192.0.2.10", "203.0.113.20", 8, 0x1234, 64).frame(MAC_A, MAC_CLIENT), &want);
     }
     // Address only: the id stays, and so does the ICMPv4 checksum.
-    put_copy(&l, echo_key(2, 1, (&c4, &s4), 8, 0x1111), nat_to(FP_NAT_SRC, &nat4, &s4, 0x1111));
+    put_copy(&l, &echo_key(2, 1, (&c4, &s4), 8, 0x1111), FP_R_FORWARDED, nat_to(FP_NAT_SRC, &nat4, &s4, 0x1111), 0);
     forwards(
         &l,
         &w,
@@ -333,7 +294,7 @@ fn icmp_echo_nat_from_the_daemons_copy() {
     // Inbound DNAT (203.0.113.20 pinged 198.51.100.77, sent on to the
     // client): the client's echo reply gets the public source back.
     let public = v4("198.51.100.77");
-    put_copy(&l, echo_key(2, 1, (&c4, &s4), 0, 7), nat_to(FP_NAT_SRC, &public, &s4, 7));
+    put_copy(&l, &echo_key(2, 1, (&c4, &s4), 0, 7), FP_R_FORWARDED, nat_to(FP_NAT_SRC, &public, &s4, 7), 0);
     forwards(
         &l,
         &w,
@@ -341,7 +302,7 @@ fn icmp_echo_nat_from_the_daemons_copy() {
         &echo4("198.51.100.77", "203.0.113.20", 0, 7, 63).frame(MAC_GW4, MAC_B),
     );
     // IPv6 SNAT, new id and address both in the checksum.
-    put_copy(&l, echo_key(10, 58, (&c6, &s6), 128, 0x1234), nat_to(FP_NAT_SRC, &nat6, &s6, 0x4321));
+    put_copy(&l, &echo_key(10, 58, (&c6, &s6), 128, 0x1234), FP_R_FORWARDED, nat_to(FP_NAT_SRC, &nat6, &s6, 0x4321), 0);
     let want6 = echo6("2001:db8:b::99", "2001:db8:2::20", 128, 0x4321, 63).frame(MAC_GW6, MAC_B);
     for _ in 0..2 {
         forwards(&l, &w, &echo6("2001:db8:a::10", "2001:db8:2::20", 128, 0x1234, 64).frame(MAC_A, MAC_CLIENT), &want6);

@@ -105,14 +105,6 @@ impl Tuple {
 
     /// The nested tuple attribute of type `ty` naming it (a GET or an update).
     pub fn attr(&self, ty: u16) -> Vec<u8> {
-        let mut ip = Vec::with_capacity(40);
-        if self.family == AF_INET {
-            nla(&mut ip, CTA_IP_V4_SRC, &self.src[..4]);
-            nla(&mut ip, CTA_IP_V4_DST, &self.dst[..4]);
-        } else {
-            nla(&mut ip, CTA_IP_V6_SRC, &self.src);
-            nla(&mut ip, CTA_IP_V6_DST, &self.dst);
-        }
         let (id, t, c) = if self.family == AF_INET {
             (CTA_PROTO_ICMP_ID, CTA_PROTO_ICMP_TYPE, CTA_PROTO_ICMP_CODE)
         } else {
@@ -123,12 +115,7 @@ impl Tuple {
         nla(&mut proto, id, &self.id);
         nla(&mut proto, t, &[self.ty]);
         nla(&mut proto, c, &[self.code]);
-        let mut tuple = Vec::with_capacity(ip.len() + proto.len() + 8);
-        nla(&mut tuple, CTA_TUPLE_IP | NLA_F_NESTED, &ip);
-        nla(&mut tuple, CTA_TUPLE_PROTO | NLA_F_NESTED, &proto);
-        let mut out = Vec::with_capacity(tuple.len() + 4);
-        nla(&mut out, ty | NLA_F_NESTED, &tuple);
-        out
+        ctliberal::tuple_nest(ty, self.family, &self.src, &self.dst, &proto)
     }
 
     /// A tuple attribute's payload, of an entry of `family`; None unless an ICMP echo tuple.

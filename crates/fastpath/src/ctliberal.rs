@@ -51,25 +51,31 @@ impl Request {
     /// The CTA_TUPLE_ORIG attribute naming the entry (zone 0: the data path
     /// looks up no other).
     pub fn tuple_attr(&self) -> Vec<u8> {
-        let mut ip = Vec::with_capacity(40);
-        if self.family == AF_INET {
-            nla(&mut ip, CTA_IP_V4_SRC, &self.saddr[..4]);
-            nla(&mut ip, CTA_IP_V4_DST, &self.daddr[..4]);
-        } else {
-            nla(&mut ip, CTA_IP_V6_SRC, &self.saddr);
-            nla(&mut ip, CTA_IP_V6_DST, &self.daddr);
-        }
         let mut proto = Vec::with_capacity(24);
         nla(&mut proto, CTA_PROTO_NUM, &[self.proto]);
         nla(&mut proto, CTA_PROTO_SRC_PORT, &self.sport);
         nla(&mut proto, CTA_PROTO_DST_PORT, &self.dport);
-        let mut tuple = Vec::with_capacity(ip.len() + proto.len() + 8);
-        nla(&mut tuple, CTA_TUPLE_IP | NLA_F_NESTED, &ip);
-        nla(&mut tuple, CTA_TUPLE_PROTO | NLA_F_NESTED, &proto);
-        let mut out = Vec::with_capacity(tuple.len() + 4);
-        nla(&mut out, CTA_TUPLE_ORIG | NLA_F_NESTED, &tuple);
-        out
+        tuple_nest(CTA_TUPLE_ORIG, self.family, &self.saddr, &self.daddr, &proto)
     }
+}
+
+/// The nested tuple attribute `ty` (CTA_TUPLE_ORIG, _REPLY): the addresses
+/// of `family` (IPv4 in the first 4 bytes) and the encoded protocol part.
+pub(crate) fn tuple_nest(ty: u16, family: u8, src: &[u8; 16], dst: &[u8; 16], proto: &[u8]) -> Vec<u8> {
+    let mut ip = Vec::with_capacity(40);
+    if family == AF_INET {
+        nla(&mut ip, CTA_IP_V4_SRC, &src[..4]);
+        nla(&mut ip, CTA_IP_V4_DST, &dst[..4]);
+    } else {
+        nla(&mut ip, CTA_IP_V6_SRC, src);
+        nla(&mut ip, CTA_IP_V6_DST, dst);
+    }
+    let mut tuple = Vec::with_capacity(ip.len() + proto.len() + 8);
+    nla(&mut tuple, CTA_TUPLE_IP | NLA_F_NESTED, &ip);
+    nla(&mut tuple, CTA_TUPLE_PROTO | NLA_F_NESTED, proto);
+    let mut out = Vec::with_capacity(tuple.len() + 4);
+    nla(&mut out, ty | NLA_F_NESTED, &tuple);
+    out
 }
 
 /// Appends one netlink attribute, padded to 4 bytes.

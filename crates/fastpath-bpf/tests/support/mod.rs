@@ -3,6 +3,7 @@
 
 pub mod conntrack;
 pub mod cpu;
+pub mod ct_icmp;
 pub mod netns;
 pub mod packet;
 pub mod runner;
