@@ -578,6 +578,33 @@ def test_one_off_echoes_give_their_room_back(sf: Daemon):
         assert entry, f"conntrack itself forgot echo {ident} first: nothing tested"
 
 
+def test_echo_revocation_without_events_comes_with_the_next_read(sf: Daemon):
+    """A ruleset that gives echo entries no events (`ct event set 0x0`, as
+    the example did before ICMP could go fast): a `conntrack -D` is found by
+    the daemon's next read of the entry (every half interval), which bumps
+    the generation, so the cached verdicts go too."""
+    lab = sf.lab
+    ident = 0x4651
+    lab.run(lab.router, "nft", "-f", "-", input=(
+        "table inet fp_quiet_echo {\n chain quiet {\n"
+        "  type filter hook forward priority filter + 2; policy accept;\n"
+        f"  icmp id {ident} ct state new ct event set 0x0\n }}\n}}\n"))
+    lab.defer(lambda: lab.run(lab.router, "nft", "delete", "table", "inet", "fp_quiet_echo", check=False))
+    sf.wait_converged(0.3)
+    flow = EchoFlow(lab, ident)
+    flow.establish()
+    make_fast_echo(sf, flow)
+    gen = sf.status()["conntrack"]["generation"]
+    ev = ct_events(lab, "-p", "icmp")
+    lab.run(lab.router, "conntrack", "-D", "-p", "icmp", "--icmp-id", str(ident))
+    assert f"id={ident} " not in ct_events_seen(ev), "the entry reported its destroy: nothing tested"
+    wait_for(lambda: sf.status()["conntrack"]["generation"] > gen, 1.0, "a bump from the daemon's read")
+    before = sf.counters("r0")
+    flow.ping(3, gap=0.02)
+    delta = counter_delta(before, sf.counters("r0"))
+    assert delta.get("forwarded", 0) == 0 and punted(delta) == 3, delta
+
+
 def test_unmarked_ping_is_never_fast_pathed(sf: Daemon):
     """Echoes the ruleset accepts before its marking rules: slow path only."""
     lab = sf.lab

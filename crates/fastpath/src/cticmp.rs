@@ -283,6 +283,10 @@ pub struct Mirror {
     next_poll_ns: u64,
     /// The data path's effective ct_revalidate_ms, as of the last round.
     revalidate_ms: u32,
+    /// A current copy that let packets through was deleted or no longer
+    /// does the same (a change found by a read, not by an event): verdicts
+    /// cached from it must be re-checked (a generation bump).
+    revoked: bool,
 }
 
 impl Mirror {
@@ -311,6 +315,7 @@ impl Mirror {
             absent: HashMap::new(),
             next_poll_ns: 0,
             revalidate_ms: 0,
+            revoked: false,
         })
     }
 
@@ -330,7 +335,9 @@ impl Mirror {
     /// One round. `touched`: ICMP entries conntrack events named (original
     /// tuple attribute payload, family, destroyed); `all`: read every
     /// tracked entry now (ruleset change, lost events, new marks).
-    /// `revalidate_ms`: the data path's effective interval.
+    /// `revalidate_ms`: the data path's effective interval. True if the
+    /// round took a forwarding verdict away that no event announced: the
+    /// caller bumps the generation.
     #[allow(clippy::too_many_arguments)]
     pub fn step(
         &mut self,
@@ -340,7 +347,7 @@ impl Mirror {
         timeouts: CtTimeouts,
         revalidate_ms: u32,
         counters: &mut CtCounters,
-    ) {
+    ) -> bool {
         let reqs = match self.ring.take() {
             Ok(r) => r,
             Err(e) => {
@@ -354,7 +361,7 @@ impl Mirror {
             // The data path trusts no copy: nothing to keep.
             self.forget_all();
             counters.icmp_tracked = 0;
-            return;
+            return std::mem::take(&mut self.revoked);
         }
         let mut check: HashSet<Tuple> = HashSet::new();
         for (family, tuple, destroyed) in touched {
@@ -422,6 +429,7 @@ impl Mirror {
             }
         }
         counters.icmp_tracked = self.tracked.len() as u64;
+        std::mem::take(&mut self.revoked)
     }
 
     /// Looks `t` up and writes what conntrack says. `asked`: the data path
@@ -456,10 +464,14 @@ impl Mirror {
             counters.icmp_full += 1;
             return;
         }
-        let used = self.used(&e.orig).max(self.used(&e.reply));
+        let old = [self.copy(&e.orig), self.copy(&e.reply)];
+        let used = old.iter().flatten().map(|c| c.used).max().unwrap_or(0);
         let mut ok = true;
-        for (k, mut v) in e.copies(marks, checked) {
+        for ((k, mut v), was) in e.copies(marks, checked).into_iter().zip(old) {
             v.used = used;
+            if was.is_some_and(|w| self.current_forwarding(&w) && (v.reason != w.reason || bytes(&v.nat) != bytes(&w.nat))) {
+                self.revoked = true;
+            }
             ok &= self.map.update(bytes(&k), bytes(&v), MapFlags::ANY).is_ok();
         }
         for side in [&e.orig, &e.reply] {
@@ -501,12 +513,22 @@ impl Mirror {
         }
     }
 
+    fn copy(&self, t: &Tuple) -> Option<fp_ct_icmp> {
+        match self.map.lookup(bytes(&t.key()), MapFlags::ANY) {
+            Ok(Some(b)) => Some(from_bytes::<fp_ct_icmp>(&b)),
+            _ => None,
+        }
+    }
+
     /// The `used` stamp the data path left on `t`'s copy (0: none).
     fn used(&self, t: &Tuple) -> u64 {
-        match self.map.lookup(bytes(&t.key()), MapFlags::ANY) {
-            Ok(Some(b)) => from_bytes::<fp_ct_icmp>(&b).used,
-            _ => 0,
-        }
+        self.copy(t).map_or(0, |c| c.used)
+    }
+
+    /// Whether the data path would still let packets through on `c`.
+    fn current_forwarding(&self, c: &fp_ct_icmp) -> bool {
+        c.reason == fp_reason::FP_R_FORWARDED as u32
+            && now_coarse_ns().saturating_sub(c.checked) < u64::from(self.revalidate_ms) * 1_000_000
     }
 
     fn write_absent(&mut self, t: Tuple, checked: u64, counters: &mut CtCounters) {
@@ -534,6 +556,9 @@ impl Mirror {
         let Some(tr) = self.tracked.remove(orig) else { return };
         for t in [orig, &tr.reply] {
             self.by_key.remove(t);
+            if self.copy(t).is_some_and(|c| self.current_forwarding(&c)) {
+                self.revoked = true;
+            }
             let _ = self.map.delete(bytes(&t.key()));
         }
     }

@@ -898,8 +898,8 @@ impl Stateful {
             self.watch.counters.ruleset_changes += 1;
             self.clear_marks();
         }
-        self.icmp_step(r.ruleset || r.lost);
-        if r.revoke || r.ruleset {
+        let icmp_revoked = self.icmp_step(r.ruleset || r.lost);
+        if r.revoke || r.ruleset || icmp_revoked {
             self.bump(writer);
         }
         if let Err(e) = self.watch.flush_liberal() {
@@ -907,10 +907,11 @@ impl Stateful {
         }
     }
 
-    fn icmp_step(&mut self, all: bool) {
+    /// True if a forwarding ICMP copy was taken back (see cticmp).
+    fn icmp_step(&mut self, all: bool) -> bool {
         let touched = std::mem::take(&mut self.watch.icmp_touched);
         let revalidate = self.timeouts.revalidate_cap_ms(self.revalidate_ms);
-        self.icmp.step(&touched, all, self.marks, self.timeouts, revalidate, &mut self.watch.counters);
+        self.icmp.step(&touched, all, self.marks, self.timeouts, revalidate, &mut self.watch.counters)
     }
 
     fn clear_marks(&mut self) {
@@ -950,7 +951,7 @@ impl Stateful {
         self.marks = marks;
         self.watch.marks = marks;
         self.clear_marks();
-        self.icmp_step(true);
+        let _ = self.icmp_step(true); // bumped below either way
         self.bump(writer);
         info!(
             "stateful mode: ct mark {:#x}/{:#x} -> {:#x}/{:#x} (original/reply)",
