@@ -232,7 +232,7 @@ class EchoFlow:
         the second echo the original one), then time for the daemon's next
         read of the entry (every half revalidation interval)."""
         self.ping(2, gap=0.01)
-        time.sleep(0.7)
+        time.sleep(0.8)
 
     def entry(self) -> str | None:
         p = "icmpv6" if self.v6 else "icmp"
@@ -599,10 +599,12 @@ def test_echo_revocation_without_events_comes_with_the_next_read(sf: Daemon):
     lab.run(lab.router, "conntrack", "-D", "-p", "icmp", "--icmp-id", str(ident))
     assert f"id={ident} " not in ct_events_seen(ev), "the entry reported its destroy: nothing tested"
     wait_for(lambda: sf.status()["conntrack"]["generation"] > gen, 1.0, "a bump from the daemon's read")
+    # The next echo goes to the kernel (which makes a new entry: its
+    # replied, marked copy may carry the echoes after it, rightly).
     before = sf.counters("r0")
-    flow.ping(3, gap=0.02)
+    flow.ping(1)
     delta = counter_delta(before, sf.counters("r0"))
-    assert delta.get("forwarded", 0) == 0 and punted(delta) == 3, delta
+    assert delta.get("forwarded", 0) == 0 and delta.get("ct_new", 0) == 1, delta
 
 
 def test_unmarked_ping_is_never_fast_pathed(sf: Daemon):
@@ -704,13 +706,15 @@ def test_echo_revocation_reaches_the_kernel_within_a_second(revoker: Daemon, act
     gen = d.status()["conntrack"]["generation"]
     revoke(lab, action, ["-p", "icmp", "--icmp-id", str(flow.ident)])
     before = d.counters("r0")
-    flow.ping(3, gap=0.02)
+    flow.ping(1)
+    first = counter_delta(before, d.counters("r0"))
+    assert first.get("forwarded", 0) == 0 and punted(first) == 1, f"{action}: the next echo was fast-pathed: {first}"
+    flow.ping(2, gap=0.02)
     delta = counter_delta(before, d.counters("r0"))
-    assert punted(delta) >= 1, f"{action}: the first echoes after it were all still fast-pathed: {delta}"
     assert d.status()["conntrack"]["generation"] > gen
-    if action != "mark-clear":
-        # Deleted: the kernel's new entry is new to the copy too. Flushed:
-        # nothing marks the entry again.
+    if action == "ruleset-flush":
+        # Nothing marks the entry again. (A deleted entry's successor, or
+        # one marked again, may go fast once its copy is read.)
         assert delta.get("forwarded", 0) == 0, delta
 
 
