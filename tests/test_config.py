@@ -78,6 +78,7 @@ def test_check_config_good_and_bad_files(lab: Lab, fastpath_bin):
         'xdp-mode = "turbo"\n': r"bad\.toml:1: key `xdp-mode`: invalid value 'turbo'",
         # The data path times cached verdicts with a 30-bit clock (struct fp_ct_hot).
         'ct-revalidate-ms = 600001\n': r"bad\.toml:1: key `ct-revalidate-ms`: invalid value '600001'.*0\.\.=600000",
+        'ct-icmp-entries = 0\n': r"bad\.toml:1: key `ct-icmp-entries`: invalid value '0'.*1\.\.=1048576",
         'interface = ["r0", "nosuch0"]\n': r"bad\.toml: unknown interface nosuch0",
         # Options that parse one by one but do not go together.
         'interface = ["r0", "r1"]\nmode = "stateful"\nflow-key = "addresses"\n':

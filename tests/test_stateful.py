@@ -276,6 +276,7 @@ def test_status_shows_the_stateful_mode(sf: Daemon):
     assert ct["mark"] == 1 and ct["mark_reply"] == 2 and ct["revalidate_ms"] == 1000
     assert ct["generation"] >= 1 and ct["events_enabled"]
     assert ct["timeouts_s"] == {"tcp": 432000, "udp": 30, "udp_stream": 120, "icmp": 30, "icmpv6": 30}
+    assert ct["icmp_capacity"] == 4096, ct
     # The user's forward chain is expected in this mode, not a reason to punt.
     assert st["families"]["ipv4"]["fast_path"], st["families"]
     text = sf.cli("status").stdout
@@ -605,6 +606,30 @@ def test_echo_revocation_without_events_comes_with_the_next_read(sf: Daemon):
     flow.ping(1)
     delta = counter_delta(before, sf.counters("r0"))
     assert delta.get("forwarded", 0) == 0 and delta.get("ct_new", 0) == 1, delta
+
+
+def test_icmp_copies_stop_at_their_capacity(lab: Lab, fastpath_bin):
+    """`--ct-icmp-entries 2`: a third ping's entry is not copied (counted as
+    table full) and its echoes go through the kernel, answered all the
+    same; the two copied ones go fast."""
+    load_ruleset(lab)
+    lab.resolve_neighbours()
+    with stateful_daemon(lab, "--ct-icmp-entries", "2") as d:
+        assert d.status()["conntrack"]["icmp_capacity"] == 2
+        flows = [EchoFlow(lab, 0x4661 + i) for i in range(3)]
+        for f in flows:
+            f.ping(2, gap=0.01)
+            time.sleep(0.1)
+        time.sleep(0.8)
+        for f in flows[:2]:
+            make_fast_echo(d, f, 5)
+        before = d.counters("r0")
+        flows[2].ping(5)
+        delta = counter_delta(before, d.counters("r0"))
+        assert delta.get("forwarded", 0) == 0 and delta.get("ct_new", 0) == 5, delta
+        wait_for(lambda: (c := d.status()["conntrack"])["icmp_full"] >= 1 and c["icmp_tracked"] == 2, 3.0,
+                 "the third entry refused for room")
+        assert "icmp echo entries copied 2 of 2" in d.cli("status").stdout
 
 
 def test_unmarked_ping_is_never_fast_pathed(sf: Daemon):

@@ -589,7 +589,7 @@ struct fp_ct_set {
  * revalidation interval while packets look at them (`used`); the data path trusts a
  * copy for ct_revalidate_ms after its GET, like a cached verdict.
  */
-#define FP_DEFAULT_CT_ICMP_ENTRIES 8192     /* keys: two per echo entry */
+#define FP_DEFAULT_CT_ICMP_ENTRIES 8192     /* keys: two per echo entry (--ct-icmp-entries 4096) */
 
 struct fp_ct_icmp {
 	__u64 checked;           /* CLOCK_MONOTONIC_COARSE ns (bpf_ktime_get_coarse_ns()) of the GET */

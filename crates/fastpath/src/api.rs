@@ -26,6 +26,7 @@
 //!  "mode":"stateless"|"stateful", "routes_offload_failed":n,
 //!  "conntrack":null | {"mark":n, "mark_reply":n, "revalidate_ms":n, "revalidate_effective_ms":n, "generation":n (ct_generation),
 //!               "timeouts_s":{"tcp":n,"udp":n,"udp_stream":n,"icmp":n,"icmpv6":n}, "events_enabled":bool,
+//!               "icmp_capacity":n (--ct-icmp-entries),
 //!               "events":n, "bumps":n, "overruns":n, "ruleset_changes":n,
 //!               "marks_cleared":n, "clear_errors":n, "liberal":n, "liberal_requests":n,
 //!               "icmp_tracked":n (echo entries copied), "icmp_requests":n, "icmp_refreshes":n,

@@ -319,6 +319,11 @@ impl Mirror {
         })
     }
 
+    /// How many entries fit (two keys each).
+    pub fn capacity(&self) -> usize {
+        self.capacity / 2
+    }
+
     /// Readable when the data path asked for something.
     pub fn fd(&self) -> RawFd {
         self.ring.fd()

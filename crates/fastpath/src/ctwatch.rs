@@ -787,6 +787,9 @@ pub struct CtStatus {
     pub timeouts_s: CtTimeouts,
     /// net.netfilter.nf_conntrack_events is not 0: the kernel sends events.
     pub events_enabled: bool,
+    /// ICMP echo entries that can be copied (--ct-icmp-entries).
+    #[serde(default)]
+    pub icmp_capacity: u64,
     #[serde(flatten)]
     pub counters: CtCounters,
 }
@@ -998,6 +1001,7 @@ impl Stateful {
             generation: writer.ct_generation(),
             timeouts_s: self.timeouts,
             events_enabled: self.events_enabled,
+            icmp_capacity: self.icmp.capacity() as u64,
             counters: self.watch.counters,
         }
     }

@@ -117,6 +117,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
         stateful,
         afxdp: afxdp_on,
         flow_key_addrs: args.flow_key == crate::FlowKey::Addresses,
+        ct_icmp_keys: if stateful { args.ct_icmp_entries.saturating_mul(2) } else { 1 },
     };
     // --pin: what a previous daemon left (maps to adopt, links to take over).
     let mut pins = if args.pin { Some(pin::Pins::open(&args, &mut ifaces, &caps, &opts)?) } else { None };

@@ -66,6 +66,8 @@ pub struct LoadOpts {
     pub afxdp: bool,
     /// `--flow-key addresses` (fp_config.flow_key_addrs).
     pub flow_key_addrs: bool,
+    /// fp_ct_icmp's keys (two per ICMP echo entry; 1 when stateless).
+    pub ct_icmp_keys: u32,
 }
 
 /// Sets per CPU for at least `entries` flows: FP_FLOW_WAYS per set, a
@@ -202,6 +204,7 @@ fn size_maps(open: &mut fastpath_bpf::skel::xdp_fwd::OpenXdpFwdSkel<'_>, caps: &
         (&mut open.maps.fp_flows, flows, "fp_flows"),
         // Parallel to fp_flows; never touched (one entry) when stateless.
         (&mut open.maps.fp_ct_flows, if opts.stateful { flows } else { 1 }, "fp_ct_flows"),
+        (&mut open.maps.fp_ct_icmp, opts.ct_icmp_keys, "fp_ct_icmp"),
     ];
     for (map, n, name) in sizes {
         if n == 0 {

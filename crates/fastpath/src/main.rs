@@ -189,6 +189,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "MS", default_value_t = intf::FP_DEFAULT_CT_REVALIDATE_MS,
           value_parser = clap::value_parser!(u32).range(0..=i64::from(intf::FP_CT_REVALIDATE_MAX_MS)))]
     pub ct_revalidate_ms: u32,
+    /// Stateful mode: ICMP echo conntrack entries the daemon copies for the
+    /// data path at most (two map keys each; beyond it new pings stay with
+    /// the kernel, counted as `icmp_full`).
+    #[arg(long, value_name = "N", default_value_t = intf::FP_DEFAULT_CT_ICMP_ENTRIES / 2,
+          value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
+    pub ct_icmp_entries: u32,
     /// Stateful mode, for the bench's A/B runs only: leave out parts of the
     /// daemon's conntrack work to measure what each costs. Not for use: the
     /// revocation guarantees need `full`.

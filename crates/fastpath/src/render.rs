@@ -99,9 +99,9 @@ pub fn status(s: &Status, all: bool) -> String {
         );
         let _ = writeln!(
             out,
-            "  icmp echo entries copied {}: requests {}  timeout refreshes {}  table full {}  errors {}",
-            c.counters.icmp_tracked, c.counters.icmp_requests, c.counters.icmp_refreshes, c.counters.icmp_full,
-            c.counters.icmp_errors
+            "  icmp echo entries copied {} of {}: requests {}  timeout refreshes {}  table full {}  errors {}",
+            c.counters.icmp_tracked, c.icmp_capacity, c.counters.icmp_requests, c.counters.icmp_refreshes,
+            c.counters.icmp_full, c.counters.icmp_errors
         );
         if !c.events_enabled {
             out.push_str("  problem: net.netfilter.nf_conntrack_events is 0 (only entries the ruleset gives an event mask with `ct event set` send events; the others' revocations wait for the revalidation)\n");
