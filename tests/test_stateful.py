@@ -27,6 +27,7 @@ import urllib.request
 import pytest
 
 from lab import FASTPATH, REPO, Daemon, Lab, counter_delta, in_netns, one_cpu
+from pkts import ICMP, Raw
 
 RULESET = REPO / "examples" / "nftables" / "stateful.nft"
 CT_REASONS = ("ct_new", "ct_not_established", "ct_unmarked", "ct_tcp_flags", "ct_unsupported", "ct_nat")
@@ -183,15 +184,6 @@ class UdpFlow:
         self.s.close()
 
 
-def icmp_sum(b: bytes) -> int:
-    if len(b) % 2:
-        b += b"\0"
-    s = sum(struct.unpack(f"!{len(b) // 2}H", b))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
-
-
 class EchoFlow:
     """ICMP echoes client -> server with one id (one conntrack entry), over
     a raw socket in the client; the server's kernel answers them."""
@@ -213,9 +205,9 @@ class EchoFlow:
             self.seq += 1
             data = b"fp-echo-%08d" % self.seq
             hdr = struct.pack("!BBHHH", req, 0, 0, self.ident, self.seq)
-            # The kernel sums ICMPv6 raw sockets' messages itself.
-            check = 0 if self.v6 else icmp_sum(hdr + data)
-            self.sock.sendto(struct.pack("!BBHHH", req, 0, check, self.ident, self.seq) + data, (self.dst, 0))
+            # The kernel sums ICMPv6 raw sockets' messages itself; scapy the ICMPv4 one.
+            msg = hdr + data if self.v6 else bytes(ICMP(type=req, id=self.ident, seq=self.seq) / Raw(data))
+            self.sock.sendto(msg, (self.dst, 0))
             deadline = time.monotonic() + 2
             while True:
                 assert time.monotonic() < deadline, f"echo {self.ident}/{self.seq} not answered"

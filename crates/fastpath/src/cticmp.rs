@@ -585,52 +585,55 @@ impl Mirror {
 
     /// A ctnetlink GET of the entry `t` belongs to (zone 0, as the data path sees).
     fn get(&mut self, t: &Tuple) -> io::Result<Found> {
-        let seq = self.next_seq();
-        let mut out = Vec::with_capacity(128);
-        put_msg(&mut out, NFNL_SUBSYS_CTNETLINK << 8 | IPCTNL_MSG_CT_GET, NLM_F_REQUEST, seq, t.family, &t.attr(CTA_TUPLE_ORIG));
-        self.sock.send(&out, 0)?;
-        loop {
-            let n = recv(self.sock.as_raw_fd(), &mut self.buf, 0)?;
-            let data = &self.buf[..n.min(self.buf.len())];
-            for (m, _, msg_seq, payload) in messages_seq(data) {
-                if msg_seq != seq {
-                    continue; // a late answer to an earlier request
-                }
-                if m == NLMSG_ERROR {
-                    return match error_code(payload) {
-                        libc::ENOENT => Ok(Found::Gone),
-                        0 => Err(io::Error::other("an ack where the entry was expected")),
-                        e => Err(io::Error::from_raw_os_error(e)),
-                    };
-                }
-                if payload.len() < NFGENMSG_LEN {
-                    continue;
-                }
-                return match Entry::parse(payload[0], &payload[NFGENMSG_LEN..]) {
-                    Some(e) => Ok(Found::Entry(e)),
-                    None => Err(io::Error::other("an ICMP conntrack entry without its tuples")),
-                };
-            }
+        let (m, payload) = self.transact(IPCTNL_MSG_CT_GET, NLM_F_REQUEST, t.family, &t.attr(CTA_TUPLE_ORIG), |_, p| {
+            p.len() >= NFGENMSG_LEN
+        })?;
+        if m == NLMSG_ERROR {
+            return match error_code(&payload) {
+                libc::ENOENT => Ok(Found::Gone),
+                0 => Err(io::Error::other("an ack where the entry was expected")),
+                e => Err(io::Error::from_raw_os_error(e)),
+            };
+        }
+        match Entry::parse(payload[0], &payload[NFGENMSG_LEN..]) {
+            Some(e) => Ok(Found::Entry(e)),
+            None => Err(io::Error::other("an ICMP conntrack entry without its tuples")),
         }
     }
 
     /// Sets the entry's timeout to `secs` from now, as the kernel's refresh does.
     fn refresh(&mut self, orig: &Tuple, secs: u32) -> io::Result<()> {
-        let seq = self.next_seq();
         let mut a = orig.attr(CTA_TUPLE_ORIG);
         put_be32_attr(&mut a, CTA_TIMEOUT, secs);
+        let (_, payload) = self.transact(IPCTNL_MSG_CT_NEW, NLM_F_REQUEST | NLM_F_ACK, orig.family, &a, |m, _| m == NLMSG_ERROR)?;
+        match error_code(&payload) {
+            0 => Ok(()),
+            code => Err(io::Error::from_raw_os_error(code)),
+        }
+    }
+
+    /// Sends one ctnetlink request and returns the first answer to it
+    /// (type, payload) that `wanted` takes or that is an error; answers to
+    /// earlier requests (a GET that timed out) are skipped.
+    fn transact(
+        &mut self,
+        msg: u16,
+        flags: u16,
+        family: u8,
+        attrs: &[u8],
+        wanted: impl Fn(u16, &[u8]) -> bool,
+    ) -> io::Result<(u16, Vec<u8>)> {
+        let seq = self.next_seq();
         let mut out = Vec::with_capacity(128);
-        put_msg(&mut out, NFNL_SUBSYS_CTNETLINK << 8 | IPCTNL_MSG_CT_NEW, NLM_F_REQUEST | NLM_F_ACK, seq, orig.family, &a);
+        put_msg(&mut out, NFNL_SUBSYS_CTNETLINK << 8 | msg, flags, seq, family, attrs);
         self.sock.send(&out, 0)?;
         loop {
             let n = recv(self.sock.as_raw_fd(), &mut self.buf, 0)?;
             let data = &self.buf[..n.min(self.buf.len())];
             for (m, _, msg_seq, payload) in messages_seq(data) {
-                if msg_seq != seq || m != NLMSG_ERROR {
-                    continue;
+                if msg_seq == seq && (m == NLMSG_ERROR || wanted(m, payload)) {
+                    return Ok((m, payload.to_vec()));
                 }
-                let code = error_code(payload);
-                return if code == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(code)) };
             }
         }
     }
