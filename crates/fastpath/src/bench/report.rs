@@ -74,6 +74,10 @@ pub struct Cell {
     pub paired_ratio_to_kernel: Option<f64>,
     pub paired_share_of_raw: Option<f64>,
     pub paired_ratio_to_reference: Option<f64>,
+    /// The sign-test 95 % interval of `paired_share_of_raw` (None for fewer
+    /// than 6 rounds): whether a share near a target is above or below it
+    /// beyond this VM's round-to-round spread.
+    pub paired_share_of_raw_95: Option<(f64, f64)>,
     /// fastpath's own counters over this cell's warm-up and repetitions.
     pub fastpath_verdicts: Option<Verdicts>,
 }
@@ -101,6 +105,7 @@ impl Cell {
             paired_ratio_to_kernel: None,
             paired_share_of_raw: None,
             paired_ratio_to_reference: None,
+            paired_share_of_raw_95: None,
             fastpath_verdicts: None,
             reps,
         }
@@ -221,7 +226,8 @@ pub fn add_paired_ratios(cells: &mut [Cell], bases: [Mode; 3]) {
     for (c, [kernel, raw, reference]) in cells.iter_mut().zip(base_reps) {
         let x = mpps(c);
         c.paired_ratio_to_kernel = kernel.and_then(|b| paired_ratio(&x, &b));
-        c.paired_share_of_raw = raw.and_then(|b| paired_ratio(&x, &b));
+        c.paired_share_of_raw = raw.as_ref().and_then(|b| paired_ratio(&x, b));
+        c.paired_share_of_raw_95 = raw.as_ref().and_then(|b| paired_ratio_interval(&x, b, 0.95));
         c.paired_ratio_to_reference = reference.and_then(|b| paired_ratio(&x, &b));
     }
 }
@@ -315,7 +321,7 @@ pub fn print_table(cells: &[Cell]) {
             .map(|v| (v.cache_hits as f64 * 100.0 / (v.cache_hits + v.cache_misses).max(1) as f64, v.bypass_note()))
             .unwrap_or_default();
         println!(
-            "{} {} B {} flow(s), {hits:.0}% cache hits{bypass}: {} kernel, {} of raw, {} fib-fwd (wall); {} / {} / {} per CPU-s; {} / {} / {} paired by round{}",
+            "{} {} B {} flow(s), {hits:.0}% cache hits{bypass}: {} kernel, {} of raw, {} fib-fwd (wall); {} / {} / {} per CPU-s; {} / {} / {} paired by round{}{}",
             c.mode.name(),
             c.size,
             c.flows,
@@ -328,6 +334,9 @@ pub fn print_table(cells: &[Cell]) {
             ratio(c.paired_ratio_to_kernel),
             pct(c.paired_share_of_raw),
             ratio(c.paired_ratio_to_reference),
+            c.paired_share_of_raw_95
+                .map(|(lo, hi)| format!(" (of raw paired, 95% interval {:.0}-{:.0}%)", lo * 100.0, hi * 100.0))
+                .unwrap_or_default(),
             if busy { " (box busy: trust per CPU-s)" } else { "" }
         );
     }
@@ -512,5 +521,23 @@ mod tests {
         assert_eq!(cells[1].paired_ratio_to_reference, None);
         assert_eq!(paired_ratio(&[2.0, 9.0, 3.0], &[1.0, 3.0, 1.0]), Some(3.0));
         assert_eq!(paired_ratio(&[1.0], &[0.0]), None);
+        // Three rounds cannot reach 95 %.
+        assert_eq!(cells[1].paired_share_of_raw_95, None);
+    }
+
+    #[test]
+    fn share_of_raw_gets_its_interval_from_enough_rounds() {
+        let rep = |mpps: f64| Rep { mpps, offered_mpps: mpps, mpps_per_cpu_s: mpps, cpu_share: 1.0 };
+        let raw: Vec<f64> = (0..9).map(|i| 4.0 + f64::from(i % 3) * 0.1).collect();
+        let share = [0.86, 0.91, 0.88, 0.93, 0.89, 0.87, 0.90, 0.92, 0.85];
+        let mut cells = vec![
+            Cell::new(Mode::Fastpath, 64, 1, raw.iter().zip(share).map(|(r, s)| rep(r * s)).collect()),
+            Cell::new(Mode::Raw, 64, 1, raw.iter().map(|r| rep(*r)).collect()),
+        ];
+        add_paired_ratios(&mut cells, [Mode::Kernel, Mode::Raw, Mode::FibFwd]);
+        // 9 rounds: the sign-test interval runs from the 2nd to the 8th of the sorted shares.
+        let (lo, hi) = cells[0].paired_share_of_raw_95.expect("9 rounds reach 95 %");
+        assert!((lo - 0.86).abs() < 1e-9 && (hi - 0.92).abs() < 1e-9, "{lo} {hi}");
+        assert_eq!(cells[1].paired_share_of_raw_95.map(|(lo, hi)| (lo.round(), hi.round())), Some((1.0, 1.0)));
     }
 }
