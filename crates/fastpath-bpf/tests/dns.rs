@@ -180,7 +180,7 @@ fn malformed_cases(fam: Fam) -> Vec<Case> {
         long_name.push('.');
     }
     let mut label64 = wire_name("x.example");
-    label64.splice(0..2, std::iter::once(64).chain(std::iter::repeat(b'y').take(64)));
+    label64.splice(0..2, std::iter::once(64).chain(std::iter::repeat_n(b'y', 64)));
     label64.extend_from_slice(&[0, 1, 0, 1]);
     let mut ptr = vec![3, b'w', b'w', b'w', 0xc0, 12];
     ptr.extend_from_slice(&[0, 1, 0, 1]);

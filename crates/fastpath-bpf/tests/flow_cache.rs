@@ -115,23 +115,23 @@ fn second_packet_is_a_hit_with_the_same_bytes() {
     let Some((mut lab, w)) = lab("second_packet_is_a_hit_with_the_same_bytes") else { return };
     let l = lab.program(&w).expect("load");
     let p = p4(1000);
-    forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(&p, MAC_GW4));
-    assert_eq!(flow(&l)[FP_FC_MISS as usize], 1);
-    assert_eq!(flow(&l)[FP_FC_HIT as usize], 0);
-    forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(&p, MAC_GW4));
-    assert_eq!(flow(&l)[FP_FC_HIT as usize], 1, "second packet of the flow missed");
+    forwards(l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(&p, MAC_GW4));
+    assert_eq!(flow(l)[FP_FC_MISS as usize], 1);
+    assert_eq!(flow(l)[FP_FC_HIT as usize], 0);
+    forwards(l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(&p, MAC_GW4));
+    assert_eq!(flow(l)[FP_FC_HIT as usize], 1, "second packet of the flow missed");
     // Another source port is another flow.
     let q = p4(1001);
-    forwards(&l, &w, &q.frame(MAC_A, MAC_CLIENT), &out4(&q, MAC_GW4));
-    assert_eq!(flow(&l)[FP_FC_MISS as usize], 2);
-    assert_eq!(hash_src(&l)[FP_HS_SOFTWARE as usize], 3);
+    forwards(l, &w, &q.frame(MAC_A, MAC_CLIENT), &out4(&q, MAC_GW4));
+    assert_eq!(flow(l)[FP_FC_MISS as usize], 2);
+    assert_eq!(hash_src(l)[FP_HS_SOFTWARE as usize], 3);
 
     // IPv6 the same way.
     let p6 = p6();
     let want6 = out6(&p6);
-    forwards(&l, &w, &p6.frame(MAC_A, MAC_CLIENT), &want6);
-    forwards(&l, &w, &p6.frame(MAC_A, MAC_CLIENT), &want6);
-    assert_eq!(flow(&l)[FP_FC_HIT as usize], 2);
+    forwards(l, &w, &p6.frame(MAC_A, MAC_CLIENT), &want6);
+    forwards(l, &w, &p6.frame(MAC_A, MAC_CLIENT), &want6);
+    assert_eq!(flow(l)[FP_FC_HIT as usize], 2);
 }
 
 /// The data path trusts a cached result until the generation moves (the
@@ -142,16 +142,16 @@ fn neighbour_change_is_seen_after_the_generation_bump() {
     let l = lab.program(&w).expect("load");
     let p = p4(1000);
     let f = p.frame(MAC_A, MAC_CLIENT);
-    forwards(&l, &w, &f, &out4(&p, MAC_GW4));
+    forwards(l, &w, &f, &out4(&p, MAC_GW4));
     let new_mac: Mac = [0x02, 0, 0, 0, 0, 0x99];
-    set_neigh4(&l, w.b, "198.51.100.1", new_mac);
+    set_neigh4(l, w.b, "198.51.100.1", new_mac);
     // Without a bump the cache still answers: this is what the generation is for.
-    forwards(&l, &w, &f, &out4(&p, MAC_GW4));
-    bump(&l, &mut w);
-    forwards(&l, &w, &f, &out4(&p, new_mac));
-    assert_eq!(flow(&l)[FP_FC_STALE as usize], 1);
-    forwards(&l, &w, &f, &out4(&p, new_mac));
-    assert_eq!(flow(&l)[FP_FC_HIT as usize], 2);
+    forwards(l, &w, &f, &out4(&p, MAC_GW4));
+    bump(l, &mut w);
+    forwards(l, &w, &f, &out4(&p, new_mac));
+    assert_eq!(flow(l)[FP_FC_STALE as usize], 1);
+    forwards(l, &w, &f, &out4(&p, new_mac));
+    assert_eq!(flow(l)[FP_FC_HIT as usize], 2);
 }
 
 #[test]
@@ -160,17 +160,17 @@ fn route_change_is_seen_by_the_next_packet() {
     let l = lab.program(&w).expect("load");
     let p = p4(1000);
     let f = p.frame(MAC_A, MAC_CLIENT);
-    forwards(&l, &w, &f, &out4(&p, MAC_GW4));
+    forwards(l, &w, &f, &out4(&p, MAC_GW4));
     // 203.0.113.0/24 now goes via the IPv6 link-local gateway.
     let k = lpm4("203.0.113.0", 24);
     let r = route(fp_route_type::FP_RT_FORWARD, NH_V4_VIA_V6);
     l.skel.maps.fp_fib4.update(raw(&k), raw(&r), MapFlags::ANY).expect("fib4");
-    bump(&l, &mut w);
-    forwards(&l, &w, &f, &out4(&p, MAC_GW6LL));
+    bump(l, &mut w);
+    forwards(l, &w, &f, &out4(&p, MAC_GW6LL));
     // And then is deleted: no route, the kernel answers.
     l.skel.maps.fp_fib4.delete(raw(&k)).expect("fib4 delete");
-    bump(&l, &mut w);
-    punts(&l, &w, &f, FP_R_NO_ROUTE);
+    bump(l, &mut w);
+    punts(l, &w, &f, FP_R_NO_ROUTE);
 }
 
 #[test]
@@ -179,7 +179,7 @@ fn link_down_is_seen_by_the_next_packet() {
     let l = lab.program(&w).expect("load");
     let p = p4(1000);
     let f = p.frame(MAC_A, MAC_CLIENT);
-    forwards(&l, &w, &f, &out4(&p, MAC_GW4));
+    forwards(l, &w, &f, &out4(&p, MAC_GW4));
     let down = fp_iface {
         mac: MAC_B,
         flags: (FP_IF_PRESENT | FP_IF_FWD4 | FP_IF_FWD6) as u16,
@@ -188,8 +188,8 @@ fn link_down_is_seen_by_the_next_packet() {
         ifindex: w.b,
     };
     l.skel.maps.fp_ifaces.update(&SLOT_B.to_ne_bytes(), raw(&down), MapFlags::ANY).expect("ifaces");
-    bump(&l, &mut w);
-    punts(&l, &w, &f, FP_R_EGRESS_DOWN);
+    bump(l, &mut w);
+    punts(l, &w, &f, FP_R_EGRESS_DOWN);
 }
 
 /// An egress that lost its last IPv4 address (the kernel flushing its
@@ -204,16 +204,16 @@ fn a_flushed_egress_stops_cached_ipv4_flows_only() {
     let q = p6();
     let g = q.frame(MAC_A, MAC_CLIENT);
     for _ in 0..2 {
-        forwards(&l, &w, &f, &out4(&p, MAC_GW4));
-        forwards(&l, &w, &g, &out6(&q));
+        forwards(l, &w, &f, &out4(&p, MAC_GW4));
+        forwards(l, &w, &g, &out6(&q));
     }
-    assert_eq!(flow(&l)[FP_FC_HIT as usize], 2);
-    let mut flushed = w.iface_mut(w.b).clone();
+    assert_eq!(flow(l)[FP_FC_HIT as usize], 2);
+    let mut flushed = *w.iface_mut(w.b);
     flushed.flags |= (FP_IF_PRESENT | FP_IF_V4_FLUSH) as u16;
     l.skel.maps.fp_ifaces.update(&SLOT_B.to_ne_bytes(), raw(&flushed), MapFlags::ANY).expect("ifaces");
-    bump(&l, &mut w);
-    punts(&l, &w, &f, FP_R_EGRESS_DOWN);
-    forwards(&l, &w, &g, &out6(&q));
+    bump(l, &mut w);
+    punts(l, &w, &f, FP_R_EGRESS_DOWN);
+    forwards(l, &w, &g, &out6(&q));
 }
 
 /// TTL and length are per packet, not per flow: a hit still punts them.
@@ -223,17 +223,17 @@ fn per_packet_checks_apply_on_a_hit() {
     w.iface_mut(w.b).mtu = 1000;
     let l = lab.program(&w).expect("load");
     let p = p4(1000);
-    forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(&p, MAC_GW4));
+    forwards(l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(&p, MAC_GW4));
     let mut ttl1 = p.clone();
     ttl1.ttl = 1;
-    punts(&l, &w, &ttl1.frame(MAC_A, MAC_CLIENT), FP_R_TTL_EXCEEDED);
+    punts(l, &w, &ttl1.frame(MAC_A, MAC_CLIENT), FP_R_TTL_EXCEEDED);
     let mut big = p.clone();
     big.payload = udp_ports(1000, 53);
     big.payload.resize(1100, 0xab);
-    punts(&l, &w, &big.frame(MAC_A, MAC_CLIENT), FP_R_MTU);
+    punts(l, &w, &big.frame(MAC_A, MAC_CLIENT), FP_R_MTU);
     // The flow itself is still cached and forwarded.
-    forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(&p, MAC_GW4));
-    assert!(flow(&l)[FP_FC_HIT as usize] >= 2);
+    forwards(l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(&p, MAC_GW4));
+    assert!(flow(l)[FP_FC_HIT as usize] >= 2);
 }
 
 #[test]
@@ -242,16 +242,16 @@ fn idle_flows_are_recomputed() {
     let l = lab.program(&w).expect("load");
     let p = p4(1000);
     let f = p.frame(MAC_A, MAC_CLIENT);
-    forwards(&l, &w, &f, &out4(&p, MAC_GW4));
+    forwards(l, &w, &f, &out4(&p, MAC_GW4));
     w.rt.neigh_clock += TIMEOUT;
     l.set_rt(&w.rt).expect("bss");
-    forwards(&l, &w, &f, &out4(&p, MAC_GW4));
-    assert_eq!(flow(&l)[FP_FC_HIT as usize], 1, "idle for exactly the timeout is still live");
+    forwards(l, &w, &f, &out4(&p, MAC_GW4));
+    assert_eq!(flow(l)[FP_FC_HIT as usize], 1, "idle for exactly the timeout is still live");
     w.rt.neigh_clock += TIMEOUT + 1;
     l.set_rt(&w.rt).expect("bss");
-    forwards(&l, &w, &f, &out4(&p, MAC_GW4));
-    assert_eq!(flow(&l)[FP_FC_EXPIRED as usize], 1);
-    assert_eq!(flow(&l)[FP_FC_MISS as usize], 2);
+    forwards(l, &w, &f, &out4(&p, MAC_GW4));
+    assert_eq!(flow(l)[FP_FC_EXPIRED as usize], 1);
+    assert_eq!(flow(l)[FP_FC_MISS as usize], 2);
 }
 
 /// A cached flow's packets still face every check the full path makes in
@@ -269,8 +269,8 @@ fn a_cached_flow_still_gets_every_check() {
         forwards(l, w, &f, &out4(&p, MAC_GW4));
         assert_eq!(flow(l)[FP_FC_HIT as usize], before + 1, "the flow no longer hits");
     };
-    forwards(&l, &w, &f, &out4(&p, MAC_GW4));
-    hit(&l, &w);
+    forwards(l, &w, &f, &out4(&p, MAC_GW4));
+    hit(l, &w);
 
     let with = |edit: &dyn Fn(&mut Ip4)| {
         let mut q = p.clone();
@@ -293,28 +293,28 @@ fn a_cached_flow_still_gets_every_check() {
         ("VLAN tag", vlan, FP_R_VLAN),
     ];
     for (name, pkt, reason) in &variants {
-        punts_case(&l, &w, name, pkt, *reason);
+        punts_case(l, &w, name, pkt, *reason);
     }
-    hit(&l, &w);
+    hit(l, &w);
 
     // Ingress state the daemon changes (a generation bump would follow; the
     // cache must not depend on it).
     let tc = w.iface_mut(w.a).flags;
     w.iface_mut(w.a).flags = tc | FP_IF_TC_INGRESS as u16;
     w.apply(&l.skel).expect("apply");
-    punts(&l, &w, &f, FP_R_TC_INGRESS);
+    punts(l, &w, &f, FP_R_TC_INGRESS);
     w.iface_mut(w.a).flags = tc;
     w.apply(&l.skel).expect("apply");
-    hit(&l, &w);
+    hit(l, &w);
 
     // The daemon silent past the grace: at once, within the jiffy the
     // watchdog last found it alive in.
     w.rt.orphan_grace = 5;
     l.set_rt(&w.rt).expect("bss");
-    punts(&l, &w, &f, FP_R_ORPHANED);
+    punts(l, &w, &f, FP_R_ORPHANED);
     w.rt.orphan_grace = 0;
     l.set_rt(&w.rt).expect("bss");
-    hit(&l, &w);
+    hit(l, &w);
 }
 
 /// The same for IPv6 (express.h's IPv6 path): each variant of a cached,
@@ -332,9 +332,9 @@ fn a_cached_ipv6_flow_still_gets_every_check() {
         forwards(l, w, &f, &want);
         assert_eq!(flow(l)[FP_FC_HIT as usize], before + 1, "the flow no longer hits");
     };
-    forwards(&l, &w, &f, &want);
-    hit(&l, &w);
-    hit(&l, &w);
+    forwards(l, &w, &f, &want);
+    hit(l, &w);
+    hit(l, &w);
 
     let with = |edit: &dyn Fn(&mut Ip6)| {
         let mut q = p.clone();
@@ -351,8 +351,8 @@ fn a_cached_ipv6_flow_still_gets_every_check() {
         ("group MAC", p.frame([0x33, 0x33, 0, 0, 0, 1], MAC_CLIENT), FP_R_MULTICAST),
     ];
     for (name, pkt, reason) in &variants {
-        punts_case(&l, &w, name, pkt, *reason);
-        hit(&l, &w);
+        punts_case(l, &w, name, pkt, *reason);
+        hit(l, &w);
     }
 }
 
@@ -364,11 +364,11 @@ fn hits_keep_the_neighbour_alive() {
     let l = lab.program(&w).expect("load");
     let p = p4(1000);
     let f = p.frame(MAC_A, MAC_CLIENT);
-    forwards(&l, &w, &f, &out4(&p, MAC_GW4));
+    forwards(l, &w, &f, &out4(&p, MAC_GW4));
     w.rt.neigh_clock += 3;
     l.set_rt(&w.rt).expect("bss");
-    forwards(&l, &w, &f, &out4(&p, MAC_GW4));
-    assert_eq!(flow(&l)[FP_FC_HIT as usize], 1);
+    forwards(l, &w, &f, &out4(&p, MAC_GW4));
+    assert_eq!(flow(l)[FP_FC_HIT as usize], 1);
     let NeighKey::V4(k) = neigh_key(w.b, AF_INET, &v4("198.51.100.1")) else { unreachable!() };
     let n: fp_neigh = from_raw(&l.skel.maps.fp_neigh4.lookup(raw(&k), MapFlags::ANY).expect("lookup").expect("neigh"));
     assert_eq!(n.used, w.rt.neigh_clock);
@@ -385,16 +385,16 @@ fn metadata_hints_and_eviction() {
     let f = p.frame(MAC_A, MAC_CLIENT);
     let (v, out) = l.run_meta(w.a, &hint(42), &f).expect("run");
     assert_eq!((v, out), (XDP_REDIRECT, out4(&p, MAC_GW4)));
-    assert_eq!(hash_src(&l)[FP_HS_META as usize], 1);
+    assert_eq!(hash_src(l)[FP_HS_META as usize], 1);
     let mut bad = hint(42);
     bad[6] ^= 1;
     let (v, _) = l.run_meta(w.a, &bad, &f).expect("run");
     assert_eq!(v, XDP_REDIRECT);
-    assert_eq!(hash_src(&l)[FP_HS_SOFTWARE as usize], 1, "a hint with a wrong magic was taken");
+    assert_eq!(hash_src(l)[FP_HS_SOFTWARE as usize], 1, "a hint with a wrong magic was taken");
 
     // Fill one set (hash 7) with FP_FLOW_WAYS flows, then keep sending a
     // fifth: it is admitted (evicting one live flow) only on one miss in 8.
-    let before = flow(&l);
+    let before = flow(l);
     for port in 2000..2000 + FP_FLOW_WAYS as u16 {
         let q = p4(port);
         let (v, out) = l.run_meta(w.a, &hint(7), &q.frame(MAC_A, MAC_CLIENT)).expect("run");
@@ -405,7 +405,7 @@ fn metadata_hints_and_eviction() {
     loop {
         let (v, out) = l.run_meta(w.a, &hint(7), &fifth.frame(MAC_A, MAC_CLIENT)).expect("run");
         assert_eq!((v, out), (XDP_REDIRECT, out4(&fifth, MAC_GW4)), "not admitted is still forwarded");
-        let now = flow(&l);
+        let now = flow(l);
         if now[FP_FC_HIT as usize] > before[FP_FC_HIT as usize] {
             break;
         }
@@ -413,7 +413,7 @@ fn metadata_hints_and_eviction() {
         // By chance, one miss in 8: (7/8)^200 is 3e-12.
         assert!(misses <= 200, "the fifth flow was never admitted");
     }
-    let after = flow(&l);
+    let after = flow(l);
     assert_eq!(after[FP_FC_EVICT as usize], 1, "admitting the fifth flow evicts exactly one");
 }
 
@@ -434,7 +434,7 @@ fn admission_into_a_full_set_is_one_miss_in_eight() {
         let (v, out) = l.run_meta(w.a, &hint(7), &q.frame(MAC_A, MAC_CLIENT)).expect("run");
         assert_eq!((v, out), (XDP_REDIRECT, out4(&q, MAC_GW4)), "not admitted is still forwarded");
     }
-    let f = flow(&l);
+    let f = flow(l);
     assert_eq!(f[FP_FC_BYPASS as usize], 0, "the scan fits one window: {f:?}");
     // Binomial(240, 1/8): mean 30; 5 and 70 are over 5 deviations away.
     let evicted = f[FP_FC_EVICT as usize];
@@ -459,19 +459,19 @@ fn thrashing_cache_is_bypassed_until_it_holds_again() {
 
     // Warming up: 2 windows of new flows, each into free ways of its own set.
     for i in 0..2 * window as u32 {
-        send(&l, &p4(10_000 + i as u16), 1000 + i);
+        send(l, &p4(10_000 + i as u16), 1000 + i);
     }
-    assert_eq!(flow(&l)[FP_FC_BYPASS as usize], 0, "a cache warming up was bypassed");
-    assert_eq!(flow(&l)[FP_FC_MISS as usize], 2 * window);
+    assert_eq!(flow(l)[FP_FC_BYPASS as usize], 0, "a cache warming up was bypassed");
+    assert_eq!(flow(l)[FP_FC_MISS as usize], 2 * window);
 
     // A flood into one set: after a window of crowded misses, one packet in
     // FP_FLOW_GUARD_SAMPLE looks the cache up.
     let flood = 4 * window as u32;
     for i in 0..flood {
-        send(&l, &p4(20_000 + i as u16), 7);
+        send(l, &p4(20_000 + i as u16), 7);
     }
     assert_eq!(l.flow_guard(SLOT_A).expect("guard").bypass, 1, "a crowded cache is not bypassed");
-    let f = flow(&l);
+    let f = flow(l);
     let bypassed = f[FP_FC_BYPASS as usize];
     let sample = FP_FLOW_GUARD_SAMPLE as u64;
     assert!(
@@ -492,18 +492,18 @@ fn thrashing_cache_is_bypassed_until_it_holds_again() {
     let mut sent = 0;
     let mut quiet = 0;
     while quiet < 2 * sample {
-        let before = flow(&l)[FP_FC_BYPASS as usize];
-        send(&l, &q, 7);
-        quiet = if flow(&l)[FP_FC_BYPASS as usize] == before { quiet + 1 } else { 0 };
+        let before = flow(l)[FP_FC_BYPASS as usize];
+        send(l, &q, 7);
+        quiet = if flow(l)[FP_FC_BYPASS as usize] == before { quiet + 1 } else { 0 };
         sent += 1;
-        assert!(sent <= 3 * window * sample, "the bypass never ended: {:?}", flow(&l));
+        assert!(sent <= 3 * window * sample, "the bypass never ended: {:?}", flow(l));
     }
     assert_eq!(l.flow_guard(SLOT_A).expect("guard").bypass, 0);
-    let before = flow(&l);
+    let before = flow(l);
     for _ in 0..sample {
-        send(&l, &q, 7);
+        send(l, &q, 7);
     }
-    let after = flow(&l);
+    let after = flow(l);
     assert_eq!(
         (after[FP_FC_HIT as usize] - before[FP_FC_HIT as usize], after[FP_FC_BYPASS as usize]),
         (sample, before[FP_FC_BYPASS as usize]),
@@ -539,13 +539,13 @@ fn flows_filled_as_a_bypass_begins_are_hit_after_it() {
     while l.flow_guard(SLOT_A).expect("guard").bypass != 0 {
         send();
         sent += 1;
-        assert!(sent <= 3 * FP_FLOW_GUARD_WINDOW * FP_FLOW_GUARD_SAMPLE, "the bypass never ended: {:?}", flow(&l));
+        assert!(sent <= 3 * FP_FLOW_GUARD_WINDOW * FP_FLOW_GUARD_SAMPLE, "the bypass never ended: {:?}", flow(l));
     }
-    let before = flow(&l);
+    let before = flow(l);
     for _ in 0..FP_FLOW_GUARD_SAMPLE {
         send();
     }
-    let after = flow(&l);
+    let after = flow(l);
     assert_eq!(
         (after[FP_FC_HIT as usize] - before[FP_FC_HIT as usize], after[FP_FC_MISS as usize] - before[FP_FC_MISS as usize]),
         (u64::from(FP_FLOW_GUARD_SAMPLE), 0),
@@ -581,11 +581,13 @@ fn ipv4_flows_away_from_home_and_ipv6_share_a_set() {
         }
         let (v, out) = l.run_meta(w.a, &hint(9), &p6.frame(MAC_A, MAC_CLIENT)).expect("run");
         assert_eq!((v, out), (XDP_REDIRECT, out6(&p6)));
-        assert_eq!(flow(&l)[FP_FC_HIT as usize], 4 * round, "round {round}: every flow of the set hits");
+        assert_eq!(flow(l)[FP_FC_HIT as usize], 4 * round, "round {round}: every flow of the set hits");
     }
-    assert_eq!(flow(&l)[FP_FC_MISS as usize], 4);
+    assert_eq!(flow(l)[FP_FC_MISS as usize], 4);
 
-    let mut got: Vec<(u8, u16, Vec<u8>, Vec<u8>, u32, u32)> = cached(&l)
+    // family, source port, source, destination, packets, generation
+    type Way = (u8, u16, Vec<u8>, Vec<u8>, u32, u32);
+    let mut got: Vec<Way> = cached(l)
         .iter()
         .map(|f| {
             let k = &f.key;
@@ -597,9 +599,9 @@ fn ipv4_flows_away_from_home_and_ipv6_share_a_set() {
     let gen = w.rt.generation as u32;
     let mut want: Vec<_> = v4s
         .iter()
-        .map(|q| (AF_INET as u8, u16::from_be_bytes([q.payload[0], q.payload[1]]), pad4(q.src), pad4(q.dst), 3, gen))
+        .map(|q| (AF_INET, u16::from_be_bytes([q.payload[0], q.payload[1]]), pad4(q.src), pad4(q.dst), 3, gen))
         .collect();
-    want.push((AF_INET6 as u8, 7, p6.src.to_vec(), p6.dst.to_vec(), 3, gen));
+    want.push((AF_INET6, 7, p6.src.to_vec(), p6.dst.to_vec(), 3, gen));
     want.sort();
     assert_eq!(got, want);
 }
@@ -611,9 +613,9 @@ fn timeout_zero_turns_the_cache_off() {
     let l = lab.program(&w).expect("load");
     let p = p4(1000);
     for _ in 0..2 {
-        forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(&p, MAC_GW4));
+        forwards(l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(&p, MAC_GW4));
     }
-    assert_eq!(flow(&l), [0; FP_FC__COUNT as usize]);
+    assert_eq!(flow(l), [0; FP_FC__COUNT as usize]);
 }
 
 /// A multipath route over two gateways with weights 1:3 (fp_groups entry
@@ -657,15 +659,15 @@ fn ecmp_paths_do_not_depend_on_the_hint() {
     let Some((mut lab, mut w)) = lab("ecmp_paths_do_not_depend_on_the_hint") else { return };
     let bounds = ecmp_world(&mut w);
     let l = lab.program(&w).expect("load");
-    write_group(&l, bounds);
+    write_group(l, bounds);
     let mut seen = [0u32; 2];
     for port in 3000..3200u16 {
         let p = p4(port);
         let want = out4(&p, kernel_path(&p, bounds));
         seen[usize::from(want[..6] == MAC_GW6LL)] += 1;
         let f = p.frame(MAC_A, MAC_CLIENT);
-        forwards(&l, &w, &f, &want);
-        forwards(&l, &w, &f, &want);
+        forwards(l, &w, &f, &want);
+        forwards(l, &w, &f, &want);
         let h = u32::from(port).wrapping_mul(0x9E37_79B1);
         for _ in 0..2 {
             let (v, out) = l.run_meta(w.a, &hint(h), &f).expect("run");
@@ -673,7 +675,7 @@ fn ecmp_paths_do_not_depend_on_the_hint() {
         }
     }
     assert!(seen[0] > 20 && seen[1] > 100, "weights 1:3 not reflected: {seen:?}");
-    assert!(hash_src(&l)[FP_HS_META as usize] >= 400);
+    assert!(hash_src(l)[FP_HS_META as usize] >= 400);
 }
 
 /// 100 flows cached over a 1:3 group, then the group re-weighted 3:1: the
@@ -717,16 +719,16 @@ fn only_a_group_change_makes_kept_paths_sticky() {
     let Some((mut lab, mut w)) = lab("only_a_group_change_makes_kept_paths_sticky") else { return };
     let bounds = ecmp_world(&mut w);
     let l = lab.program(&w).expect("load");
-    let flows = cache_ecmp_flows(&l, &w, bounds);
-    bump(&l, &mut w);
+    let flows = cache_ecmp_flows(l, &w, bounds);
+    bump(l, &mut w);
     for p in &flows {
-        forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
+        forwards(l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
     }
-    assert!(flow(&l)[FP_FC_STALE as usize] >= flows.len() as u64, "the bump made no flow stale");
+    assert!(flow(l)[FP_FC_STALE as usize] >= flows.len() as u64, "the bump made no flow stale");
     assert_eq!(l.flow_guard(SLOT_A).expect("guard").sticky, 0, "a bump without a group change");
     let swapped = fastpath_core::mphash::upper_bounds(&[3, 1]);
-    change_group(&l, &mut w, [swapped[0], swapped[1]]);
-    forwards(&l, &w, &flows[0].frame(MAC_A, MAC_CLIENT), &out4(&flows[0], kernel_path(&flows[0], bounds)));
+    change_group(l, &mut w, [swapped[0], swapped[1]]);
+    forwards(l, &w, &flows[0].frame(MAC_A, MAC_CLIENT), &out4(&flows[0], kernel_path(&flows[0], bounds)));
     assert_eq!(l.flow_guard(SLOT_A).expect("guard").sticky, 1, "a flow kept its path across a group change");
 }
 
@@ -737,14 +739,14 @@ fn stale_ecmp_flows_keep_their_path() {
     let Some((mut lab, mut w)) = lab("stale_ecmp_flows_keep_their_path") else { return };
     let bounds = ecmp_world(&mut w);
     let l = lab.program(&w).expect("load");
-    let (flows, _) = sticky_ecmp_flows(&l, &mut w, bounds);
+    let (flows, _) = sticky_ecmp_flows(l, &mut w, bounds);
     // The second path leaves: its flows follow the hash, i.e. the first path.
     let mut g = fp_group { kind: fp_group_kind::FP_GRP_HASH_THRESHOLD as u8, n_paths: 1, ..Default::default() };
     g.paths[0] = fp_group_path { upper_bound: i32::MAX, nh_id: NH_GW4 };
     l.skel.maps.fp_groups.update(&1u32.to_ne_bytes(), raw(&g), MapFlags::ANY).expect("fp_groups");
-    bump(&l, &mut w);
+    bump(l, &mut w);
     for p in &flows {
-        forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, MAC_GW4));
+        forwards(l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, MAC_GW4));
     }
 }
 
@@ -757,7 +759,7 @@ fn bypassed_ecmp_flows_take_one_path() {
     let Some((mut lab, mut w)) = lab("bypassed_ecmp_flows_take_one_path") else { return };
     let bounds = ecmp_world(&mut w);
     let l = lab.program(&w).expect("load");
-    let (flows, swapped) = sticky_ecmp_flows(&l, &mut w, bounds);
+    let (flows, swapped) = sticky_ecmp_flows(l, &mut w, bounds);
     assert!(
         flows.iter().any(|p| kernel_path(p, bounds) != kernel_path(p, swapped)),
         "the test needs flows kept off the hash's path"
@@ -768,15 +770,15 @@ fn bypassed_ecmp_flows_take_one_path() {
         let (v, _) = l.run_meta(w.a, &hint(7), &p4(20_000 + i as u16).frame(MAC_A, MAC_CLIENT)).expect("run");
         assert_eq!(v, XDP_REDIRECT);
     }
-    let before = flow(&l);
+    let before = flow(l);
     assert!(before[FP_FC_BYPASS as usize] > 0, "no bypass: {before:?}");
     assert_eq!(l.flow_guard(SLOT_A).expect("guard").bypass, 1);
     for _ in 0..2 {
         for p in &flows {
-            forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, swapped)));
+            forwards(l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, swapped)));
         }
     }
-    let after = flow(&l);
+    let after = flow(l);
     assert!(
         after[FP_FC_MISS as usize] > before[FP_FC_MISS as usize],
         "no packet of the flows was sampled (their entries predate the bypass: misses): {after:?}"
@@ -794,7 +796,7 @@ fn bypassed_ecmp_flows_take_one_path() {
     }
     for _ in 0..2 {
         for p in &flows {
-            forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, swapped)));
+            forwards(l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, swapped)));
         }
     }
 }
@@ -806,7 +808,7 @@ fn a_new_hash_policy_is_not_sticky() {
     let Some((mut lab, mut w)) = lab("a_new_hash_policy_is_not_sticky") else { return };
     let bounds = ecmp_world(&mut w);
     let l = lab.program(&w).expect("load");
-    let flows = cache_ecmp_flows(&l, &w, bounds);
+    let flows = cache_ecmp_flows(l, &w, bounds);
     // Policy 0 (L3): one address pair, so one path for every flow, which
     // for some of them is not the path policy 1 gave. The daemon sets
     // mp_generation to the generation the change is bumped to.
@@ -814,9 +816,9 @@ fn a_new_hash_policy_is_not_sticky() {
     assert!(flows.iter().any(|p| kernel_path(p, bounds) != p0(p)), "the test needs flows that move");
     w.rt.mp_policy4 = 0;
     w.rt.mp_generation = (w.rt.generation + 1) as u32;
-    bump(&l, &mut w);
+    bump(l, &mut w);
     for p in &flows {
-        forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, p0(p)));
+        forwards(l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, p0(p)));
     }
 }
 
@@ -828,11 +830,11 @@ fn icmp_errors_over_ecmp_punt() {
     let bounds = ecmp_world(&mut w);
     w.rt.mp_policy4 = 0;
     let l = lab.program(&w).expect("load");
-    write_group(&l, bounds);
+    write_group(l, bounds);
     let mut err = Ip4::new(v4("192.0.2.10"), v4("203.0.113.20"));
     err.proto = 1;
     err.payload = vec![3, 1, 0, 0, 0, 0, 0, 0];
-    punts(&l, &w, &err.frame(MAC_A, MAC_CLIENT), FP_R_ICMP_ERROR_ECMP);
+    punts(l, &w, &err.frame(MAC_A, MAC_CLIENT), FP_R_ICMP_ERROR_ECMP);
     let mut echo = err.clone();
     echo.payload = vec![8, 0, 0, 0, 0, 1, 0, 1];
     let (v, _) = l.run(w.a, &echo.frame(MAC_A, MAC_CLIENT)).expect("run");
@@ -862,37 +864,37 @@ fn address_keys_give_one_entry_per_address_pair() {
     }
     for _ in 0..2 {
         for q in &v4s {
-            forwards(&l, &w, &q.frame(MAC_A, MAC_CLIENT), &out4(q, MAC_GW4));
+            forwards(l, &w, &q.frame(MAC_A, MAC_CLIENT), &out4(q, MAC_GW4));
         }
         for q in &v6s {
-            forwards(&l, &w, &q.frame(MAC_A, MAC_CLIENT), &out6(q));
+            forwards(l, &w, &q.frame(MAC_A, MAC_CLIENT), &out6(q));
         }
     }
-    assert_eq!(flow(&l)[FP_FC_MISS as usize], 2, "one miss per address pair");
-    assert_eq!(flow(&l)[FP_FC_HIT as usize], 14);
+    assert_eq!(flow(l)[FP_FC_MISS as usize], 2, "one miss per address pair");
+    assert_eq!(flow(l)[FP_FC_HIT as usize], 14);
     let mut got: Vec<(u8, u16, u16, u32)> =
-        cached(&l).iter().map(|f| (f.key.family, f.key.sport, f.key.dport, f.packets)).collect();
+        cached(l).iter().map(|f| (f.key.family, f.key.sport, f.key.dport, f.packets)).collect();
     got.sort();
-    assert_eq!(got, vec![(AF_INET as u8, 0, 0, 8), (AF_INET6 as u8, 0, 0, 8)]);
+    assert_eq!(got, vec![(AF_INET, 0, 0, 8), (AF_INET6, 0, 0, 8)]);
 
     // L4 hints, a different one per connection: still the one entry, by
     // the software hash. An L3 hint is the pair's and is taken.
-    let before = hash_src(&l);
+    let before = hash_src(l);
     for (i, q) in v4s.iter().enumerate() {
         let (v, out) = l.run_meta(w.a, &hint(0x1000 + i as u32), &q.frame(MAC_A, MAC_CLIENT)).expect("run");
         assert_eq!((v, out), (XDP_REDIRECT, out4(q, MAC_GW4)));
     }
-    let after = hash_src(&l);
+    let after = hash_src(l);
     assert_eq!(after[FP_HS_SOFTWARE as usize] - before[FP_HS_SOFTWARE as usize], 4);
     assert_eq!(after[FP_HS_META as usize], before[FP_HS_META as usize]);
-    assert_eq!(flow(&l)[FP_FC_MISS as usize], 2, "the L4 hints found the pair's entry");
+    assert_eq!(flow(l)[FP_FC_MISS as usize], 2, "the L4 hints found the pair's entry");
     for q in &v4s {
         let (v, out) = l.run_meta(w.a, &hint_l3(77), &q.frame(MAC_A, MAC_CLIENT)).expect("run");
         assert_eq!((v, out), (XDP_REDIRECT, out4(q, MAC_GW4)));
     }
-    assert_eq!(hash_src(&l)[FP_HS_META as usize] - after[FP_HS_META as usize], 4);
-    assert_eq!(flow(&l)[FP_FC_MISS as usize], 3, "an L3 hint places the pair once more, then hits");
-    assert_eq!(cached(&l).len(), 3);
+    assert_eq!(hash_src(l)[FP_HS_META as usize] - after[FP_HS_META as usize], 4);
+    assert_eq!(flow(l)[FP_FC_MISS as usize], 3, "an L3 hint places the pair once more, then hits");
+    assert_eq!(cached(l).len(), 3);
 }
 
 /// With the default key every connection has an entry of its own.
@@ -902,11 +904,11 @@ fn port_keys_give_one_entry_per_connection() {
     let l = lab.program(&w).expect("load");
     for _ in 0..2 {
         for q in (4000..4004).map(p4) {
-            forwards(&l, &w, &q.frame(MAC_A, MAC_CLIENT), &out4(&q, MAC_GW4));
+            forwards(l, &w, &q.frame(MAC_A, MAC_CLIENT), &out4(&q, MAC_GW4));
         }
     }
-    assert_eq!(flow(&l)[FP_FC_MISS as usize], 4);
-    let mut ports: Vec<u16> = cached(&l).iter().map(|f| u16::from_be(f.key.sport)).collect();
+    assert_eq!(flow(l)[FP_FC_MISS as usize], 4);
+    let mut ports: Vec<u16> = cached(l).iter().map(|f| u16::from_be(f.key.sport)).collect();
     ports.sort();
     assert_eq!(ports, vec![4000, 4001, 4002, 4003]);
 }
@@ -921,22 +923,22 @@ fn address_keys_keep_the_ports_under_l4_multipath_hashing() {
     w.flow_key_addrs = true;
     let bounds = ecmp_world(&mut w);
     let l = lab.program(&w).expect("load");
-    let flows = cache_ecmp_flows(&l, &w, bounds);
+    let flows = cache_ecmp_flows(l, &w, bounds);
     for p in &flows {
-        forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
+        forwards(l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, kernel_path(p, bounds)));
     }
-    assert_eq!(flow(&l)[FP_FC_MISS as usize], 100);
-    assert_eq!(flow(&l)[FP_FC_HIT as usize], 100);
+    assert_eq!(flow(l)[FP_FC_MISS as usize], 100);
+    assert_eq!(flow(l)[FP_FC_HIT as usize], 100);
     assert!(flows.iter().any(|p| kernel_path(p, bounds) != kernel_path(&flows[0], bounds)), "the test needs both paths");
 
     w.rt.mp_policy4 = 0;
     w.rt.mp_generation = (w.rt.generation + 1) as u32;
-    bump(&l, &mut w);
+    bump(l, &mut w);
     for p in &flows {
-        forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, policy_path(p, bounds, 0)));
+        forwards(l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(p, policy_path(p, bounds, 0)));
     }
-    assert_eq!(flow(&l)[FP_FC_MISS as usize], 101, "one more miss, for the pair");
-    let live: Vec<_> = cached(&l).into_iter().filter(|f| f.generation == w.rt.generation as u32).collect();
+    assert_eq!(flow(l)[FP_FC_MISS as usize], 101, "one more miss, for the pair");
+    let live: Vec<_> = cached(l).into_iter().filter(|f| f.generation == w.rt.generation as u32).collect();
     assert_eq!(live.len(), 1);
     assert_eq!((live[0].key.sport, live[0].key.dport, live[0].packets), (0, 0, 100));
 }
@@ -959,10 +961,10 @@ fn a_sweep_of_a_subnet_spreads_over_sets() {
     for _ in 0..2 {
         for host in 1..=254u8 {
             let p = echo(host);
-            forwards(&l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(&p, MAC_GW4));
+            forwards(l, &w, &p.frame(MAC_A, MAC_CLIENT), &out4(&p, MAC_GW4));
         }
     }
-    let f = flow(&l);
+    let f = flow(l);
     assert_eq!((f[FP_FC_MISS as usize], f[FP_FC_HIT as usize], f[FP_FC_EVICT as usize]), (254, 254, 0));
-    assert_eq!(hash_src(&l)[FP_HS_SOFTWARE as usize], 508);
+    assert_eq!(hash_src(l)[FP_HS_SOFTWARE as usize], 508);
 }

@@ -86,7 +86,7 @@ impl Input {
         // Equal and near-equal addresses and ports exercise the ordering.
         match (r >> 16) & 7 {
             0 => dst = src,
-            1 => dst[..12].copy_from_slice(&src[..12].to_vec()),
+            1 => dst[..12].copy_from_slice(&src[..12]),
             _ => {}
         }
         let p = rng.next();

@@ -430,24 +430,24 @@ fn cached_verdict_rechecked_after_generation_bump() {
     w.conntrack = vec![TCP_EST.into()];
     let l = lab.program(&w).expect("load");
     let p = t4(ACK);
-    forwards(&l, &w, &f4(&p), &out4(&p));
-    forwards(&l, &w, &f4(&p), &out4(&p));
-    assert_eq!(hits(&l), 1);
+    forwards(l, &w, &f4(&p), &out4(&p));
+    forwards(l, &w, &f4(&p), &out4(&p));
+    assert_eq!(hits(l), 1);
     conntrack::delete(TCP_FILTER).expect("conntrack -D");
     // No event yet: the cached verdict stands (this is what the bump is for).
-    forwards(&l, &w, &f4(&p), &out4(&p));
+    forwards(l, &w, &f4(&p), &out4(&p));
     w.rt.ct_generation += 1;
-    set_rt(&l, &w);
-    punts(&l, &w, &f4(&p), FP_R_CT_NEW);
+    set_rt(l, &w);
+    punts(l, &w, &f4(&p), FP_R_CT_NEW);
     // The flow itself is still cached (a hit), its verdict is not.
-    punts(&l, &w, &f4(&p), FP_R_CT_NEW);
+    punts(l, &w, &f4(&p), FP_R_CT_NEW);
     conntrack::insert(&with_opt(TCP_EST, "--mark", "0")).expect("conntrack -I");
-    punts(&l, &w, &f4(&p), FP_R_CT_UNMARKED);
+    punts(l, &w, &f4(&p), FP_R_CT_UNMARKED);
     conntrack::delete(TCP_FILTER).expect("conntrack -D");
     conntrack::insert(TCP_EST).expect("conntrack -I");
-    let hits_before = hits(&l);
-    forwards(&l, &w, &f4(&p), &out4(&p));
-    assert_eq!(hits(&l), hits_before + 1, "the route stayed cached through the punts");
+    let hits_before = hits(l);
+    forwards(l, &w, &f4(&p), &out4(&p));
+    assert_eq!(hits(l), hits_before + 1, "the route stayed cached through the punts");
 }
 
 /// Conntrack never sees the segments the fast path carries, so a TCP entry
@@ -469,21 +469,21 @@ fn tcp_entry_not_liberal_punts() {
     let liberal = |dirs| {
         conntrack::set_tcp_liberal(v4("192.0.2.10"), v4("203.0.113.20"), 1000, 80, dirs).expect("ctnetlink update")
     };
-    forwards(&l, &w, &f4(&p), &out4(&p));
+    forwards(l, &w, &f4(&p), &out4(&p));
     for dirs in [[false, true], [true, false], [false, false]] {
         liberal(dirs);
-        punts(&l, &w, &f4(&p), FP_R_CT_NOT_ESTABLISHED);
+        punts(l, &w, &f4(&p), FP_R_CT_NOT_ESTABLISHED);
     }
     // nf_conntrack_tcp_be_liberal=1 speaks for every entry.
     w.rt.ct_tcp_liberal = 1;
-    set_rt(&l, &w);
-    forwards(&l, &w, &f4(&p), &out4(&p));
+    set_rt(l, &w);
+    forwards(l, &w, &f4(&p), &out4(&p));
     // Back to a strict netns: what the daemon's update does makes it fast again.
     w.rt.ct_tcp_liberal = 0;
-    set_rt(&l, &w);
-    punts(&l, &w, &f4(&p), FP_R_CT_NOT_ESTABLISHED);
+    set_rt(l, &w);
+    punts(l, &w, &f4(&p), FP_R_CT_NOT_ESTABLISHED);
     liberal([true, true]);
-    forwards(&l, &w, &f4(&p), &out4(&p));
+    forwards(l, &w, &f4(&p), &out4(&p));
 }
 
 /// A strict, marked TCP entry asks the daemon to make it liberal (ring
@@ -504,12 +504,12 @@ fn strict_tcp_entry_asks_for_liberal_after_a_while() {
     let p = t4(ACK | PSH);
 
     // Met strict now: remembered, not asked (a short connection ends here).
-    punts(&l, &w, &f4(&p), FP_R_CT_NOT_ESTABLISHED);
-    punts(&l, &w, &f4(&p), FP_R_CT_NOT_ESTABLISHED);
+    punts(l, &w, &f4(&p), FP_R_CT_NOT_ESTABLISHED);
+    punts(l, &w, &f4(&p), FP_R_CT_NOT_ESTABLISHED);
     assert_eq!(asked().len(), 0, "asked before the connection lived 10 ms");
     std::thread::sleep(Duration::from_millis(30));
-    punts(&l, &w, &f4(&p), FP_R_CT_NOT_ESTABLISHED);
-    punts(&l, &w, &f4(&p), FP_R_CT_NOT_ESTABLISHED);
+    punts(l, &w, &f4(&p), FP_R_CT_NOT_ESTABLISHED);
+    punts(l, &w, &f4(&p), FP_R_CT_NOT_ESTABLISHED);
     let reqs = asked();
     assert_eq!(reqs.len(), 1, "one request per revalidation interval");
     let mut want = fp_flow_key { family: 2, proto: TCP, sport: 1000u16.to_be(), dport: 80u16.to_be(), ..Default::default() };
@@ -522,11 +522,11 @@ fn strict_tcp_entry_asks_for_liberal_after_a_while() {
     assert_eq!(&reqs[0][..], want_bytes);
     // Not made liberal (the request was lost): asked again after the interval.
     std::thread::sleep(Duration::from_millis(450));
-    punts(&l, &w, &f4(&p), FP_R_CT_NOT_ESTABLISHED);
+    punts(l, &w, &f4(&p), FP_R_CT_NOT_ESTABLISHED);
     assert_eq!(asked().len(), 1, "asked again once the interval passed");
     // What the daemon's update does: fast from then on, nothing more asked.
     conntrack::set_tcp_liberal(v4("192.0.2.10"), v4("203.0.113.20"), 1000, 80, [true, true]).expect("ctnetlink update");
-    forwards(&l, &w, &f4(&p), &out4(&p));
+    forwards(l, &w, &f4(&p), &out4(&p));
     assert_eq!(asked().len(), 0);
 }
 
@@ -539,11 +539,11 @@ fn cached_verdict_rechecked_after_revalidate_interval() {
     w.conntrack = vec![TCP_EST.into()];
     let l = lab.program(&w).expect("load");
     let p = t4(ACK);
-    forwards(&l, &w, &f4(&p), &out4(&p));
+    forwards(l, &w, &f4(&p), &out4(&p));
     conntrack::delete(TCP_FILTER).expect("conntrack -D");
-    forwards(&l, &w, &f4(&p), &out4(&p));
+    forwards(l, &w, &f4(&p), &out4(&p));
     std::thread::sleep(Duration::from_millis(400));
-    punts(&l, &w, &f4(&p), FP_R_CT_NEW);
+    punts(l, &w, &f4(&p), FP_R_CT_NEW);
 }
 
 /// The interval as the express path judges it. The coarse clock moves once
@@ -563,20 +563,22 @@ fn a_verdict_past_the_interval_is_rechecked_right_behind_another_flow() {
     w.conntrack = vec![TCP_EST.into(), UDP_EST.into(), TCP6_EST.into(), UDP6_EST.into()];
     let l = lab.program(&w).expect("load");
     let (a4, b4, a6, b6) = (t4(ACK), u4(), t6(ACK), u6());
-    let cases: [(&str, Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>, &str, &str); 2] = [
+    // name, TCP frame and its output, UDP frame and its output, filter, entry
+    type Case<'a> = (&'a str, Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>, &'a str, &'a str);
+    let cases: [Case; 2] = [
         ("ipv4", f4(&a4), out4(&a4), f4(&b4), out4(&b4), UDP_FILTER, UDP_EST),
         ("ipv6", f6(&a6), out6(&a6), f6(&b6), out6(&b6), UDP6_FILTER, UDP6_EST),
     ];
     for (name, a, a_out, b, b_out, b_filter, b_entry) in &cases {
-        forwards(&l, &w, a, a_out);
-        forwards(&l, &w, b, b_out);
-        forwards(&l, &w, b, b_out);
+        forwards(l, &w, a, a_out);
+        forwards(l, &w, b, b_out);
+        forwards(l, &w, b, b_out);
         conntrack::delete(b_filter).expect("conntrack -D");
         std::thread::sleep(Duration::from_millis(10));
-        forwards(&l, &w, a, a_out);
+        forwards(l, &w, a, a_out);
         let (verdict, _) = l.run(w.a, b).expect("run");
         assert_eq!(verdict, XDP_PASS, "{name}: a verdict older than the interval was trusted");
-        punts(&l, &w, b, FP_R_CT_NEW);
+        punts(l, &w, b, FP_R_CT_NEW);
         conntrack::insert(b_entry).expect("conntrack -I");
     }
 }
@@ -591,11 +593,11 @@ fn revalidate_zero_looks_up_every_packet() {
     w.conntrack = vec![TCP_EST.into()];
     let l = lab.program(&w).expect("load");
     let p = t4(ACK);
-    forwards(&l, &w, &f4(&p), &out4(&p));
-    forwards(&l, &w, &f4(&p), &out4(&p));
+    forwards(l, &w, &f4(&p), &out4(&p));
+    forwards(l, &w, &f4(&p), &out4(&p));
     conntrack::delete(TCP_FILTER).expect("conntrack -D");
-    punts(&l, &w, &f4(&p), FP_R_CT_NEW);
-    assert!(hits(&l) >= 2);
+    punts(l, &w, &f4(&p), FP_R_CT_NEW);
+    assert!(hits(l) >= 2);
 }
 
 /// With the flow cache off (--flow-timeout 0) stateful mode stays correct:
@@ -608,10 +610,10 @@ fn no_flow_cache_looks_up_every_packet() {
     w.conntrack = vec![TCP_EST.into()];
     let l = lab.program(&w).expect("load");
     let p = t4(ACK);
-    forwards(&l, &w, &f4(&p), &out4(&p));
-    forwards(&l, &w, &f4(&p), &out4(&p));
+    forwards(l, &w, &f4(&p), &out4(&p));
+    forwards(l, &w, &f4(&p), &out4(&p));
     conntrack::delete(TCP_FILTER).expect("conntrack -D");
-    punts(&l, &w, &f4(&p), FP_R_CT_NEW);
+    punts(l, &w, &f4(&p), FP_R_CT_NEW);
     assert_eq!(l.stats(SLOT_A).expect("stats").flow, [0; FP_FC__COUNT as usize]);
 }
 
@@ -628,28 +630,28 @@ fn tcp_flags_punt_on_cache_hits() {
     w.conntrack = vec![TCP_EST.into()];
     let l = lab.program(&w).expect("load");
     let data = t4(ACK);
-    forwards(&l, &w, &f4(&data), &out4(&data));
+    forwards(l, &w, &f4(&data), &out4(&data));
     for f in [FIN | ACK, RST] {
-        punts(&l, &w, &f4(&t4(f)), FP_R_CT_TCP_FLAGS);
-        punts(&l, &w, &f4(&data), FP_R_CT_NOT_ESTABLISHED);
+        punts(l, &w, &f4(&t4(f)), FP_R_CT_TCP_FLAGS);
+        punts(l, &w, &f4(&data), FP_R_CT_NOT_ESTABLISHED);
         // The entry in this netns never sees the FIN: after the bump the
         // lookup finds it ESTABLISHED again.
         w.rt.ct_generation += 1;
-        set_rt(&l, &w);
-        forwards(&l, &w, &f4(&data), &out4(&data));
+        set_rt(l, &w);
+        forwards(l, &w, &f4(&data), &out4(&data));
     }
     // A FIN's hold, then a SYN on the same ports (a new connection): no
     // bump needed, the next segment is looked up (without the entry it
     // would not go fast on the old verdict) and goes fast.
-    punts(&l, &w, &f4(&t4(FIN | ACK)), FP_R_CT_TCP_FLAGS);
+    punts(l, &w, &f4(&t4(FIN | ACK)), FP_R_CT_TCP_FLAGS);
     for f in [SYN, SYN | ACK] {
-        punts(&l, &w, &f4(&t4(f)), FP_R_CT_TCP_FLAGS);
+        punts(l, &w, &f4(&t4(f)), FP_R_CT_TCP_FLAGS);
         conntrack::delete(TCP_FILTER).expect("conntrack -D");
-        punts(&l, &w, &f4(&data), FP_R_CT_NEW);
+        punts(l, &w, &f4(&data), FP_R_CT_NEW);
         conntrack::insert(TCP_EST).expect("conntrack -I");
-        forwards(&l, &w, &f4(&data), &out4(&data));
+        forwards(l, &w, &f4(&data), &out4(&data));
     }
-    assert!(hits(&l) >= 9, "the flagged packets did not take the cache path");
+    assert!(hits(l) >= 9, "the flagged packets did not take the cache path");
 }
 
 /// A flow whose route and verdict are both cached (the express path's
@@ -665,14 +667,14 @@ fn a_cached_verdict_still_gets_every_check() {
     w.conntrack = vec![TCP_EST.into(), UDP_EST.into()];
     let l = lab.program(&w).expect("load");
     let hit = |p: &Ip4| {
-        let before = hits(&l);
-        forwards(&l, &w, &f4(p), &out4(p));
-        assert_eq!(hits(&l), before + 1, "the flow no longer hits");
+        let before = hits(l);
+        forwards(l, &w, &f4(p), &out4(p));
+        assert_eq!(hits(l), before + 1, "the flow no longer hits");
     };
     let data = t4(ACK);
     let udp = u4();
-    forwards(&l, &w, &f4(&data), &out4(&data));
-    forwards(&l, &w, &f4(&udp), &out4(&udp));
+    forwards(l, &w, &f4(&data), &out4(&data));
+    forwards(l, &w, &f4(&udp), &out4(&udp));
     hit(&data);
     hit(&udp);
 
@@ -700,7 +702,7 @@ fn a_cached_verdict_still_gets_every_check() {
         ("SYN", f4(&t4(SYN)), FP_R_CT_TCP_FLAGS, &data),
     ];
     for (name, pkt, reason, flow) in &variants {
-        punts_case(&l, &w, name, pkt, *reason);
+        punts_case(l, &w, name, pkt, *reason);
         hit(flow);
         hit(flow);
     }
@@ -716,14 +718,14 @@ fn a_cached_ipv6_verdict_still_gets_every_check() {
     w.conntrack = vec![TCP6_EST.into(), UDP6_EST.into()];
     let l = lab.program(&w).expect("load");
     let hit = |p: &Ip6| {
-        let before = hits(&l);
-        forwards(&l, &w, &f6(p), &out6(p));
-        assert_eq!(hits(&l), before + 1, "the flow no longer hits");
+        let before = hits(l);
+        forwards(l, &w, &f6(p), &out6(p));
+        assert_eq!(hits(l), before + 1, "the flow no longer hits");
     };
     let data = t6(ACK);
     let udp = u6();
-    forwards(&l, &w, &f6(&data), &out6(&data));
-    forwards(&l, &w, &f6(&udp), &out6(&udp));
+    forwards(l, &w, &f6(&data), &out6(&data));
+    forwards(l, &w, &f6(&udp), &out6(&udp));
     hit(&data);
     hit(&udp);
 
@@ -749,21 +751,21 @@ fn a_cached_ipv6_verdict_still_gets_every_check() {
         ("SYN", f6(&t6(SYN)), FP_R_CT_TCP_FLAGS, &data),
     ];
     for (name, pkt, reason, flow) in &variants {
-        punts_case(&l, &w, name, pkt, *reason);
+        punts_case(l, &w, name, pkt, *reason);
         hit(flow);
         hit(flow);
     }
 
     // A FIN holds the verdict: the segments behind it go to the kernel
     // until the next generation bump.
-    punts(&l, &w, &f6(&t6(FIN | ACK)), FP_R_CT_TCP_FLAGS);
-    punts(&l, &w, &f6(&data), FP_R_CT_NOT_ESTABLISHED);
+    punts(l, &w, &f6(&t6(FIN | ACK)), FP_R_CT_TCP_FLAGS);
+    punts(l, &w, &f6(&data), FP_R_CT_NOT_ESTABLISHED);
     w.rt.ct_generation += 1;
-    set_rt(&l, &w);
-    forwards(&l, &w, &f6(&data), &out6(&data));
-    let before = hits(&l);
-    forwards(&l, &w, &f6(&data), &out6(&data));
-    assert_eq!(hits(&l), before + 1, "the flow hits again after the bump");
+    set_rt(l, &w);
+    forwards(l, &w, &f6(&data), &out6(&data));
+    let before = hits(l);
+    forwards(l, &w, &f6(&data), &out6(&data));
+    assert_eq!(hits(l), before + 1, "the flow hits again after the bump");
 }
 
 /// A (re)validation sets the entry's timeout to what the kernel's own
@@ -778,25 +780,25 @@ fn validation_refreshes_the_conntrack_timeout() {
     let l = lab.program(&w).expect("load");
     assert!(conntrack::timeout(TCP_FILTER).expect("timeout") <= 100);
     let p = t4(ACK);
-    forwards(&l, &w, &f4(&p), &out4(&p));
+    forwards(l, &w, &f4(&p), &out4(&p));
     let t = conntrack::timeout(TCP_FILTER).expect("timeout");
     assert!((u64::from(TCP_TIMEOUT) - 2..=u64::from(TCP_TIMEOUT)).contains(&t), "tcp timeout {t}");
 
     // Entries made through ctnetlink have no stream_ts: "older than two seconds".
     let u = u4();
-    forwards(&l, &w, &f4(&u), &out4(&u));
+    forwards(l, &w, &f4(&u), &out4(&u));
     let t = conntrack::timeout(UDP_FILTER).expect("timeout");
     assert!((u64::from(UDP_STREAM_TIMEOUT) - 2..=u64::from(UDP_STREAM_TIMEOUT)).contains(&t), "udp timeout {t}");
 
     // A cache hit with a current verdict does not refresh...
     conntrack::delete(TCP_FILTER).expect("conntrack -D");
     conntrack::insert(TCP_EST).expect("conntrack -I");
-    forwards(&l, &w, &f4(&p), &out4(&p));
+    forwards(l, &w, &f4(&p), &out4(&p));
     assert!(conntrack::timeout(TCP_FILTER).expect("timeout") <= 100);
     // ... the revalidation after an event does.
     w.rt.ct_generation += 1;
-    set_rt(&l, &w);
-    forwards(&l, &w, &f4(&p), &out4(&p));
+    set_rt(l, &w);
+    forwards(l, &w, &f4(&p), &out4(&p));
     assert!(conntrack::timeout(TCP_FILTER).expect("timeout") > 100);
 }
 

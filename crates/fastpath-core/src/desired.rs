@@ -751,7 +751,7 @@ fn fib_intents(state: &KernelState, fam: Family) -> Vec<(Prefix, Intent)> {
 }
 
 /// The intent of each prefix of one table, sorted by prefix.
-pub(crate) fn pick<'a>(fam: Family, mut routes: Vec<(Prefix, &'a Route)>, state: &KernelState) -> Vec<(Prefix, Intent)> {
+pub(crate) fn pick(fam: Family, mut routes: Vec<(Prefix, &Route)>, state: &KernelState) -> Vec<(Prefix, Intent)> {
     // HashMap order must not leak into the choice: within a prefix the
     // routes come sorted by key.
     routes.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.key.cmp(&b.1.key)));

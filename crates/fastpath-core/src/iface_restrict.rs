@@ -52,7 +52,7 @@ fn rpf_level(flags: u16) -> u8 {
 /// them; None otherwise. Bits only ever added here: their removal waits.
 pub fn policy_punts(applied: &Switches, state: &KernelState, managed: &BTreeMap<u32, u32>) -> Option<Switches> {
     let (bits, _) = desired::policy_punts(state, managed);
-    (bits & !applied.policy_punt != 0).then(|| Switches { policy_punt: applied.policy_punt | bits, ..*applied })
+    (bits & !applied.policy_punt != 0).then_some(Switches { policy_punt: applied.policy_punt | bits, ..*applied })
 }
 
 /// The interface entries of `links`, whose carrier came back and which the

@@ -132,8 +132,7 @@ mod tests {
     }
 
     fn base() -> KernelState {
-        let mut st = KernelState::default();
-        st.rules = default_rules();
+        let mut st = KernelState { rules: default_rules(), ..Default::default() };
         for (i, n) in [(2, "r0"), (3, "r1")] {
             st.links.insert(i, veth(i, n));
             st.if_sysctl.insert(i, IfSysctl { forwarding4: true, forwarding6: true, ..Default::default() });

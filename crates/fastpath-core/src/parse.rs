@@ -1662,8 +1662,7 @@ mod tests {
         };
         assert_eq!(r.family, Family::V4);
         assert!(r.has_selectors, "an unreadable rule must not pass for a default one");
-        let mut st = crate::model::KernelState::default();
-        st.rules = vec![r];
+        let st = crate::model::KernelState { rules: vec![r], ..Default::default() };
         let d = crate::desired::compute(
             &st,
             &Default::default(),

@@ -132,7 +132,7 @@ mod tests {
     #[test]
     fn bad_values_are_one_line_errors() {
         for args in [["--reservation-model", "bogus"], ["--resource-target", "tcam"], ["--reservation-model", "prefetch:0"]] {
-            let e = parse(&args).err().expect("refused").to_string();
+            let e = parse(&args).expect_err("refused").to_string();
             assert!(e.lines().next().unwrap_or_default().contains("invalid value"), "{e}");
         }
     }

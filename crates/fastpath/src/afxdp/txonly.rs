@@ -87,7 +87,7 @@ impl TxOnly {
             }
             self.x.kick_tx();
             rounds = rounds.wrapping_add(1);
-            if rounds % 64 == 0 && (start.elapsed() >= duration || stop.load(Ordering::Relaxed)) {
+            if (rounds & 63) == 0 && (start.elapsed() >= duration || stop.load(Ordering::Relaxed)) {
                 break;
             }
         }

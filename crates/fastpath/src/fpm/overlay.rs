@@ -182,6 +182,6 @@ mod tests {
         assert!(!got.other && !got.neighbours);
         // Nothing left to take in.
         assert_eq!(overlay_changes(&mut t, &mut st), Touched::default());
-        assert_eq!(st.routes.get(&key(RT_TABLE_LOCAL, [192, 0, 2, 254], 32, 0)).map(|r| r.kind.clone()), Some(RouteKind::Local));
+        assert_eq!(st.routes.get(&key(RT_TABLE_LOCAL, [192, 0, 2, 254], 32, 0)).map(|r| r.kind), Some(RouteKind::Local));
     }
 }

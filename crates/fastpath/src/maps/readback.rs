@@ -88,8 +88,8 @@ fn nexthop_entry(n: &fp_nexthop) -> NexthopEntry {
 
 fn group_entry(g: &fp_group) -> Option<GroupEntry> {
     let kind = match u32::from(g.kind) {
-        k if k == intf::fp_group_kind::FP_GRP_HASH_THRESHOLD as u32 => GroupKind::HashThreshold,
-        k if k == intf::fp_group_kind::FP_GRP_RESILIENT as u32 => GroupKind::Resilient,
+        k if k == intf::fp_group_kind::FP_GRP_HASH_THRESHOLD => GroupKind::HashThreshold,
+        k if k == intf::fp_group_kind::FP_GRP_RESILIENT => GroupKind::Resilient,
         _ => return None,
     };
     let n = usize::from(g.n_paths).min(g.paths.len());
