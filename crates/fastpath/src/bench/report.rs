@@ -521,7 +521,7 @@ mod tests {
         assert_eq!(cells[1].paired_ratio_to_reference, None);
         assert_eq!(paired_ratio(&[2.0, 9.0, 3.0], &[1.0, 3.0, 1.0]), Some(3.0));
         assert_eq!(paired_ratio(&[1.0], &[0.0]), None);
-        // Three rounds cannot reach 95 %.
+        // Nor an interval (which three rounds could not reach anyway).
         assert_eq!(cells[1].paired_share_of_raw_95, None);
     }
 
