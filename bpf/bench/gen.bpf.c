@@ -91,14 +91,19 @@ static __always_inline int gen_frame(struct xdp_md *ctx, bool per_flow_dst)
 	if (++*flow >= gen_flows)
 		*flow = 0;
 
-	/* Each live frame starts with an empty metadata area (test_run resets
-	 * the context per frame), so this always yields exactly one hint. */
-	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(*hint)))
-		return XDP_ABORTED;
+	/* The metadata area comes with the frame: user space runs us with
+	 * one hint's worth in front of data (xdp_md.data), which test_run
+	 * restores for every live frame. Not bpf_xdp_adjust_meta(): some
+	 * kernels refuse that helper to XDP programs (6.18.44 here does). */
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
 	hint = (void *)(long)ctx->data_meta;
+	/* Bounds for the verifier, then the exact size (as fp_xdp_fwd reads
+	 * a hint); the empty asm keeps clang from merging the two. */
 	if ((void *)(hint + 1) > (void *)data || (void *)(data + GEN_HDR_WORDS) > data_end)
+		return XDP_ABORTED;
+	asm volatile("" : "+r"(data));
+	if ((void *)(hint + 1) != (void *)data)
 		return XDP_ABORTED;
 
 	/* A NIC's RSS hash is some well-mixed function of the 5-tuple; a

@@ -630,8 +630,9 @@ struct fp_ct_icmp {
  * AF_XDP data path (`fastpath run --datapath afxdp`). The program still
  * decides punt vs forward (a punt must reach the kernel unmodified, which
  * user space cannot do), but instead of rewriting and redirecting to the
- * devmap it redirects the untouched frame into fp_xsks and leaves this in
- * the metadata area, right in front of the frame. User space parses the
+ * devmap it redirects the untouched frame into fp_xsks with this pushed in
+ * front of it (bpf_xdp_adjust_head: the descriptor starts with it, the
+ * frame follows; xsk.h says why not the metadata area). User space parses the
  * frame, checks it against this, rewrites (MACs, TTL/hop limit, checksum,
  * padding) and transmits it on its socket of the egress slot.
  * fp_xsks key: slot * FP_XSK_MAX_QUEUES + RX queue index.

@@ -2,8 +2,8 @@
 /*
  * xsk.h — the AF_XDP data path's commit: instead of the devmap redirect
  * and the rewrite, hand the untouched frame to the user-space forwarder's
- * socket of this ingress and RX queue, with the rewrite data in the
- * metadata area (struct fp_xsk_meta).
+ * socket of this ingress and RX queue, with the rewrite data (struct
+ * fp_xsk_meta) pushed in front of it as packet data.
  */
 #ifndef FP_XSK_H
 #define FP_XSK_H
@@ -40,17 +40,21 @@ fp_xsk_commit(struct xdp_md *ctx, __u32 in_slot, __u32 out_slot, __u32 *len, __u
 	if (bpf_redirect_map(&fp_xsks, key, 0) != XDP_REDIRECT)
 		return FP_R_REDIRECT_FAILED;
 	/*
-	 * Exactly our struct in front of the frame, where user space looks:
-	 * metadata an upstream program left (a hint, already taken) is
-	 * replaced, since growing the area would put ours in front of it.
-	 * The XDP_PASS the caller returns on failure overrides the redirect.
+	 * Our struct as the descriptor's first bytes, the frame behind it:
+	 * grown into the headroom as packet data rather than as metadata,
+	 * because some kernels refuse bpf_xdp_adjust_meta() to XDP programs
+	 * (6.18.44 here does), and every path that runs XDP leaves headroom.
+	 * The XDP_PASS the caller returns on failure overrides the redirect;
+	 * the frame then goes to the kernel as it came.
 	 */
-	if (bpf_xdp_adjust_meta(ctx, (int)(ctx->data - ctx->data_meta) - (int)sizeof(*m)))
+	if (bpf_xdp_adjust_head(ctx, -(int)sizeof(*m)))
 		return FP_R_REDIRECT_FAILED;
-	m = (void *)(long)ctx->data_meta;
-	data = (void *)(long)ctx->data;
-	if ((void *)(m + 1) > data)
+	m = (void *)(long)ctx->data;
+	data = (void *)(long)ctx->data_end;
+	if ((void *)(m + 1) > data) {
+		bpf_xdp_adjust_head(ctx, (int)sizeof(*m));
 		return FP_R_REDIRECT_FAILED;
+	}
 	__builtin_memcpy(m->dmac, dmac, FP_ETH_ALEN);
 	__builtin_memcpy(m->smac, smac, FP_ETH_ALEN);
 	m->egress_slot = out_slot;

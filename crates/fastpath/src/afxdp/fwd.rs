@@ -34,7 +34,8 @@ fn be16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
 }
 
-/// `buf` = META_LEN bytes of metadata, then the frame as received.
+/// `buf` = an RX descriptor's bytes: fp_xsk_meta, then the frame as
+/// received. The frame to transmit starts META_LEN bytes in.
 pub fn forward(buf: &mut [u8]) -> Result<Tx, Drop> {
     if buf.len() < META_LEN + ETH_HLEN {
         return Err(Drop::Parse);

@@ -3,7 +3,8 @@
 //! The XDP program still makes every decision that can end in a punt
 //! (only it can hand a frame to the kernel unmodified); for a packet it
 //! would forward it redirects the untouched frame into fp_xsks with the
-//! rewrite data in the metadata area. Here, one thread per RX queue owns
+//! rewrite data pushed in front of it (the descriptor's first bytes,
+//! struct fp_xsk_meta). Here, one thread per RX queue owns
 //! one UMEM and one socket per managed interface on that queue (all
 //! sharing the UMEM), so a frame goes from the ingress socket's RX ring
 //! to the egress socket's TX ring by address, without a copy: parse,
@@ -330,10 +331,11 @@ fn forward_loop(mut q: Queue, cfg: Config, stop: &AtomicBool, c: &Counters) {
             for i in 0..n {
                 if k > 0 && i + k < n {
                     let ahead = q.socks[si].rx.get(i + k).addr;
-                    q.umem.prefetch(ahead.saturating_sub(fwd::META_LEN as u64));
+                    q.umem.prefetch(ahead);
                 }
                 let d = q.socks[si].rx.get(i);
-                let verdict = match q.umem.frame_mut(d.addr, fwd::META_LEN, d.len as usize) {
+                // The descriptor holds fp_xsk_meta, then the frame (xsk.h).
+                let verdict = match q.umem.frame_mut(d.addr, d.len as usize) {
                     Some(buf) => fwd::forward(buf),
                     None => Err(fwd::Drop::Parse),
                 };
@@ -354,7 +356,7 @@ fn forward_loop(mut q: Queue, cfg: Config, stop: &AtomicBool, c: &Counters) {
                 };
                 match out {
                     Some((o, len)) if q.socks[o].tx.free(1) > 0 => {
-                        q.socks[o].tx.push(libc::xdp_desc { addr: d.addr, len, options: 0 });
+                        q.socks[o].tx.push(libc::xdp_desc { addr: d.addr + fwd::META_LEN as u64, len, options: 0 });
                         pending_tx[o] = true;
                         tx += 1;
                         bytes += u64::from(len);

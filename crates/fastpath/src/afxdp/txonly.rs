@@ -59,7 +59,7 @@ impl TxOnly {
         let mut idle = Vec::new();
         let mut i = 0;
         while let Some(a) = umem.alloc() {
-            let buf = umem.frame_mut(a, 0, len).context("UMEM chunk")?;
+            let buf = umem.frame_mut(a, len).context("UMEM chunk")?;
             buf.copy_from_slice(&frames[i % frames.len()]);
             idle.push(a);
             i += 1;

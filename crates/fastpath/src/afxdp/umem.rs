@@ -69,17 +69,16 @@ impl Umem {
         self.free.len()
     }
 
-    /// The bytes of chunk-relative range [addr - before, addr + len).
-    /// None if it leaves the chunk (a descriptor the kernel should never give).
-    pub fn frame_mut(&mut self, addr: u64, before: usize, len: usize) -> Option<&mut [u8]> {
+    /// The bytes [addr, addr + len) of one chunk. None if they leave the
+    /// chunk (a descriptor the kernel should never give).
+    pub fn frame_mut(&mut self, addr: u64, len: usize) -> Option<&mut [u8]> {
         let chunk = addr & !(FRAME_SIZE as u64 - 1);
-        let start = (addr as usize).checked_sub(before)?;
-        if (start as u64) < chunk || addr as usize + len > chunk as usize + FRAME_SIZE as usize || addr as usize + len > self.len {
+        if addr as usize + len > chunk as usize + FRAME_SIZE as usize || addr as usize + len > self.len {
             return None;
         }
         // SAFETY: in bounds (checked above); the frame is ours while the
         // descriptor is between the RX ring and a TX/fill ring.
-        Some(unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr().add(start), before + len) })
+        Some(unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr().add(addr as usize), len) })
     }
 
     /// Hint the CPU to fetch a frame's first cache line ahead of use.

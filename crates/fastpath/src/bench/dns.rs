@@ -499,7 +499,7 @@ impl<'o> DnsGen<'o> {
             s.spawn(|| -> Result<traffic::GenRun> {
                 topo::enter_netns(ns)?;
                 place.apply()?;
-                traffic::generate(fd, input, g0, d, stop)
+                traffic::generate(fd, input, 0, g0, d, stop)
             })
             .join()
             .map_err(|_| anyhow::anyhow!("generator thread panicked"))?

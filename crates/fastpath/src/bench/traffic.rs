@@ -95,7 +95,8 @@ pub(super) fn ipv4_checksum(hdr: &[u8]) -> u16 {
 /// idle gx0, which never carries traffic.
 pub struct Generator<'obj> {
     skel: GenSkel<'obj>,
-    frame: Vec<u8>,
+    /// What BPF_PROG_RUN is given: `with_hint_area(frame)`.
+    input: Vec<u8>,
     /// `fp_bench_gen_dst` (destinations from `gen_dsts`) instead of `fp_bench_gen`.
     per_flow_dst: bool,
     _pin: Link,
@@ -181,7 +182,7 @@ impl<'obj> Generator<'obj> {
             .context("attaching the generator to the idle gx0")?;
         Ok(Generator {
             skel,
-            frame,
+            input: with_hint_area(&frame),
             per_flow_dst: dsts.is_some(),
             _pin: pin,
         })
@@ -204,12 +205,12 @@ impl<'obj> Generator<'obj> {
         } else {
             self.skel.progs.fp_bench_gen.as_fd()
         };
-        let frame = self.frame.as_slice();
+        let input = self.input.as_slice();
         std::thread::scope(|s| {
             s.spawn(|| -> Result<GenRun> {
                 topo::enter_netns(gen_ns)?;
                 place.apply()?;
-                generate(fd, frame, g0_ifindex, duration, stop)
+                generate(fd, input, HINT_LEN, g0_ifindex, duration, stop)
             })
             .join()
             .map_err(|_| anyhow::anyhow!("generator thread panicked"))?
@@ -232,7 +233,7 @@ impl<'obj> Generator<'obj> {
         } else {
             self.skel.progs.fp_bench_gen.as_fd()
         };
-        let frame = self.frame.as_slice();
+        let input = self.input.as_slice();
         std::thread::scope(|s| {
             let threads: Vec<_> = places
                 .iter()
@@ -240,7 +241,7 @@ impl<'obj> Generator<'obj> {
                     s.spawn(move || -> Result<GenRun> {
                         topo::enter_netns(gen_ns)?;
                         place.apply()?;
-                        generate(fd, frame, g0_ifindex, duration, stop)
+                        generate(fd, input, HINT_LEN, g0_ifindex, duration, stop)
                     })
                 })
                 .collect();
@@ -308,11 +309,36 @@ fn set_fifo() -> Result<()> {
     Ok(())
 }
 
-pub(super) fn generate(fd: BorrowedFd<'_>, frame: &[u8], ifindex: u32, duration: Duration, stop: &AtomicBool) -> Result<GenRun> {
+/// `frame` with an empty hint's room in front: the generator's input, whose
+/// first HINT_LEN bytes BPF_PROG_RUN makes the metadata area (`live_ctx`).
+pub(super) fn with_hint_area(frame: &[u8]) -> Vec<u8> {
+    let mut input = vec![0u8; HINT_LEN];
+    input.extend_from_slice(frame);
+    input
+}
+
+/// struct xdp_md for BPF_PROG_RUN of `input`, whose first `meta` bytes are
+/// the metadata area (net/bpf/test_run.c: data_meta 0, data = its length).
+pub(super) fn live_ctx(input: &[u8], meta: usize, ifindex: u32) -> [u8; 24] {
     // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex
     let mut ctx = [0u8; 24];
-    ctx[4..8].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
+    ctx[0..4].copy_from_slice(&(meta as u32).to_ne_bytes());
+    ctx[4..8].copy_from_slice(&(input.len() as u32).to_ne_bytes());
     ctx[12..16].copy_from_slice(&ifindex.to_ne_bytes());
+    ctx
+}
+
+/// Runs the generator `fd` on `input` (its first `meta` bytes the metadata
+/// area, which every live frame starts with) until `duration` has passed.
+pub(super) fn generate(
+    fd: BorrowedFd<'_>,
+    input: &[u8],
+    meta: usize,
+    ifindex: u32,
+    duration: Duration,
+    stop: &AtomicBool,
+) -> Result<GenRun> {
+    let mut ctx = live_ctx(input, meta, ifindex);
 
     let start = Instant::now();
     let cpu_start = thread_cpu_time()?;
@@ -321,7 +347,7 @@ pub(super) fn generate(fd: BorrowedFd<'_>, frame: &[u8], ifindex: u32, duration:
     loop {
         let t0 = Instant::now();
         let c0 = thread_cpu_time()?;
-        test_run_live(fd, frame, &mut ctx, chunk)?;
+        test_run_live(fd, input, &mut ctx, chunk)?;
         log::trace!(
             "gen: {chunk} frames in {:?} wall, {:?} cpu",
             t0.elapsed(),
@@ -354,13 +380,13 @@ pub fn thread_cpu_time() -> Result<Duration> {
     Ok(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
 }
 
-fn test_run_live(fd: BorrowedFd<'_>, frame: &[u8], ctx: &mut [u8; 24], repeat: u32) -> Result<()> {
+fn test_run_live(fd: BorrowedFd<'_>, input: &[u8], ctx: &mut [u8; 24], repeat: u32) -> Result<()> {
     // libbpf-rs' Program is not Sync, so the generator thread drives the
     // syscall on the raw fd; libbpf-rs' ProgramInput has no batch_size either.
     let mut opts = libbpf_sys::bpf_test_run_opts {
         sz: std::mem::size_of::<libbpf_sys::bpf_test_run_opts>() as _,
-        data_in: frame.as_ptr().cast(),
-        data_size_in: frame.len() as u32,
+        data_in: input.as_ptr().cast(),
+        data_size_in: input.len() as u32,
         ctx_in: ctx.as_ptr().cast(),
         ctx_size_in: ctx.len() as u32,
         repeat: repeat as i32,
@@ -449,6 +475,7 @@ mod tests {
     use crate::bench::test_root as root;
     use libbpf_rs::ProgramInput;
 
+    const XDP_ABORTED: u32 = 0;
     const XDP_DROP: u32 = 1;
     const XDP_PASS: u32 = 2;
     const XDP_TX: u32 = 3;
@@ -467,17 +494,21 @@ mod tests {
         open.load().unwrap()
     }
 
-    /// Runs the generator once on `input`; returns its verdict and output
-    /// (BPF_PROG_RUN hands back the metadata area in front of the frame).
-    fn gen_once(skel: &GenSkel<'_>, input: &[u8], repeat: u32) -> (u32, Vec<u8>) {
-        // Repeated runs keep growing the metadata (the buffer is not reset
-        // between them) up to its limit, which is returned too.
+    /// Runs the generator once on `frame` with an empty hint area in front,
+    /// as `generate` does; returns its verdict and output (BPF_PROG_RUN
+    /// hands back the metadata area in front of the frame).
+    fn gen_once(skel: &GenSkel<'_>, frame: &[u8], repeat: u32) -> (u32, Vec<u8>) {
+        gen_run(&skel.progs.fp_bench_gen, frame, repeat)
+    }
+
+    fn gen_run(prog: &libbpf_rs::ProgramMut<'_>, frame: &[u8], repeat: u32) -> (u32, Vec<u8>) {
+        let input = with_hint_area(frame);
+        let mut ctx = live_ctx(&input, HINT_LEN, 0);
         let mut out = vec![0u8; input.len() + 512];
-        let res = skel
-            .progs
-            .fp_bench_gen
+        let res = prog
             .test_run(ProgramInput {
-                data_in: Some(input),
+                data_in: Some(&input),
+                context_in: Some(&mut ctx),
                 data_out: Some(&mut out),
                 repeat,
                 ..Default::default()
@@ -494,6 +525,35 @@ mod tests {
             u16::from_ne_bytes(out[4..6].try_into().unwrap()),
             u16::from_ne_bytes(out[6..8].try_into().unwrap()),
         )
+    }
+
+    /// The hint goes only where `generate` makes room for exactly one: a
+    /// frame without the area (or with a bigger one) is not sent.
+    #[test]
+    fn gen_sends_nothing_without_its_hint_area() {
+        if !root("gen_sends_nothing_without_its_hint_area") {
+            return;
+        }
+        pin_to(0).unwrap();
+        let tmpl = frame(64).unwrap();
+        let mut obj = MaybeUninit::uninit();
+        let skel = gen_skel(&mut obj, &tmpl, 1, true);
+        let bare = skel
+            .progs
+            .fp_bench_gen
+            .test_run(ProgramInput { data_in: Some(&tmpl), ..Default::default() })
+            .unwrap();
+        assert_eq!(bare.return_value, XDP_ABORTED);
+        let mut input = vec![0u8; 2 * HINT_LEN];
+        input.extend_from_slice(&tmpl);
+        let mut ctx = live_ctx(&input, 2 * HINT_LEN, 0);
+        let wide = skel
+            .progs
+            .fp_bench_gen
+            .test_run(ProgramInput { data_in: Some(&input), context_in: Some(&mut ctx), ..Default::default() })
+            .unwrap();
+        assert_eq!(wide.return_value, XDP_ABORTED);
+        assert_eq!(gen_once(&skel, &tmpl, 1).0, XDP_TX);
     }
 
     /// Recycled live frames arrive with the router's edits in them: the
@@ -579,17 +639,8 @@ mod tests {
         let mut dirty = tmpl.clone();
         dirty[..HDR_LEN].fill(0xee);
         for (i, d) in dsts.iter().chain(dsts.iter().take(1)).enumerate() {
-            let mut out = vec![0u8; dirty.len() + 512];
-            let res = skel
-                .progs
-                .fp_bench_gen_dst
-                .test_run(ProgramInput {
-                    data_in: Some(&dirty),
-                    data_out: Some(&mut out),
-                    ..Default::default()
-                })
-                .unwrap();
-            assert_eq!(res.return_value, XDP_TX);
+            let (ret, out) = gen_run(&skel.progs.fp_bench_gen_dst, &dirty, 1);
+            assert_eq!(ret, XDP_TX);
             let f = &out[HINT_LEN..HINT_LEN + tmpl.len()];
             assert_eq!(&f[30..34], &d.octets(), "flow {i}");
             assert_eq!(ipv4_checksum(&f[14..34]), 0, "flow {i}: header checksum");
