@@ -2,17 +2,22 @@
 /*
  * gen.bpf.c — the benchmark's traffic generator.
  *
- * Run with BPF_PROG_RUN in live-frames mode (BPF_F_TEST_XDP_LIVE_FRAMES) and
- * ingress_ifindex = the generator's veth: every XDP_TX becomes a real frame
- * sent out of that veth to the router.
+ * A loop of frames, not a source: attached to g1, the generator's end of
+ * the veth pair that comes back from the sink (s1 – g1), it turns every
+ * frame the sink sends back into the next one of the flow sequence and
+ * redirects it out of g0 to the router (gen_out_ifindex). The sink counts
+ * each frame and redirects it out of s1 (sink.bpf.c); user space puts a
+ * fixed number of frames into the loop once (traffic.rs) and stops it by
+ * gen_stop, which makes this program drop what comes back. So every frame
+ * reaches the router as an xdp_frame from a peer's XDP, as one from a NIC
+ * driver would, and nothing is allocated per packet in the loop.
+ * (Until 2026-12-06 it was run by BPF_PROG_RUN in live-frames mode; this
+ * project's kernel, 6.18.44, now answers that with EPERM.)
  *
- * Live frames come from a page pool that is initialised from the user's
- * data_in only when a page is first handed out in a run; a recycled page keeps
- * whatever bytes the last user left in it, and by then the router has already
- * rewritten the MACs and decremented the TTL in place. So the program writes
- * the whole Ethernet/IPv4/UDP header from the template on every frame instead
- * of patching only the port: the payload is never touched by anyone, the
- * header always is.
+ * A frame comes back with the router's edits in it (MACs, TTL, and with
+ * NAT the addresses), so the program writes the whole Ethernet/IPv4/UDP
+ * header from the template on every frame instead of patching only the
+ * port: the payload is never touched by anyone, the header always is.
  *
  * Flow i has UDP source port gen_sport_base + i % 32768 and destination port
  * (template's) + i / 32768, so up to 32768 flows differ only in the source
@@ -20,12 +25,13 @@
  * not cover the ports, so the template's checksum stays valid; the UDP
  * checksum is 0 (allowed for IPv4).
  *
- * Every frame also carries a struct fp_rx_hint in the XDP metadata area with
- * a per-flow hash, as a NIC supplying RX hashes would (the hints paper's
- * prototype did the same in its driver). Its magic is gen_hint_magic: the
- * real FP_HINT_MAGIC in the hint mode, 0 in every other mode so fastpath
- * ignores it. The generator thus does the same work in every mode; only the
- * router's share of the path changes between them.
+ * A frame with room for exactly one struct fp_rx_hint in its XDP metadata
+ * area (BPF_PROG_RUN given one, as the unit tests do) gets a per-flow hash
+ * there, as a NIC supplying RX hashes would (the hints paper's prototype
+ * did the same in its driver), with gen_hint_magic as its magic. Frames in
+ * the loop have no metadata area and no XDP program here can grow one
+ * (the kernel refuses bpf_xdp_adjust_meta), so the forward bench has no
+ * hint mode on this kernel; `fastpath bench hints` measures hints apart.
  *
  * fp_bench_gen_dst (`fastpath bench fullrate`) is the same generator with a
  * destination address per flow: flow i also takes its IPv4 destination and
@@ -68,7 +74,34 @@ struct {
 	__type(value, struct gen_dst);
 } gen_dsts SEC(".maps");
 
-/* Next flow index of this CPU: live-frame runs are per CPU, no atomics needed. */
+/* Where the next frame goes: g0's ifindex (0: XDP_TX, for BPF_PROG_RUN). */
+const volatile __u32 gen_out_ifindex = 0;
+
+/* The length of the frames in the loop; others are not ours (0: any). */
+const volatile __u32 gen_frame_len = 0;
+
+/* Slot 0, set to 1 by user space, ends a run: frames coming back are dropped. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} gen_stop SEC(".maps");
+
+struct gen_count {
+	__u64 sent;      /* redirected towards the router */
+	__u64 stopped;   /* dropped under gen_stop: the loop's frames at its end */
+};
+
+/* Per CPU: a loop stays on the CPU it was started on. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct gen_count);
+} gen_stats SEC(".maps");
+
+/* Next flow index of this CPU: each CPU's loop is its own, no atomics needed. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -79,39 +112,45 @@ struct {
 static __always_inline int gen_frame(struct xdp_md *ctx, bool per_flow_dst)
 {
 	struct fp_rx_hint *hint;
-	__u32 zero = 0, *flow, f, h;
+	struct gen_count *c;
+	__u32 zero = 0, *flow, *stop, f, h;
 	__u16 *data;
 	void *data_end;
 	int i;
 
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	if (gen_frame_len && (void *)data + gen_frame_len != data_end)
+		return XDP_PASS;
+	c = bpf_map_lookup_elem(&gen_stats, &zero);
 	flow = bpf_map_lookup_elem(&gen_flow, &zero);
-	if (!flow)
+	stop = bpf_map_lookup_elem(&gen_stop, &zero);
+	if (!c || !flow || !stop)
 		return XDP_ABORTED;
+	if (*stop) {
+		c->stopped++;
+		return XDP_DROP;
+	}
 	f = *flow;
 	if (++*flow >= gen_flows)
 		*flow = 0;
-
-	/* The metadata area comes with the frame: user space runs us with
-	 * one hint's worth in front of data (xdp_md.data), which test_run
-	 * restores for every live frame. Not bpf_xdp_adjust_meta(): some
-	 * kernels refuse that helper to XDP programs (6.18.44 here does). */
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	hint = (void *)(long)ctx->data_meta;
+	if ((void *)(data + GEN_HDR_WORDS) > data_end)
+		return XDP_ABORTED;
 	/* Bounds for the verifier, then the exact size (as fp_xdp_fwd reads
 	 * a hint); the empty asm keeps clang from merging the two. */
-	if ((void *)(hint + 1) > (void *)data || (void *)(data + GEN_HDR_WORDS) > data_end)
-		return XDP_ABORTED;
-	asm volatile("" : "+r"(data));
-	if ((void *)(hint + 1) != (void *)data)
-		return XDP_ABORTED;
-
-	/* A NIC's RSS hash is some well-mixed function of the 5-tuple; a
-	 * multiplicative hash of the flow number is one, and costs nothing. */
-	h = (f + 1) * 0x9E3779B1U;
-	hint->hash = h ^ (h >> 16);
-	hint->flags = FP_HINT_L4;
-	hint->magic = gen_hint_magic;
+	hint = (void *)(long)ctx->data_meta;
+	if ((void *)(hint + 1) <= (void *)data) {
+		asm volatile("" : "+r"(data));
+		if ((void *)(hint + 1) == (void *)data) {
+			/* A NIC's RSS hash is some well-mixed function of the
+			 * 5-tuple; a multiplicative hash of the flow number is
+			 * one, and costs nothing. */
+			h = (f + 1) * 0x9E3779B1U;
+			hint->hash = h ^ (h >> 16);
+			hint->flags = FP_HINT_L4;
+			hint->magic = gen_hint_magic;
+		}
+	}
 
 #pragma unroll
 	for (i = 0; i < GEN_HDR_WORDS; i++)
@@ -131,7 +170,8 @@ static __always_inline int gen_frame(struct xdp_md *ctx, bool per_flow_dst)
 		data[GEN_DADDR_WORD] = dst->daddr[0];
 		data[GEN_DADDR_WORD + 1] = dst->daddr[1];
 	}
-	return XDP_TX;
+	c->sent++;
+	return gen_out_ifindex ? bpf_redirect(gen_out_ifindex, 0) : XDP_TX;
 }
 
 SEC("xdp")

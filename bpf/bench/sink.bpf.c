@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * sink.bpf.c — the benchmark's receiver: counts every IPv4 frame arriving on
- * the sink's veth and drops it. Everything else (ARP) goes up to the sink's
+ * the sink's veth and sends it back to the generator out of s1
+ * (loop_ifindex; gen.bpf.c says why the frames go round), or drops it when
+ * there is no loop (unit tests). Everything else (ARP) goes up to the sink's
  * stack, so the sink still answers the router like a host would if the
  * router ever has to resolve it. Being an XDP program on that veth is also
  * what makes the router's veth accept XDP-redirected frames towards it.
@@ -18,6 +20,9 @@ struct sink_count {
 	__u64 packets;
 	__u64 bytes;
 };
+
+/* s1, the veth back to the generator; 0: drop what was counted. */
+const volatile __u32 loop_ifindex = 0;
 
 /* The IPv4 source every frame should carry (network order); 0: any. */
 const volatile __u32 expect_saddr = 0;
@@ -61,7 +66,7 @@ int fp_bench_sink(struct xdp_md *ctx)
 		c->packets++;
 		c->bytes += ctx->data_end - ctx->data;
 	}
-	return XDP_DROP;
+	return loop_ifindex ? bpf_redirect(loop_ifindex, 0) : XDP_DROP;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

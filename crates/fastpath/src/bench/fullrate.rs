@@ -203,6 +203,9 @@ pub fn run(a: &FullrateArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
     let mut modes = a.modes.clone();
     modes.sort();
     modes.dedup();
+    if modes.contains(&Mode::FastpathHint) {
+        bail!("{}", super::HINT_MODE_GONE);
+    }
     let plan = Plan {
         reps: a.reps,
         duration: Duration::try_from_secs_f64(a.duration).context("--duration")?,

@@ -1,9 +1,12 @@
 //! The bench's own lab: generator – router – sink in three network namespaces
-//! joined by two veth pairs, torn down on drop whatever happened.
+//! joined by two veth pairs, torn down on drop whatever happened; a third
+//! pair, s1 – g1, takes the sink's frames back to the generator, whose
+//! frames go round (gen.bpf.c).
 //!
 //! ```text
 //!  gen ns            router ns                 sink ns
 //!  g0 192.0.2.2 ── r0 192.0.2.1 | r1 198.51.100.1 ── s0 198.51.100.2
+//!  g1 ─────────────────────────────────────────────── s1
 //! ```
 
 use std::fs::File;
@@ -19,6 +22,9 @@ pub const G0: &str = "g0";
 pub const R0: &str = "r0";
 pub const R1: &str = "r1";
 pub const S0: &str = "s0";
+/// The loop back from the sink (s1) to the generator (g1); no addresses.
+pub const S1: &str = "s1";
+pub const G1: &str = "g1";
 /// Spare, never-up veth in the generator namespace: the generator program is
 /// attached to it only to keep it registered in the kernel's XDP dispatcher
 /// (see traffic.rs).
@@ -122,6 +128,7 @@ impl Topology {
         ])?;
 
         ip(&["-n", g, "link", "add", GX0, "type", "veth", "peer", "name", GX1])?;
+        ip(&["-n", s, "link", "add", S1, "type", "veth", "peer", "name", G1, "netns", g])?;
 
         ip(&["-n", g, "addr", "add", "192.0.2.2/24", "dev", G0])?;
         ip(&["-n", r, "addr", "add", "192.0.2.1/24", "dev", R0])?;
@@ -132,7 +139,12 @@ impl Topology {
             self.sysctl(r, &format!("net/ipv4/conf/{k}/rp_filter"), "0")?;
             self.sysctl(r, &format!("net/ipv4/conf/{k}/forwarding"), "1")?;
         }
-        for (ns, dev) in [(g, "lo"), (g, G0), (r, "lo"), (r, R0), (r, R1), (s, "lo"), (s, S0)] {
+        // The loop carries the generator's frames only: no IPv6 autoconf
+        // or ND of its own.
+        for (ns, dev) in [(g, G1), (s, S1)] {
+            self.sysctl(ns, &format!("net/ipv6/conf/{dev}/disable_ipv6"), "1")?;
+        }
+        for (ns, dev) in [(g, "lo"), (g, G0), (g, G1), (r, "lo"), (r, R0), (r, R1), (s, "lo"), (s, S0), (s, S1)] {
             ip(&["-n", ns, "link", "set", "dev", dev, "up"])?;
         }
         // Permanent neighbours: no ARP inside a measurement, and a usable NUD

@@ -116,6 +116,24 @@ pub fn between(a: &Snapshot, b: &Snapshot, cpus: &[usize]) -> CpuUse {
     }
 }
 
+/// Time CPU `cpu` spent working (user, system, irq, softirq; not idle, not
+/// stolen by the host) between two snapshots.
+pub fn busy_between(a: &Snapshot, b: &Snapshot, cpu: usize) -> Result<std::time::Duration> {
+    let (Some(x), Some(y)) = (a.0.get(cpu), b.0.get(cpu)) else {
+        anyhow::bail!("/proc/stat has no cpu{cpu}");
+    };
+    let ticks = y.user.saturating_sub(x.user)
+        + y.system.saturating_sub(x.system)
+        + y.irq.saturating_sub(x.irq)
+        + y.softirq.saturating_sub(x.softirq);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz <= 0 {
+        anyhow::bail!("sysconf(_SC_CLK_TCK) failed");
+    }
+    Ok(std::time::Duration::from_nanos(ticks * 1_000_000_000 / hz as u64))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

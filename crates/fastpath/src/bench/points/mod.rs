@@ -11,7 +11,7 @@
 //! cell of (a) and (b). (c) and (d), the DNS responders, plug in below.
 
 mod attach;
-mod cpustat;
+pub(super) mod cpustat;
 mod maps;
 mod report;
 mod xsk;
