@@ -347,7 +347,47 @@ pub fn print_table(cells: &[Cell]) {
         );
         print_raw_headroom(cells);
     }
+    print_router_ns(cells);
     print_afxdp_shares(cells);
+}
+
+/// ns per frame a mode adds to the raw redirect's (1000 / Mpps each, so the
+/// difference of two rates in Mpps): the router's own work, whatever the
+/// generator and sink cost, which the ratios of whole-path rates hide.
+fn ns_above(mpps: f64, raw_mpps: f64) -> Option<f64> {
+    (mpps > 0.0 && raw_mpps > 0.0).then(|| 1000.0 / mpps - 1000.0 / raw_mpps)
+}
+
+/// At the target size: each measured router mode's ns per frame above raw,
+/// per flow count, and the reference's against fastpath's.
+fn print_router_ns(cells: &[Cell]) {
+    const MODES: [Mode; 4] = [Mode::Fastpath, Mode::FastpathNocache, Mode::FibFwd, Mode::Kernel];
+    let mut flows: Vec<u32> = cells.iter().filter(|c| c.size == TARGET_SIZE).map(|c| c.flows).collect();
+    flows.sort_unstable();
+    flows.dedup();
+    let mut parts = Vec::new();
+    for f in flows {
+        let at = |m: Mode| cells.iter().find(|c| c.mode == m && c.size == TARGET_SIZE && c.flows == f);
+        let Some(raw) = at(Mode::Raw) else { continue };
+        let ns: Vec<(Mode, f64)> = MODES
+            .iter()
+            .filter_map(|&m| at(m).and_then(|c| ns_above(c.median_mpps, raw.median_mpps)).map(|n| (m, n)))
+            .collect();
+        if ns.is_empty() {
+            continue;
+        }
+        let mut line: Vec<String> = ns.iter().map(|(m, n)| format!("{} {n:.1}", m.name())).collect();
+        let of = |m: Mode| ns.iter().find(|(k, _)| *k == m).map(|(_, n)| *n);
+        if let (Some(fp), Some(rf)) = (of(Mode::Fastpath), of(Mode::FibFwd)) {
+            if fp > 0.0 {
+                line.push(format!("fib-fwd/fastpath {:.2}x", rf / fp));
+            }
+        }
+        parts.push(format!("{f} flow(s): {}", line.join(", ")));
+    }
+    if !parts.is_empty() {
+        println!("ns per frame above raw at {TARGET_SIZE} B (the router's own work): {}", parts.join("; "));
+    }
 }
 
 /// How far the limit itself is from the kernel in this run: the "x kernel"
@@ -445,6 +485,15 @@ pub fn kernel_release() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn router_ns_is_the_difference_of_the_frame_times() {
+        // 10 Mpps raw = 100 ns a frame; 8 Mpps = 125 ns: 25 ns more.
+        assert_eq!(ns_above(8.0, 10.0), Some(25.0));
+        assert_eq!(ns_above(10.0, 10.0), Some(0.0));
+        assert_eq!(ns_above(0.0, 10.0), None);
+        assert_eq!(ns_above(8.0, 0.0), None);
+    }
 
     #[test]
     fn sign_test_ranks_match_the_binomial_tables() {
