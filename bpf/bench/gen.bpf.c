@@ -109,7 +109,26 @@ struct {
 	__type(value, __u32);
 } gen_flow SEC(".maps");
 
-static __always_inline int gen_frame(struct xdp_md *ctx, bool per_flow_dst)
+/*
+ * The spring (fp_bench_gen_spring, `fastpath bench points`, whose programs
+ * drop every frame, which would empty the loop): the frames go round
+ * gx1 -> gx0 -> gx1 instead, and each round gx1's program broadcasts the
+ * frame to both ends of gen_ports: a copy into the spring again (slot 0,
+ * gx1) and one out of g0 to the router (slot 1). So frames reach the router
+ * whatever becomes of them there, at the cost of the copy (xdpf_clone: a
+ * page and a memcpy per frame) the kernel makes for a broadcast.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u32);
+} gen_ports SEC(".maps");
+
+/* gx0's ifindex: fp_bench_gen_bounce sends what arrives there straight back. */
+const volatile __u32 gen_bounce_ifindex = 0;
+
+static __always_inline int gen_frame(struct xdp_md *ctx, bool per_flow_dst, bool spring)
 {
 	struct fp_rx_hint *hint;
 	struct gen_count *c;
@@ -171,19 +190,38 @@ static __always_inline int gen_frame(struct xdp_md *ctx, bool per_flow_dst)
 		data[GEN_DADDR_WORD + 1] = dst->daddr[1];
 	}
 	c->sent++;
+	if (spring)
+		return bpf_redirect_map(&gen_ports, 0, BPF_F_BROADCAST);
 	return gen_out_ifindex ? bpf_redirect(gen_out_ifindex, 0) : XDP_TX;
 }
 
 SEC("xdp")
 int fp_bench_gen(struct xdp_md *ctx)
 {
-	return gen_frame(ctx, false);
+	return gen_frame(ctx, false, false);
 }
 
 SEC("xdp")
 int fp_bench_gen_dst(struct xdp_md *ctx)
 {
-	return gen_frame(ctx, true);
+	return gen_frame(ctx, true, false);
+}
+
+SEC("xdp")
+int fp_bench_gen_spring(struct xdp_md *ctx)
+{
+	return gen_frame(ctx, false, true);
+}
+
+/* On gx0: the spring's frames back to gx1; anything else to the stack. */
+SEC("xdp")
+int fp_bench_gen_bounce(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+
+	if (gen_frame_len && data + gen_frame_len != (void *)(long)ctx->data_end)
+		return XDP_PASS;
+	return bpf_redirect(gen_bounce_ifindex, 0);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

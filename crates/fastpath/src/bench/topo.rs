@@ -25,11 +25,12 @@ pub const S0: &str = "s0";
 /// The loop back from the sink (s1) to the generator (g1); no addresses.
 pub const S1: &str = "s1";
 pub const G1: &str = "g1";
-/// Spare, never-up veth in the generator namespace: the generator program is
-/// attached to it only to keep it registered in the kernel's XDP dispatcher
-/// (see traffic.rs).
+/// A veth pair inside the generator namespace: the generator's spring, for
+/// benches whose router drops the frames (gen.bpf.c), with two queues so
+/// that each of two CPUs keeps a spring of its own; the DNS generator's
+/// attachment that keeps it in the kernel's XDP dispatcher (dns.rs).
 pub const GX0: &str = "gx0";
-const GX1: &str = "gx1";
+pub const GX1: &str = "gx1";
 
 /// Fixed, locally administered MACs so the generator's template and the raw
 /// forwarder's rewrite are known before anything is up.
@@ -127,7 +128,10 @@ impl Topology {
             s,
         ])?;
 
-        ip(&["-n", g, "link", "add", GX0, "type", "veth", "peer", "name", GX1])?;
+        ip(&[
+            "-n", g, "link", "add", GX0, "numtxqueues", "2", "numrxqueues", "2", "type", "veth", "peer", "name", GX1,
+            "numtxqueues", "2", "numrxqueues", "2",
+        ])?;
         ip(&["-n", s, "link", "add", S1, "type", "veth", "peer", "name", G1, "netns", g])?;
 
         ip(&["-n", g, "addr", "add", "192.0.2.2/24", "dev", G0])?;
@@ -141,10 +145,10 @@ impl Topology {
         }
         // The loop carries the generator's frames only: no IPv6 autoconf
         // or ND of its own.
-        for (ns, dev) in [(g, G1), (s, S1)] {
+        for (ns, dev) in [(g, G1), (s, S1), (g, GX0), (g, GX1)] {
             self.sysctl(ns, &format!("net/ipv6/conf/{dev}/disable_ipv6"), "1")?;
         }
-        for (ns, dev) in [(g, "lo"), (g, G0), (g, G1), (r, "lo"), (r, R0), (r, R1), (s, "lo"), (s, S0), (s, S1)] {
+        for (ns, dev) in [(g, "lo"), (g, G0), (g, G1), (g, GX0), (g, GX1), (r, "lo"), (r, R0), (r, R1), (s, "lo"), (s, S0), (s, S1)] {
             ip(&["-n", ns, "link", "set", "dev", dev, "up"])?;
         }
         // Permanent neighbours: no ARP inside a measurement, and a usable NUD

@@ -93,10 +93,11 @@ pub struct Generator<'obj> {
     skel: GenSkel<'obj>,
     /// What goes into the loop (the generator rewrites its header anyway).
     frame: Vec<u8>,
-    sink_ns: String,
-    /// s1's ifindex in the sink namespace: where frames enter the loop.
-    s1: u32,
-    _pin: Link,
+    /// Where frames enter the loop: s1 in the sink namespace, or gx0 in the
+    /// generator's for the spring.
+    inject_ns: String,
+    inject_ifindex: u32,
+    _links: Vec<Link>,
 }
 
 pub struct GenRun {
@@ -116,7 +117,19 @@ impl<'obj> Generator<'obj> {
         flows: u32,
         hint: bool,
     ) -> Result<Self> {
-        Self::load_with(storage, t, size, flows, hint, None)
+        Self::load_with(storage, t, size, flows, hint, None, false)
+    }
+
+    /// As `load`, for a router that drops what it gets: the frames go round
+    /// the generator's spring (gx1 – gx0) and a copy of each goes to the
+    /// router every round (gen.bpf.c), so none has to come back.
+    pub fn load_spring(
+        storage: &'obj mut MaybeUninit<OpenObject>,
+        t: &topo::Topology,
+        size: usize,
+        flows: u32,
+    ) -> Result<Self> {
+        Self::load_with(storage, t, size, flows, false, None, true)
     }
 
     /// As `load`, but flow i is sent to `dsts[i]` (one flow per address):
@@ -130,7 +143,7 @@ impl<'obj> Generator<'obj> {
         hint: bool,
     ) -> Result<Self> {
         let flows = u32::try_from(dsts.len()).context("too many destinations")?;
-        Self::load_with(storage, t, size, flows, hint, Some(dsts))
+        Self::load_with(storage, t, size, flows, hint, Some(dsts), false)
     }
 
     fn load_with(
@@ -140,6 +153,7 @@ impl<'obj> Generator<'obj> {
         flows: u32,
         hint: bool,
         dsts: Option<&[Ipv4Addr]>,
+        spring: bool,
     ) -> Result<Self> {
         if flows == 0 || flows > MAX_FLOWS {
             bail!("flows must be 1..={MAX_FLOWS}");
@@ -160,9 +174,13 @@ impl<'obj> Generator<'obj> {
         ro.gen_hint_magic = if hint { fastpath_bpf::intf::FP_HINT_MAGIC as u16 } else { 0 };
         ro.gen_out_ifindex = t.ifindex(&t.gen, topo::G0)?;
         ro.gen_frame_len = frame.len() as u32;
-        // Only the entry point in use is loaded: the default bench's start-up stays as it was.
-        open.progs.fp_bench_gen.set_autoload(dsts.is_none());
+        let (g0, gx0, gx1) = (t.ifindex(&t.gen, topo::G0)?, t.ifindex(&t.gen, topo::GX0)?, t.ifindex(&t.gen, topo::GX1)?);
+        ro.gen_bounce_ifindex = gx0;
+        // Only the entry points in use are loaded: the default bench's start-up stays as it was.
+        open.progs.fp_bench_gen.set_autoload(dsts.is_none() && !spring);
         open.progs.fp_bench_gen_dst.set_autoload(dsts.is_some());
+        open.progs.fp_bench_gen_spring.set_autoload(spring);
+        open.progs.fp_bench_gen_bounce.set_autoload(spring);
         if dsts.is_some() {
             open.maps.gen_dsts.set_max_entries(flows).context("sizing gen_dsts")?;
         }
@@ -175,6 +193,33 @@ impl<'obj> Generator<'obj> {
                     .context("filling gen_dsts")?;
             }
         }
+        if spring {
+            // Slot 0 into the spring again (out of gx1, to gx0's bounce),
+            // slot 1 to the router; a devmap takes ifindexes of the
+            // updater's namespace.
+            topo::in_netns(&t.gen, || -> Result<()> {
+                for (k, dev) in [(0u32, gx1), (1, g0)] {
+                    skel.maps
+                        .gen_ports
+                        .update(&k.to_ne_bytes(), &dev.to_ne_bytes(), MapFlags::ANY)
+                        .context("filling gen_ports")?;
+                }
+                Ok(())
+            })??;
+            let links = topo::in_netns(&t.gen, || -> Result<Vec<Link>> {
+                Ok(vec![
+                    skel.progs.fp_bench_gen_spring.attach_xdp(gx1 as i32).context("attaching the spring to gx1")?,
+                    skel.progs.fp_bench_gen_bounce.attach_xdp(gx0 as i32).context("attaching the bounce to gx0")?,
+                ])
+            })??;
+            return Ok(Generator {
+                skel,
+                frame,
+                inject_ns: t.gen.clone(),
+                inject_ifindex: gx0,
+                _links: links,
+            });
+        }
         let g1 = t.ifindex(&t.gen, topo::G1)?;
         let prog = if dsts.is_some() { &skel.progs.fp_bench_gen_dst } else { &skel.progs.fp_bench_gen };
         let pin = topo::in_netns(&t.gen, || prog.attach_xdp(g1 as i32))?
@@ -182,9 +227,9 @@ impl<'obj> Generator<'obj> {
         Ok(Generator {
             skel,
             frame,
-            sink_ns: t.sink.clone(),
-            s1: t.ifindex(&t.sink, topo::S1)?,
-            _pin: pin,
+            inject_ns: t.sink.clone(),
+            inject_ifindex: t.ifindex(&t.sink, topo::S1)?,
+            _links: vec![pin],
         })
     }
 
@@ -229,9 +274,9 @@ impl<'obj> Generator<'obj> {
                 .iter()
                 .map(|&place| {
                     s.spawn(move || -> Result<()> {
-                        topo::enter_netns(&self.sink_ns)?;
+                        topo::enter_netns(&self.inject_ns)?;
                         pin_to(place.cpu)?;
-                        inject(self.s1, &self.frame, LOOP_FRAMES)
+                        inject(self.inject_ifindex, &self.frame, LOOP_FRAMES)
                     })
                 })
                 .collect();
@@ -287,10 +332,11 @@ impl<'obj> Generator<'obj> {
 /// full NAPI batches.
 const LOOP_FRAMES: usize = 192;
 
-/// Puts `n` copies of `frame` into the loop: sent out of s1 (the calling
-/// thread in the sink namespace) by a packet socket, they arrive at g1's
-/// generator, which sends them round from then on.
-fn inject(s1: u32, frame: &[u8], n: usize) -> Result<()> {
+/// Puts `n` copies of `frame` into the loop: sent by a packet socket out of
+/// s1 (the calling thread in the sink namespace) or gx0 (the spring, in the
+/// generator's), they arrive at g1's generator or gx1's spring, which sends
+/// them round from then on.
+fn inject(dev: u32, frame: &[u8], n: usize) -> Result<()> {
     // SAFETY: plain socket(2); the descriptor is owned at once.
     let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
     if fd < 0 {
@@ -298,11 +344,29 @@ fn inject(s1: u32, frame: &[u8], n: usize) -> Result<()> {
     }
     // SAFETY: fd was just returned by socket(2) and nothing else owns it.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // Past the qdisc, a packet socket's frame takes the TX queue of the
+    // sending CPU (packet_pick_tx_queue), and veth hands it to the peer's
+    // RX queue of that number: with two queues (the spring), each CPU's
+    // frames start on their own queue, whose NAPI then runs on that CPU.
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt reads one c_int we own.
+    if unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_QDISC_BYPASS,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as u32,
+        )
+    } != 0
+    {
+        return Err(std::io::Error::last_os_error()).context("PACKET_QDISC_BYPASS");
+    }
     // SAFETY: sockaddr_ll is plain data; all-zero is a valid start.
     let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     sll.sll_family = libc::AF_PACKET as u16;
     sll.sll_protocol = (libc::ETH_P_IP as u16).to_be();
-    sll.sll_ifindex = s1 as i32;
+    sll.sll_ifindex = dev as i32;
     sll.sll_halen = 6;
     for i in 0..n {
         // SAFETY: frame and sll are live for the call, with their true sizes.

@@ -237,7 +237,8 @@ impl Lab<'_> {
         };
         let att = Attached::new(point, progs, n, self.topo, loop_place)?;
         let mut obj = MaybeUninit::uninit();
-        let gen = Generator::load(&mut obj, self.topo, 64, flows, false)?;
+        // Every point drops what it handles: the spring, not the loop.
+        let gen = Generator::load_spring(&mut obj, self.topo, 64, flows)?;
         let places = self.places(cores);
         let mut cpus: Vec<usize> = places.iter().map(|p| p.cpu).collect();
         if point == Point::Afxdp && !cpus.contains(&loop_cpu) {
@@ -357,18 +358,7 @@ fn two_queues(t: &Topology) -> Result<()> {
     Ok(())
 }
 
-/// Why the study cannot run here: every point's program drops what it
-/// handles, and the forward bench's generator is now a loop of frames that
-/// a drop empties (traffic.rs); the source that survived drops, BPF_PROG_RUN
-/// in live-frames mode, is refused by this project's kernel.
-pub const NO_FRAME_SOURCE: &str = "bench points: its programs drop every frame, which empties the bench generator's \
-     loop of frames, and the generator that survived drops (BPF_PROG_RUN live frames) gets EPERM from this kernel; \
-     the earlier runs are in bench/RESULTS.md and README";
-
 pub fn run(args: &PointsArgs) -> Result<()> {
-    if live_frames_refused() {
-        bail!("{NO_FRAME_SOURCE}");
-    }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop))
@@ -582,30 +572,4 @@ pub fn run(args: &PointsArgs) -> Result<()> {
         println!("wrote {}", png.display());
     }
     Ok(())
-}
-
-/// BPF_PROG_RUN in live-frames mode answers EPERM (this project's kernel
-/// since 2026-12-06): asked with a program that passes one frame.
-fn live_frames_refused() -> bool {
-    use libbpf_rs::skel::{OpenSkel as _, SkelBuilder as _};
-    let mut obj = std::mem::MaybeUninit::uninit();
-    let Ok(open) = fastpath_bpf::skel::xdp_pass::XdpPassSkelBuilder::default().open(&mut obj) else {
-        return false;
-    };
-    let Ok(skel) = open.load() else {
-        return false;
-    };
-    let frame = super::traffic::frame(64).unwrap_or_default();
-    let mut opts = libbpf_rs::libbpf_sys::bpf_test_run_opts {
-        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_test_run_opts>() as _,
-        data_in: frame.as_ptr().cast(),
-        data_size_in: frame.len() as u32,
-        repeat: 1,
-        flags: 1 << 1, // BPF_F_TEST_XDP_LIVE_FRAMES
-        ..Default::default()
-    };
-    use std::os::fd::{AsFd, AsRawFd};
-    // SAFETY: opts points at a live frame of the stated size; no outputs.
-    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_prog_test_run_opts(skel.progs.fp_bench_xdp_pass.as_fd().as_raw_fd(), &mut opts) };
-    rc == -libc::EPERM
 }

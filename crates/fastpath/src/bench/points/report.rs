@@ -127,12 +127,13 @@ pub fn print(r: &PointsReport) {
         );
     }
     if !r.drop.is_empty() || !r.csum.is_empty() {
-        println!("Mpps: frames handled / wall time; Mpps/CPU: per second of CPU time the bench's threads got (generators");
-        println!("incl. the softirq work in their context, plus the AF_XDP loop) — the fairer figure on a shared box.");
+        println!("Mpps: frames handled / wall time; Mpps/CPU: per second of the generator CPUs' busy time (the spring,");
+        println!("the point and everything in their softirq work, from /proc/stat) plus the AF_XDP loop's — the fairer");
+        println!("figure on a shared box.");
         println!("(f) usr/sys/sirq/idle: shares of the CPUs the cell used (AF_XDP: both; 100 = one CPU) from /proc/stat,");
         println!("    so other tasks on those CPUs show up too; ns/pkt: that CPU time per handled frame. The generator's");
-        println!("    own work is system time on the sending CPU in every cell, so differences between points are the");
-        println!("    points' costs.");
+        println!("    own work (the spring's round and the copy it sends, gen.bpf.c) is softirq time on its CPU in every");
+        println!("    cell, so differences between points are the points' costs.");
         println!();
     }
     if !r.maps.is_empty() {
