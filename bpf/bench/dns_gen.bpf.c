@@ -1,8 +1,12 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * dns_gen.bpf.c — DNS query generator for `fastpath bench dns`, run like
- * gen.bpf.c: BPF_PROG_RUN in live-frames mode, every XDP_TX a real frame out
- * of the generator's veth.
+ * dns_gen.bpf.c — DNS query generator for `fastpath bench dns`: a spring
+ * like gen.bpf.c's (fp_dns_gen_spring on gx1, fp_dns_bounce on gx0): each
+ * round a query is written into the frame and broadcast to dg_ports, one
+ * copy into the spring again, one out of g0 to the responder, whatever
+ * becomes of it there. (fp_dns_gen, the same query as an XDP_TX, was run by
+ * BPF_PROG_RUN in live-frames mode, which this project's kernel now refuses;
+ * the unit tests still run it without live frames.)
  *
  * Unlike gen.bpf.c it writes the whole frame from the template every time:
  * pages come back from the responder with the answer in them (QR set, an
@@ -41,14 +45,46 @@ struct {
 	__type(value, __u32);
 } dg_next SEC(".maps");
 
+/* The spring's ends: slot 0 gx1 (round again), slot 1 g0 (to the responder). */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u32);
+} dg_ports SEC(".maps");
+
+/* gx0's ifindex: fp_dns_bounce sends the spring's frames straight back. */
+const volatile __u32 dg_bounce_ifindex = 0;
+
+/* Slot 0 set to 1 ends a run: the spring drops its frames. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} dg_stop SEC(".maps");
+
+struct dg_count {
+	__u64 sent;
+	__u64 stopped;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dg_count);
+} dg_stats SEC(".maps");
+
 static __always_inline __u8 dg_hex(__u32 n)
 {
 	n &= 0xf;
 	return n < 10 ? '0' + n : 'a' + n - 10;
 }
 
-SEC("xdp")
-int fp_dns_gen(struct xdp_md *ctx)
+/* Writes the next query into the frame, first cut to dg_len if @trim (the
+ * spring's frames have that length already); 0, or XDP_ABORTED. */
+static __always_inline int dg_query(struct xdp_md *ctx, bool trim)
 {
 	__u32 zero = 0, *next, q, name;
 	__u8 *data, *data_end;
@@ -63,7 +99,7 @@ int fp_dns_gen(struct xdp_md *ctx)
 
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
-	if (bpf_xdp_adjust_tail(ctx, (int)dg_len - (int)(data_end - data)))
+	if (trim && bpf_xdp_adjust_tail(ctx, (int)dg_len - (int)(data_end - data)))
 		return XDP_ABORTED;
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
@@ -89,7 +125,47 @@ int fp_dns_gen(struct xdp_md *ctx)
 		data[dg_id] = q >> 8;
 		data[dg_id + 1] = q;
 	}
-	return XDP_TX;
+	return 0;
+}
+
+SEC("xdp")
+int fp_dns_gen(struct xdp_md *ctx)
+{
+	return dg_query(ctx, true) ? XDP_ABORTED : XDP_TX;
+}
+
+SEC("xdp")
+int fp_dns_gen_spring(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	__u32 zero = 0, *stop;
+	struct dg_count *c;
+
+	/* Not the spring's (it only ever holds frames of dg_len). */
+	if (data + dg_len != (void *)(long)ctx->data_end)
+		return XDP_PASS;
+	stop = bpf_map_lookup_elem(&dg_stop, &zero);
+	c = bpf_map_lookup_elem(&dg_stats, &zero);
+	if (!stop || !c)
+		return XDP_ABORTED;
+	if (*stop) {
+		c->stopped++;
+		return XDP_DROP;
+	}
+	if (dg_query(ctx, false))
+		return XDP_ABORTED;
+	c->sent++;
+	return bpf_redirect_map(&dg_ports, 0, BPF_F_BROADCAST);
+}
+
+SEC("xdp")
+int fp_dns_bounce(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+
+	if (data + dg_len != (void *)(long)ctx->data_end)
+		return XDP_PASS;
+	return bpf_redirect(dg_bounce_ifindex, 0);
 }
 
 /*

@@ -24,7 +24,7 @@
 use std::io::Write;
 use std::mem::MaybeUninit;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -459,11 +459,13 @@ fn ip4_csum(h: &[u8]) -> u16 {
 
 const GEN_DNS: usize = 42;
 
+/// The query generator's spring on gx1 – gx0 (dns_gen.bpf.c).
 struct DnsGen<'o> {
     skel: DnsGenSkel<'o>,
-    /// The template plus the spare byte the program trims (see dns_gen.bpf.c).
-    input: Vec<u8>,
-    _pin: Link,
+    /// The query template: what goes into the spring.
+    frame: Vec<u8>,
+    gx0: u32,
+    _links: Vec<Link>,
 }
 
 impl<'o> DnsGen<'o> {
@@ -471,6 +473,7 @@ impl<'o> DnsGen<'o> {
         let tmpl = gen_template();
         let mut open = DnsGenSkelBuilder::default().open(obj).context("opening dns_gen.bpf.o")?;
         open.progs.fp_dns_pass.set_autoload(false);
+        open.progs.fp_dns_gen.set_autoload(false);
         let ro = open.maps.rodata_data.as_deref_mut().context("dns_gen.bpf.o has no .rodata")?;
         if tmpl.len() > ro.dg_tmpl.len() {
             bail!("query template of {} bytes does not fit dns_gen's {}", tmpl.len(), ro.dg_tmpl.len());
@@ -481,29 +484,29 @@ impl<'o> DnsGen<'o> {
         ro.dg_digits = (GEN_DNS + 12 + dns_records::NAME_DIGITS) as u32;
         ro.dg_qtype = (GEN_DNS + 12 + dns_records::NAME_WIRE_LEN) as u32;
         ro.dg_queries = queries.max(1);
+        let (g0, gx0, gx1) = (t.ifindex(&t.gen, topo::G0)?, t.ifindex(&t.gen, topo::GX0)?, t.ifindex(&t.gen, topo::GX1)?);
+        ro.dg_bounce_ifindex = gx0;
         let skel = open.load().context("loading dns_gen.bpf.o")?;
-        // Kept in the XDP dispatcher by an attachment to the idle gx0 (traffic.rs says why).
-        let gx0 = t.ifindex(&t.gen, topo::GX0)?;
-        let pin = topo::in_netns(&t.gen, || skel.progs.fp_dns_gen.attach_xdp(gx0 as i32))?
-            .context("attaching the DNS generator to the idle gx0")?;
-        let mut input = tmpl;
-        input.push(0);
-        Ok(DnsGen { skel, input, _pin: pin })
+        // A devmap takes ifindexes of the updater's namespace.
+        let links = topo::in_netns(&t.gen, || -> Result<Vec<Link>> {
+            for (k, dev) in [(0u32, gx1), (1, g0)] {
+                skel.maps
+                    .dg_ports
+                    .update(&k.to_ne_bytes(), &dev.to_ne_bytes(), MapFlags::ANY)
+                    .context("filling dg_ports")?;
+            }
+            Ok(vec![
+                skel.progs.fp_dns_gen_spring.attach_xdp(gx1 as i32).context("attaching the DNS spring to gx1")?,
+                skel.progs.fp_dns_bounce.attach_xdp(gx0 as i32).context("attaching the bounce to gx0")?,
+            ])
+        })??;
+        Ok(DnsGen { skel, frame: tmpl, gx0, _links: links })
     }
 
-    fn run(&self, t: &Topology, g0: u32, place: Placement, d: Duration, stop: &AtomicBool) -> Result<traffic::GenRun> {
-        let fd: BorrowedFd<'_> = self.skel.progs.fp_dns_gen.as_fd();
-        let input = self.input.as_slice();
-        let ns = t.gen.as_str();
-        std::thread::scope(|s| {
-            s.spawn(|| -> Result<traffic::GenRun> {
-                topo::enter_netns(ns)?;
-                place.apply()?;
-                traffic::generate(fd, input, 0, g0, d, stop)
-            })
-            .join()
-            .map_err(|_| anyhow::anyhow!("generator thread panicked"))?
-        })
+    fn run(&self, t: &Topology, _g0: u32, place: Placement, d: Duration, stop: &AtomicBool) -> Result<traffic::GenRun> {
+        let maps = traffic::LoopMaps { stop: &self.skel.maps.dg_stop, stats: &self.skel.maps.dg_stats };
+        let mut runs = traffic::drive(&maps, &self.frame, &t.gen, self.gx0, &[place], d, stop)?;
+        Ok(runs.remove(0))
     }
 }
 
@@ -517,6 +520,8 @@ impl<'o> ClientPass<'o> {
     pub fn attach(obj: &'o mut MaybeUninit<OpenObject>, netns: &str, dev: &str) -> Result<Self> {
         let mut open = DnsGenSkelBuilder::default().open(obj).context("opening dns_gen.bpf.o")?;
         open.progs.fp_dns_gen.set_autoload(false);
+        open.progs.fp_dns_gen_spring.set_autoload(false);
+        open.progs.fp_dns_bounce.set_autoload(false);
         let skel = open.load().context("loading dns_gen.bpf.o")?;
         let link = topo::in_netns(netns, || -> Result<Link> {
             let ifindex = nix::net::if_::if_nametoindex(dev).with_context(|| format!("no {dev} in {netns}"))?;

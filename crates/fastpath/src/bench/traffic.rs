@@ -1,13 +1,13 @@
 //! Both ends of the measurement: the generator (`bpf/bench/gen.bpf.c`, XDP
 //! on g1, fed back by the sink) and the sink (`bpf/bench/sink.bpf.c`, XDP on
 //! s0, per-CPU counters, sending every frame back out of s1): a loop of
-//! frames (gen.bpf.c says why). `generate` drives a BPF_PROG_RUN generator
-//! in live-frames mode for the DNS bench, which this project's kernel now
-//! refuses (EPERM).
+//! frames (gen.bpf.c says why), or for routers that drop, a spring of
+//! frames inside the generator namespace; `drive` runs either (the DNS
+//! bench's spring too).
 
 use std::mem::MaybeUninit;
 use std::net::Ipv4Addr;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -15,15 +15,13 @@ use anyhow::{bail, Context, Result};
 use fastpath_bpf::skel::gen::{GenSkel, GenSkelBuilder};
 use fastpath_bpf::skel::sink::{SinkSkel, SinkSkelBuilder};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{libbpf_sys, Link, MapCore, MapFlags, OpenObject};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 use nix::sched::{sched_setaffinity, CpuSet};
 use nix::unistd::Pid;
 
 use super::topo;
 use crate::maps::read_u64;
 
-/// BPF_F_TEST_XDP_LIVE_FRAMES: frames the program XDP_TXes really leave.
-const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
 const HDR_LEN: usize = 42;
 const FCS_LEN: usize = 4;
 const UDP_DPORT: u16 = 9;
@@ -265,66 +263,90 @@ impl<'obj> Generator<'obj> {
     }
 
     fn run_loops(&self, places: &[Placement], duration: Duration, stop: &AtomicBool) -> Result<Vec<GenRun>> {
-        self.set_stop(false)?;
-        let before = self.counts()?;
-        let cpu_before = super::points::cpustat::read()?;
-        let start = Instant::now();
-        std::thread::scope(|s| {
-            let threads: Vec<_> = places
-                .iter()
-                .map(|&place| {
-                    s.spawn(move || -> Result<()> {
-                        topo::enter_netns(&self.inject_ns)?;
-                        pin_to(place.cpu)?;
-                        inject(self.inject_ifindex, &self.frame, LOOP_FRAMES)
-                    })
-                })
-                .collect();
-            threads
-                .into_iter()
-                .try_for_each(|t| t.join().map_err(|_| anyhow::anyhow!("injecting thread panicked"))?)
-        })?;
-        while start.elapsed() < duration && !stop.load(Ordering::Relaxed) {
-            std::thread::sleep((duration - start.elapsed().min(duration)).min(Duration::from_millis(10)));
-        }
-        let after = self.counts()?;
-        let cpu_after = super::points::cpustat::read()?;
-        let elapsed = start.elapsed();
-        // What is still going round reaches the sink once more and stops here.
-        self.set_stop(true)?;
-        std::thread::sleep(Duration::from_millis(5));
-        places
+        let maps = LoopMaps { stop: &self.skel.maps.gen_stop, stats: &self.skel.maps.gen_stats };
+        drive(&maps, &self.frame, &self.inject_ns, self.inject_ifindex, places, duration, stop)
+    }
+}
+
+/// A loop's (or spring's) controls in its generator program: slot 0 of
+/// `stop` (an array of u32) ends a run, slot 0 of `stats` (per CPU) counts
+/// the frames sent first (u64 at offset 0).
+pub(super) struct LoopMaps<'a, M: MapCore> {
+    pub stop: &'a M,
+    pub stats: &'a M,
+}
+
+impl<M: MapCore> LoopMaps<'_, M> {
+    fn set_stop(&self, on: bool) -> Result<()> {
+        self.stop
+            .update(&0u32.to_ne_bytes(), &u32::from(on).to_ne_bytes(), MapFlags::ANY)
+            .context("setting the generator's stop flag")
+    }
+
+    /// Frames sent, per CPU.
+    fn sent(&self) -> Result<Vec<u64>> {
+        let vals = self
+            .stats
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .context("reading the generator's counters")?
+            .context("the generator's counters have no slot 0")?;
+        Ok(vals.iter().map(|v| read_u64(v, 0)).collect())
+    }
+}
+
+/// Runs a loop or spring for `duration` from each of `places`: LOOP_FRAMES
+/// copies of `frame` put in out of `inject_ifindex` (in `inject_ns`) from a
+/// thread on the placement's CPU, after which everything runs in that CPU's
+/// softirq work (a veth hands a frame to its peer's NAPI on the sending CPU).
+/// Per placement: frames the generator sent, and that CPU's busy time.
+pub(super) fn drive<M: MapCore>(
+    maps: &LoopMaps<'_, M>,
+    frame: &[u8],
+    inject_ns: &str,
+    inject_ifindex: u32,
+    places: &[Placement],
+    duration: Duration,
+    stop: &AtomicBool,
+) -> Result<Vec<GenRun>> {
+    maps.set_stop(false)?;
+    let before = maps.sent()?;
+    let cpu_before = super::points::cpustat::read()?;
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        let threads: Vec<_> = places
             .iter()
-            .map(|p| {
-                let (b, a) = (before.get(p.cpu).copied().unwrap_or_default(), after.get(p.cpu).copied().unwrap_or_default());
-                Ok(GenRun {
-                    sent: a.0.saturating_sub(b.0),
-                    elapsed,
-                    cpu_time: super::points::cpustat::busy_between(&cpu_before, &cpu_after, p.cpu)?,
+            .map(|&place| {
+                s.spawn(move || -> Result<()> {
+                    topo::enter_netns(inject_ns)?;
+                    pin_to(place.cpu)?;
+                    inject(inject_ifindex, frame, LOOP_FRAMES)
                 })
             })
-            .collect()
+            .collect();
+        threads
+            .into_iter()
+            .try_for_each(|t| t.join().map_err(|_| anyhow::anyhow!("injecting thread panicked"))?)
+    })?;
+    while start.elapsed() < duration && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep((duration - start.elapsed().min(duration)).min(Duration::from_millis(10)));
     }
-
-    fn set_stop(&self, on: bool) -> Result<()> {
-        self.skel
-            .maps
-            .gen_stop
-            .update(&0u32.to_ne_bytes(), &u32::from(on).to_ne_bytes(), MapFlags::ANY)
-            .context("setting gen_stop")
-    }
-
-    /// (sent, stopped) of each CPU.
-    fn counts(&self) -> Result<Vec<(u64, u64)>> {
-        let vals = self
-            .skel
-            .maps
-            .gen_stats
-            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
-            .context("reading gen_stats")?
-            .context("gen_stats has no slot 0")?;
-        Ok(vals.iter().map(|v| (read_u64(v, 0), read_u64(v, 8))).collect())
-    }
+    let after = maps.sent()?;
+    let cpu_after = super::points::cpustat::read()?;
+    let elapsed = start.elapsed();
+    // What is still going round comes back once more and stops there.
+    maps.set_stop(true)?;
+    std::thread::sleep(Duration::from_millis(5));
+    places
+        .iter()
+        .map(|p| {
+            let (b, a) = (before.get(p.cpu).copied().unwrap_or_default(), after.get(p.cpu).copied().unwrap_or_default());
+            Ok(GenRun {
+                sent: a.saturating_sub(b),
+                elapsed,
+                cpu_time: super::points::cpustat::busy_between(&cpu_before, &cpu_after, p.cpu)?,
+            })
+        })
+        .collect()
 }
 
 /// Frames a loop holds: fewer than a veth ring's 256 slots, so no ring on
@@ -444,7 +466,7 @@ fn set_fifo() -> Result<()> {
 }
 
 /// `frame` with an empty hint's room in front: the generator's input, whose
-/// first HINT_LEN bytes BPF_PROG_RUN makes the metadata area (`live_ctx`).
+/// first HINT_LEN bytes BPF_PROG_RUN makes the metadata area (`meta_ctx`).
 #[cfg(test)]
 fn with_hint_area(frame: &[u8]) -> Vec<u8> {
     let mut input = vec![0u8; HINT_LEN];
@@ -454,56 +476,14 @@ fn with_hint_area(frame: &[u8]) -> Vec<u8> {
 
 /// struct xdp_md for BPF_PROG_RUN of `input`, whose first `meta` bytes are
 /// the metadata area (net/bpf/test_run.c: data_meta 0, data = its length).
-pub(super) fn live_ctx(input: &[u8], meta: usize, ifindex: u32) -> [u8; 24] {
+#[cfg(test)]
+fn meta_ctx(input: &[u8], meta: usize, ifindex: u32) -> [u8; 24] {
     // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex
     let mut ctx = [0u8; 24];
     ctx[0..4].copy_from_slice(&(meta as u32).to_ne_bytes());
     ctx[4..8].copy_from_slice(&(input.len() as u32).to_ne_bytes());
     ctx[12..16].copy_from_slice(&ifindex.to_ne_bytes());
     ctx
-}
-
-/// Runs the generator `fd` on `input` (its first `meta` bytes the metadata
-/// area, which every live frame starts with) until `duration` has passed.
-pub(super) fn generate(
-    fd: BorrowedFd<'_>,
-    input: &[u8],
-    meta: usize,
-    ifindex: u32,
-    duration: Duration,
-    stop: &AtomicBool,
-) -> Result<GenRun> {
-    let mut ctx = live_ctx(input, meta, ifindex);
-
-    let start = Instant::now();
-    let cpu_start = thread_cpu_time()?;
-    let mut sent = 0u64;
-    let mut chunk: u32 = 1 << 14;
-    loop {
-        let t0 = Instant::now();
-        let c0 = thread_cpu_time()?;
-        test_run_live(fd, input, &mut ctx, chunk)?;
-        log::trace!(
-            "gen: {chunk} frames in {:?} wall, {:?} cpu",
-            t0.elapsed(),
-            thread_cpu_time()?.saturating_sub(c0)
-        );
-        sent += u64::from(chunk);
-        let elapsed = start.elapsed();
-        if elapsed >= duration || stop.load(Ordering::Relaxed) {
-            let cpu_time = thread_cpu_time()?.saturating_sub(cpu_start);
-            return Ok(GenRun {
-                sent,
-                elapsed,
-                cpu_time,
-            });
-        }
-        // Calls of ~100 ms: short enough to stop on time and notice ^C, long
-        // enough that the per-call set-up is noise.
-        let per_frame = t0.elapsed().as_secs_f64() / f64::from(chunk);
-        let want = (duration - elapsed).as_secs_f64().min(0.1);
-        chunk = (want / per_frame.max(1e-9)).clamp(1024.0, f64::from(1u32 << 24)) as u32;
-    }
 }
 
 pub fn thread_cpu_time() -> Result<Duration> {
@@ -513,29 +493,6 @@ pub fn thread_cpu_time() -> Result<Duration> {
         return Err(std::io::Error::last_os_error()).context("CLOCK_THREAD_CPUTIME_ID");
     }
     Ok(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
-}
-
-fn test_run_live(fd: BorrowedFd<'_>, input: &[u8], ctx: &mut [u8; 24], repeat: u32) -> Result<()> {
-    // libbpf-rs' Program is not Sync, so the generator thread drives the
-    // syscall on the raw fd; libbpf-rs' ProgramInput has no batch_size either.
-    let mut opts = libbpf_sys::bpf_test_run_opts {
-        sz: std::mem::size_of::<libbpf_sys::bpf_test_run_opts>() as _,
-        data_in: input.as_ptr().cast(),
-        data_size_in: input.len() as u32,
-        ctx_in: ctx.as_ptr().cast(),
-        ctx_size_in: ctx.len() as u32,
-        repeat: repeat as i32,
-        flags: BPF_F_TEST_XDP_LIVE_FRAMES,
-        ..Default::default()
-    };
-    // SAFETY: every pointer in opts refers to a live buffer of the stated
-    // size for the duration of the call; no output buffers are given.
-    let rc = unsafe { libbpf_sys::bpf_prog_test_run_opts(fd.as_raw_fd(), &mut opts) };
-    if rc < 0 {
-        let err = std::io::Error::from_raw_os_error(-rc);
-        return Err(err).context("BPF_PROG_RUN (XDP live frames) of the generator");
-    }
-    Ok(())
 }
 
 /// The sink: XDP on s0 counting everything and sending it back to the
@@ -639,7 +596,7 @@ mod tests {
 
     fn gen_run(prog: &libbpf_rs::ProgramMut<'_>, frame: &[u8], repeat: u32) -> (u32, Vec<u8>) {
         let input = with_hint_area(frame);
-        let mut ctx = live_ctx(&input, HINT_LEN, 0);
+        let mut ctx = meta_ctx(&input, HINT_LEN, 0);
         let mut out = vec![0u8; input.len() + 512];
         let res = prog
             .test_run(ProgramInput {
@@ -685,7 +642,7 @@ mod tests {
         assert_eq!(bare.data.unwrap().len(), tmpl.len(), "no metadata in front");
         let mut input = vec![0x5au8; 2 * HINT_LEN];
         input.extend_from_slice(&tmpl);
-        let mut ctx = live_ctx(&input, 2 * HINT_LEN, 0);
+        let mut ctx = meta_ctx(&input, 2 * HINT_LEN, 0);
         let mut out = vec![0u8; input.len() + 64];
         let wide = skel
             .progs
