@@ -211,6 +211,13 @@ pub fn plot(json: &Path, png: &Path) -> Option<PathBuf> {
         );
         return None;
     }
+    // --json elsewhere leaves --out's directory uncreated.
+    if let Some(dir) = png.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            println!("note: no PNG: creating {}: {e}", dir.display());
+            return None;
+        }
+    }
     match Command::new(&python)
         .arg(&script)
         .arg(json)
