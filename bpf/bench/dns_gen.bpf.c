@@ -2,7 +2,7 @@
 /*
  * dns_gen.bpf.c — DNS query generator for `fastpath bench dns`: a spring
  * like gen.bpf.c's (fp_dns_gen_spring on gx1, fp_dns_bounce on gx0): each
- * round a query is written into the frame and broadcast to dg_ports, one
+ * round a query is written into the frame and broadcast to loop_ports, one
  * copy into the spring again, one out of g0 to the responder, whatever
  * becomes of it there. (fp_dns_gen, the same query as an XDP_TX, was run by
  * BPF_PROG_RUN in live-frames mode, which this project's kernel now refuses;
@@ -28,6 +28,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include "loop.h"
 
 #define DG_MAX 96
 
@@ -44,37 +45,6 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } dg_next SEC(".maps");
-
-/* The spring's ends: slot 0 gx1 (round again), slot 1 g0 (to the responder). */
-struct {
-	__uint(type, BPF_MAP_TYPE_DEVMAP);
-	__uint(max_entries, 2);
-	__type(key, __u32);
-	__type(value, __u32);
-} dg_ports SEC(".maps");
-
-/* gx0's ifindex: fp_dns_bounce sends the spring's frames straight back. */
-const volatile __u32 dg_bounce_ifindex = 0;
-
-/* Slot 0 set to 1 ends a run: the spring drops its frames. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u32);
-} dg_stop SEC(".maps");
-
-struct dg_count {
-	__u64 sent;
-	__u64 stopped;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct dg_count);
-} dg_stats SEC(".maps");
 
 static __always_inline __u8 dg_hex(__u32 n)
 {
@@ -134,38 +104,28 @@ int fp_dns_gen(struct xdp_md *ctx)
 	return dg_query(ctx, true) ? XDP_ABORTED : XDP_TX;
 }
 
+/* loop_frame_len is dg_len: the spring only ever holds queries. */
 SEC("xdp")
 int fp_dns_gen_spring(struct xdp_md *ctx)
 {
-	void *data = (void *)(long)ctx->data;
-	__u32 zero = 0, *stop;
-	struct dg_count *c;
+	struct loop_count *c;
+	bool bad;
 
-	/* Not the spring's (it only ever holds frames of dg_len). */
-	if (data + dg_len != (void *)(long)ctx->data_end)
+	if (!loop_ours(ctx))
 		return XDP_PASS;
-	stop = bpf_map_lookup_elem(&dg_stop, &zero);
-	c = bpf_map_lookup_elem(&dg_stats, &zero);
-	if (!stop || !c)
-		return XDP_ABORTED;
-	if (*stop) {
-		c->stopped++;
-		return XDP_DROP;
-	}
+	c = loop_running(&bad);
+	if (!c)
+		return bad ? XDP_ABORTED : XDP_DROP;
 	if (dg_query(ctx, false))
 		return XDP_ABORTED;
 	c->sent++;
-	return bpf_redirect_map(&dg_ports, 0, BPF_F_BROADCAST);
+	return loop_spring_send();
 }
 
 SEC("xdp")
 int fp_dns_bounce(struct xdp_md *ctx)
 {
-	void *data = (void *)(long)ctx->data;
-
-	if (data + dg_len != (void *)(long)ctx->data_end)
-		return XDP_PASS;
-	return bpf_redirect(dg_bounce_ifindex, 0);
+	return loop_bounce(ctx);
 }
 
 /*

@@ -8,7 +8,7 @@
  * redirects it out of g0 to the router (gen_out_ifindex). The sink counts
  * each frame and redirects it out of s1 (sink.bpf.c); user space puts a
  * fixed number of frames into the loop once (traffic.rs) and stops it by
- * gen_stop, which makes this program drop what comes back. So every frame
+ * loop_stop (loop.h), which makes this program drop what comes back. So every frame
  * reaches the router as an xdp_frame from a peer's XDP, as one from a NIC
  * driver would, and nothing is allocated per packet in the loop.
  * (Until 2026-12-06 it was run by BPF_PROG_RUN in live-frames mode; this
@@ -43,6 +43,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "fastpath.h"
+#include "loop.h"
 
 #define GEN_HDR_WORDS 21        /* 14 B Ethernet + 20 B IPv4 + 8 B UDP, in 16-bit words */
 #define GEN_SPORT_WORD 17       /* UDP source port: byte 34 of the frame */
@@ -77,30 +78,6 @@ struct {
 /* Where the next frame goes: g0's ifindex (0: XDP_TX, for BPF_PROG_RUN). */
 const volatile __u32 gen_out_ifindex = 0;
 
-/* The length of the frames in the loop; others are not ours (0: any). */
-const volatile __u32 gen_frame_len = 0;
-
-/* Slot 0, set to 1 by user space, ends a run: frames coming back are dropped. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u32);
-} gen_stop SEC(".maps");
-
-struct gen_count {
-	__u64 sent;      /* redirected towards the router */
-	__u64 stopped;   /* dropped under gen_stop: the loop's frames at its end */
-};
-
-/* Per CPU: a loop stays on the CPU it was started on. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct gen_count);
-} gen_stats SEC(".maps");
-
 /* Next flow index of this CPU: each CPU's loop is its own, no atomics needed. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -113,46 +90,35 @@ struct {
  * The spring (fp_bench_gen_spring, `fastpath bench points`, whose programs
  * drop every frame, which would empty the loop): the frames go round
  * gx1 -> gx0 -> gx1 instead, and each round gx1's program broadcasts the
- * frame to both ends of gen_ports: a copy into the spring again (slot 0,
+ * frame to both ends of loop_ports: a copy into the spring again (slot 0,
  * gx1) and one out of g0 to the router (slot 1). So frames reach the router
  * whatever becomes of them there, at the cost of the copy (xdpf_clone: a
  * page and a memcpy per frame) the kernel makes for a broadcast.
  */
-struct {
-	__uint(type, BPF_MAP_TYPE_DEVMAP);
-	__uint(max_entries, 2);
-	__type(key, __u32);
-	__type(value, __u32);
-} gen_ports SEC(".maps");
-
-/* gx0's ifindex: fp_bench_gen_bounce sends what arrives there straight back. */
-const volatile __u32 gen_bounce_ifindex = 0;
 
 static __always_inline int gen_frame(struct xdp_md *ctx, bool per_flow_dst, bool spring)
 {
 	struct fp_rx_hint *hint;
-	struct gen_count *c;
-	__u32 zero = 0, *flow, *stop, f, h;
+	struct loop_count *c;
+	__u32 zero = 0, *flow, f, h;
 	__u16 *data;
 	void *data_end;
+	bool bad;
 	int i;
 
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	if (gen_frame_len && (void *)data + gen_frame_len != data_end)
+	if (!loop_ours(ctx))
 		return XDP_PASS;
-	c = bpf_map_lookup_elem(&gen_stats, &zero);
+	c = loop_running(&bad);
+	if (!c)
+		return bad ? XDP_ABORTED : XDP_DROP;
 	flow = bpf_map_lookup_elem(&gen_flow, &zero);
-	stop = bpf_map_lookup_elem(&gen_stop, &zero);
-	if (!c || !flow || !stop)
+	if (!flow)
 		return XDP_ABORTED;
-	if (*stop) {
-		c->stopped++;
-		return XDP_DROP;
-	}
 	f = *flow;
 	if (++*flow >= gen_flows)
 		*flow = 0;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
 	if ((void *)(data + GEN_HDR_WORDS) > data_end)
 		return XDP_ABORTED;
 	/* Bounds for the verifier, then the exact size (as fp_xdp_fwd reads
@@ -191,7 +157,7 @@ static __always_inline int gen_frame(struct xdp_md *ctx, bool per_flow_dst, bool
 	}
 	c->sent++;
 	if (spring)
-		return bpf_redirect_map(&gen_ports, 0, BPF_F_BROADCAST);
+		return loop_spring_send();
 	return gen_out_ifindex ? bpf_redirect(gen_out_ifindex, 0) : XDP_TX;
 }
 
@@ -213,15 +179,10 @@ int fp_bench_gen_spring(struct xdp_md *ctx)
 	return gen_frame(ctx, false, true);
 }
 
-/* On gx0: the spring's frames back to gx1; anything else to the stack. */
 SEC("xdp")
 int fp_bench_gen_bounce(struct xdp_md *ctx)
 {
-	void *data = (void *)(long)ctx->data;
-
-	if (gen_frame_len && data + gen_frame_len != (void *)(long)ctx->data_end)
-		return XDP_PASS;
-	return bpf_redirect(gen_bounce_ifindex, 0);
+	return loop_bounce(ctx);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

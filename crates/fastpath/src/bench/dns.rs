@@ -485,15 +485,16 @@ impl<'o> DnsGen<'o> {
         ro.dg_qtype = (GEN_DNS + 12 + dns_records::NAME_WIRE_LEN) as u32;
         ro.dg_queries = queries.max(1);
         let (g0, gx0, gx1) = (t.ifindex(&t.gen, topo::G0)?, t.ifindex(&t.gen, topo::GX0)?, t.ifindex(&t.gen, topo::GX1)?);
-        ro.dg_bounce_ifindex = gx0;
+        ro.loop_bounce_ifindex = gx0;
+        ro.loop_frame_len = tmpl.len() as u32;
         let skel = open.load().context("loading dns_gen.bpf.o")?;
         // A devmap takes ifindexes of the updater's namespace.
         let links = topo::in_netns(&t.gen, || -> Result<Vec<Link>> {
             for (k, dev) in [(0u32, gx1), (1, g0)] {
                 skel.maps
-                    .dg_ports
+                    .loop_ports
                     .update(&k.to_ne_bytes(), &dev.to_ne_bytes(), MapFlags::ANY)
-                    .context("filling dg_ports")?;
+                    .context("filling loop_ports")?;
             }
             Ok(vec![
                 skel.progs.fp_dns_gen_spring.attach_xdp(gx1 as i32).context("attaching the DNS spring to gx1")?,
@@ -504,7 +505,7 @@ impl<'o> DnsGen<'o> {
     }
 
     fn run(&self, t: &Topology, _g0: u32, place: Placement, d: Duration, stop: &AtomicBool) -> Result<traffic::GenRun> {
-        let maps = traffic::LoopMaps { stop: &self.skel.maps.dg_stop, stats: &self.skel.maps.dg_stats };
+        let maps = traffic::LoopMaps { stop: &self.skel.maps.loop_stop, stats: &self.skel.maps.loop_stats };
         let mut runs = traffic::drive(&maps, &self.frame, &t.gen, self.gx0, &[place], d, stop)?;
         Ok(runs.remove(0))
     }

@@ -171,9 +171,9 @@ impl<'obj> Generator<'obj> {
         ro.gen_flows = flows;
         ro.gen_hint_magic = if hint { fastpath_bpf::intf::FP_HINT_MAGIC as u16 } else { 0 };
         ro.gen_out_ifindex = t.ifindex(&t.gen, topo::G0)?;
-        ro.gen_frame_len = frame.len() as u32;
+        ro.loop_frame_len = frame.len() as u32;
         let (g0, gx0, gx1) = (t.ifindex(&t.gen, topo::G0)?, t.ifindex(&t.gen, topo::GX0)?, t.ifindex(&t.gen, topo::GX1)?);
-        ro.gen_bounce_ifindex = gx0;
+        ro.loop_bounce_ifindex = gx0;
         // Only the entry points in use are loaded: the default bench's start-up stays as it was.
         open.progs.fp_bench_gen.set_autoload(dsts.is_none() && !spring);
         open.progs.fp_bench_gen_dst.set_autoload(dsts.is_some());
@@ -198,9 +198,9 @@ impl<'obj> Generator<'obj> {
             topo::in_netns(&t.gen, || -> Result<()> {
                 for (k, dev) in [(0u32, gx1), (1, g0)] {
                     skel.maps
-                        .gen_ports
+                        .loop_ports
                         .update(&k.to_ne_bytes(), &dev.to_ne_bytes(), MapFlags::ANY)
-                        .context("filling gen_ports")?;
+                        .context("filling loop_ports")?;
                 }
                 Ok(())
             })??;
@@ -263,7 +263,7 @@ impl<'obj> Generator<'obj> {
     }
 
     fn run_loops(&self, places: &[Placement], duration: Duration, stop: &AtomicBool) -> Result<Vec<GenRun>> {
-        let maps = LoopMaps { stop: &self.skel.maps.gen_stop, stats: &self.skel.maps.gen_stats };
+        let maps = LoopMaps { stop: &self.skel.maps.loop_stop, stats: &self.skel.maps.loop_stats };
         drive(&maps, &self.frame, &self.inject_ns, self.inject_ifindex, places, duration, stop)
     }
 }
@@ -662,7 +662,7 @@ mod tests {
     }
 
     /// In the loop: frames of another length are not the generator's (the
-    /// stack gets them), and under gen_stop the loop's frames are dropped
+    /// stack gets them), and under loop_stop the loop's frames are dropped
     /// and counted, not sent.
     #[test]
     fn gen_passes_strangers_and_drops_under_stop() {
@@ -678,7 +678,7 @@ mod tests {
             ro.gen_hdr[i] = u16::from_ne_bytes([w[0], w[1]]);
         }
         ro.gen_flows = 1;
-        ro.gen_frame_len = tmpl.len() as u32;
+        ro.loop_frame_len = tmpl.len() as u32;
         let skel = open.load().unwrap();
         let run = |data: &[u8]| {
             skel.progs
@@ -690,9 +690,9 @@ mod tests {
         let longer = frame(128).unwrap();
         assert_eq!(run(&longer), XDP_PASS);
         assert_eq!(run(&tmpl), XDP_TX);
-        skel.maps.gen_stop.update(&0u32.to_ne_bytes(), &1u32.to_ne_bytes(), MapFlags::ANY).unwrap();
+        skel.maps.loop_stop.update(&0u32.to_ne_bytes(), &1u32.to_ne_bytes(), MapFlags::ANY).unwrap();
         assert_eq!(run(&tmpl), XDP_DROP);
-        let per_cpu = skel.maps.gen_stats.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY).unwrap().unwrap();
+        let per_cpu = skel.maps.loop_stats.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY).unwrap().unwrap();
         let (sent, stopped): (u64, u64) = per_cpu.iter().fold((0, 0), |(a, b), v| (a + read_u64(v, 0), b + read_u64(v, 8)));
         assert_eq!((sent, stopped), (1, 1));
     }
