@@ -484,27 +484,16 @@ impl<'o> DnsGen<'o> {
         ro.dg_digits = (GEN_DNS + 12 + dns_records::NAME_DIGITS) as u32;
         ro.dg_qtype = (GEN_DNS + 12 + dns_records::NAME_WIRE_LEN) as u32;
         ro.dg_queries = queries.max(1);
-        let (g0, gx0, gx1) = (t.ifindex(&t.gen, topo::G0)?, t.ifindex(&t.gen, topo::GX0)?, t.ifindex(&t.gen, topo::GX1)?);
+        let gx0 = t.ifindex(&t.gen, topo::GX0)?;
         ro.loop_bounce_ifindex = gx0;
         ro.loop_frame_len = tmpl.len() as u32;
         let skel = open.load().context("loading dns_gen.bpf.o")?;
-        // A devmap takes ifindexes of the updater's namespace.
-        let links = topo::in_netns(&t.gen, || -> Result<Vec<Link>> {
-            for (k, dev) in [(0u32, gx1), (1, g0)] {
-                skel.maps
-                    .loop_ports
-                    .update(&k.to_ne_bytes(), &dev.to_ne_bytes(), MapFlags::ANY)
-                    .context("filling loop_ports")?;
-            }
-            Ok(vec![
-                skel.progs.fp_dns_gen_spring.attach_xdp(gx1 as i32).context("attaching the DNS spring to gx1")?,
-                skel.progs.fp_dns_bounce.attach_xdp(gx0 as i32).context("attaching the bounce to gx0")?,
-            ])
-        })??;
+        let links =
+            traffic::attach_spring(t, &skel.maps.loop_ports, &skel.progs.fp_dns_gen_spring, &skel.progs.fp_dns_bounce)?;
         Ok(DnsGen { skel, frame: tmpl, gx0, _links: links })
     }
 
-    fn run(&self, t: &Topology, _g0: u32, place: Placement, d: Duration, stop: &AtomicBool) -> Result<traffic::GenRun> {
+    fn run(&self, t: &Topology, place: Placement, d: Duration, stop: &AtomicBool) -> Result<traffic::GenRun> {
         let maps = traffic::LoopMaps { stop: &self.skel.maps.loop_stop, stats: &self.skel.maps.loop_stats };
         let mut runs = traffic::drive(&maps, &self.frame, &t.gen, self.gx0, &[place], d, stop)?;
         Ok(runs.remove(0))
@@ -586,7 +575,6 @@ fn run_workload(point: DnsPoint, w: Workload, opts: &DnsOpts, stop: &AtomicBool)
     // The client's queries leave g0 with full checksums, as from a NIC.
     ethtool(&topo.gen, &["-K", topo::G0, "tx", "off"])?;
     let r0 = topo.ifindex(&topo.router, topo::R0)?;
-    let g0 = topo.ifindex(&topo.gen, topo::G0)?;
     let mut robj = MaybeUninit::uninit();
     let (xdp, server) = match point {
         DnsPoint::Xdp | DnsPoint::XdpGeneric => {
@@ -612,14 +600,14 @@ fn run_workload(point: DnsPoint, w: Workload, opts: &DnsOpts, stop: &AtomicBool)
         let sink = AnswerSink::attach(&mut sobj, &topo)?;
         let mut gobj = MaybeUninit::uninit();
         let gen = DnsGen::load(&mut gobj, &topo, w.queries())?;
-        gen.run(&topo, g0, opts.place, opts.warmup, stop)?;
+        gen.run(&topo, opts.place, opts.warmup, stop)?;
         for _ in 0..opts.reps {
             if stop.load(Ordering::Relaxed) {
                 bail!("interrupted");
             }
             std::thread::sleep(Duration::from_millis(60));
             let (got0, scpu0) = (sink.read()?, server.as_ref().map(|s| s.cpu_time()).unwrap_or_default());
-            let run = gen.run(&topo, g0, opts.place, opts.duration, stop)?;
+            let run = gen.run(&topo, opts.place, opts.duration, stop)?;
             // Answers still queued (socket buffers, veth rings) arrive within
             // the pause; the server's CPU counter is refreshed when it idles.
             std::thread::sleep(Duration::from_millis(60));
@@ -1061,7 +1049,8 @@ fn write_json(results: &[DnsResult], dir: &std::path::Path) -> Result<PathBuf> {
         bench: "dns",
         unix_time: crate::bench::report::unix_time(),
         kernel_release: super::report::kernel_release(),
-        method: "throughput: dns_gen.bpf.c live frames from one CPU -> responder on r0 -> sink.bpf.c on g0 counts answers; \
+        method: "throughput: dns_gen.bpf.c spring (queries going round gx1 -> gx0, each round a broadcast copy out of g0) \
+                 on one CPU -> responder on r0 -> sink.bpf.c on g0 counts answers; \
                  response time: paced Rust UDP client in the generator namespace, user-space timestamps",
         nic_offload: "not available on this machine (veth, no offload-capable NIC)",
         target_xdp_to_socket: TARGET_XDP_TO_SOCKET,

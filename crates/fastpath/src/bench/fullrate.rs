@@ -269,16 +269,15 @@ pub fn run(a: &FullrateArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
     let (mut obj_one, mut obj_full) = (MaybeUninit::uninit(), MaybeUninit::uninit());
     let sink_one = Sink::attach(&mut obj_one, &topo_one)?;
     let sink_full = Sink::attach(&mut obj_full, &topo_full)?;
-    let g0 = |t: &Topology| t.ifindex(&t.gen, topo::G0);
     let labs = [
         Lab {
             table: Table::OneRoute,
-            bench: Bench { plan: &plan, topo: &topo_one, sink: &sink_one, stop, g0: g0(&topo_one)?, dsts: Some(&dsts) },
+            bench: Bench { plan: &plan, topo: &topo_one, sink: &sink_one, stop, dsts: Some(&dsts) },
             dir: work.join("one-route"),
         },
         Lab {
             table: Table::Full,
-            bench: Bench { plan: &plan, topo: &topo_full, sink: &sink_full, stop, g0: g0(&topo_full)?, dsts: Some(&dsts) },
+            bench: Bench { plan: &plan, topo: &topo_full, sink: &sink_full, stop, dsts: Some(&dsts) },
             dir: work.join("full"),
         },
     ];

@@ -284,7 +284,6 @@ pub fn run(args: BenchArgs) -> Result<()> {
         topo: &topo,
         sink: &sink,
         stop: &stop,
-        g0: topo.ifindex(&topo.gen, topo::G0)?,
         dsts: None,
     };
 
@@ -379,7 +378,6 @@ struct Bench<'a> {
     topo: &'a Topology,
     sink: &'a Sink<'a>,
     stop: &'a AtomicBool,
-    g0: u32,
     /// Flow i goes to dsts[i] (`fastpath bench fullrate`); otherwise every
     /// flow goes to the sink's address and `plan.flows` says how many.
     dsts: Option<&'a [std::net::Ipv4Addr]>,
@@ -419,15 +417,15 @@ impl Bench<'_> {
         }
         let mut obj = MaybeUninit::uninit();
         let gen = self.generator(&mut obj, size, flows, mode)?;
-        let (gen_ns, cpu) = (self.topo.gen.as_str(), self.plan.place);
+        let cpu = self.plan.place;
         // Warm caches, the page pool and (for fastpath) its flow state first.
-        gen.run(gen_ns, self.g0, cpu, self.plan.warmup, self.stop)?;
+        gen.run(cpu, self.plan.warmup, self.stop)?;
         let mut reps = Vec::new();
         for _ in 0..n {
             self.check_stop()?;
             self.sink.zero()?;
             let also_before = also.and_then(router::process_cpu_time);
-            let run = gen.run(gen_ns, self.g0, cpu, self.plan.duration, self.stop)?;
+            let run = gen.run(cpu, self.plan.duration, self.stop)?;
             let also_cpu = also
                 .and_then(router::process_cpu_time)
                 .zip(also_before)
@@ -463,13 +461,7 @@ impl Bench<'_> {
             match FpStats::find(self.topo) {
                 Ok(stats) => {
                     let before = stats.read()?;
-                    gen.run(
-                        &self.topo.gen,
-                        self.g0,
-                        self.plan.place,
-                        Duration::from_millis(50),
-                        self.stop,
-                    )?;
+                    gen.run(self.plan.place, Duration::from_millis(50), self.stop)?;
                     let v = router::verdicts(&before, &stats.read()?);
                     if v.mostly_forwarded() {
                         let mut stats = stats;

@@ -262,8 +262,9 @@ pub struct Target {
     pub max_hint_to_parse: f64,
 }
 
-pub const METHOD: &str = "generator (BPF_PROG_RUN live frames, XDP_TX, 8 B fp_rx_hint metadata on every frame) \
-    -> router -> sink (XDP count+drop), all on one pinned CPU; Mpps = frames counted at the sink / generator run time; \
+pub const METHOD: &str = "a loop of 192 frames: generator (XDP on g1, next flow's header, redirect out of g0) \
+    -> router -> sink (XDP on s0: count, redirect out of s1 back to g1), all in one CPU's softirq work; \
+    Mpps = frames counted at the sink / run time; CPU time = that CPU's busy ticks (/proc/stat); \
     sizes are Ethernet frame sizes incl. 4 B FCS (veth frames are 4 B shorter); \
     flow i = UDP source port 10000 + i % 32768, destination port 9 + i / 32768";
 

@@ -295,7 +295,7 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         // the translated address: a router that forwarded without
         // translating would otherwise be measured as if it had.
         let sink = Sink::attach_expecting(&mut sink_obj, &topo, Some(sink_source(a.snat)?))?;
-        let bench = Bench { plan: &plan, topo: &topo, sink: &sink, stop, g0: topo.ifindex(&topo.gen, topo::G0)?, dsts: None };
+        let bench = Bench { plan: &plan, topo: &topo, sink: &sink, stop, dsts: None };
         let mut ctx = PacketCtx {
             exe,
             work,

@@ -172,7 +172,7 @@ impl<'obj> Generator<'obj> {
         ro.gen_hint_magic = if hint { fastpath_bpf::intf::FP_HINT_MAGIC as u16 } else { 0 };
         ro.gen_out_ifindex = t.ifindex(&t.gen, topo::G0)?;
         ro.loop_frame_len = frame.len() as u32;
-        let (g0, gx0, gx1) = (t.ifindex(&t.gen, topo::G0)?, t.ifindex(&t.gen, topo::GX0)?, t.ifindex(&t.gen, topo::GX1)?);
+        let gx0 = t.ifindex(&t.gen, topo::GX0)?;
         ro.loop_bounce_ifindex = gx0;
         // Only the entry points in use are loaded: the default bench's start-up stays as it was.
         open.progs.fp_bench_gen.set_autoload(dsts.is_none() && !spring);
@@ -192,24 +192,12 @@ impl<'obj> Generator<'obj> {
             }
         }
         if spring {
-            // Slot 0 into the spring again (out of gx1, to gx0's bounce),
-            // slot 1 to the router; a devmap takes ifindexes of the
-            // updater's namespace.
-            topo::in_netns(&t.gen, || -> Result<()> {
-                for (k, dev) in [(0u32, gx1), (1, g0)] {
-                    skel.maps
-                        .loop_ports
-                        .update(&k.to_ne_bytes(), &dev.to_ne_bytes(), MapFlags::ANY)
-                        .context("filling loop_ports")?;
-                }
-                Ok(())
-            })??;
-            let links = topo::in_netns(&t.gen, || -> Result<Vec<Link>> {
-                Ok(vec![
-                    skel.progs.fp_bench_gen_spring.attach_xdp(gx1 as i32).context("attaching the spring to gx1")?,
-                    skel.progs.fp_bench_gen_bounce.attach_xdp(gx0 as i32).context("attaching the bounce to gx0")?,
-                ])
-            })??;
+            let links = attach_spring(
+                t,
+                &skel.maps.loop_ports,
+                &skel.progs.fp_bench_gen_spring,
+                &skel.progs.fp_bench_gen_bounce,
+            )?;
             return Ok(Generator {
                 skel,
                 frame,
@@ -234,16 +222,8 @@ impl<'obj> Generator<'obj> {
     /// Runs the loop for `duration` on `place.cpu`: LOOP_FRAMES frames put
     /// in from a thread on that CPU, after which the generator, router and
     /// sink all run in that CPU's softirq work (a veth hands a frame to
-    /// its peer's NAPI on the sending CPU). The gen namespace and g0 are
-    /// the loaded generator's own (kept as arguments for the callers).
-    pub fn run(
-        &self,
-        _gen_ns: &str,
-        _g0_ifindex: u32,
-        place: Placement,
-        duration: Duration,
-        stop: &AtomicBool,
-    ) -> Result<GenRun> {
+    /// its peer's NAPI on the sending CPU).
+    pub fn run(&self, place: Placement, duration: Duration, stop: &AtomicBool) -> Result<GenRun> {
         let mut runs = self.run_loops(&[place], duration, stop)?;
         Ok(runs.remove(0))
     }
@@ -251,14 +231,7 @@ impl<'obj> Generator<'obj> {
     /// As `run`, with one loop per placement at the same time (`fastpath
     /// bench points` on 2 cores: a veth picks the receiving queue by the
     /// sending CPU, so each loop keeps to its own queue and CPU).
-    pub fn run_parallel(
-        &self,
-        _gen_ns: &str,
-        _g0_ifindex: u32,
-        places: &[Placement],
-        duration: Duration,
-        stop: &AtomicBool,
-    ) -> Result<Vec<GenRun>> {
+    pub fn run_parallel(&self, places: &[Placement], duration: Duration, stop: &AtomicBool) -> Result<Vec<GenRun>> {
         self.run_loops(places, duration, stop)
     }
 
@@ -266,6 +239,30 @@ impl<'obj> Generator<'obj> {
         let maps = LoopMaps { stop: &self.skel.maps.loop_stop, stats: &self.skel.maps.loop_stats };
         drive(&maps, &self.frame, &self.inject_ns, self.inject_ifindex, places, duration, stop)
     }
+}
+
+/// Sets a spring going in `t`'s generator namespace: loop_ports (loop.h)
+/// slot 0 = gx1 (round again, to gx0's bounce), slot 1 = g0 (to the
+/// router), filled from inside the namespace since a devmap takes the
+/// updater's ifindexes; `spring` attached to gx1, `bounce` to gx0.
+pub(super) fn attach_spring<M: MapCore>(
+    t: &topo::Topology,
+    ports: &M,
+    spring: &libbpf_rs::ProgramMut<'_>,
+    bounce: &libbpf_rs::ProgramMut<'_>,
+) -> Result<Vec<Link>> {
+    let (g0, gx0, gx1) = (t.ifindex(&t.gen, topo::G0)?, t.ifindex(&t.gen, topo::GX0)?, t.ifindex(&t.gen, topo::GX1)?);
+    topo::in_netns(&t.gen, || -> Result<Vec<Link>> {
+        for (k, dev) in [(0u32, gx1), (1, g0)] {
+            ports
+                .update(&k.to_ne_bytes(), &dev.to_ne_bytes(), MapFlags::ANY)
+                .context("filling loop_ports")?;
+        }
+        Ok(vec![
+            spring.attach_xdp(gx1 as i32).context("attaching the spring to gx1")?,
+            bounce.attach_xdp(gx0 as i32).context("attaching the bounce to gx0")?,
+        ])
+    })?
 }
 
 /// A loop's (or spring's) controls in its generator program: slot 0 of

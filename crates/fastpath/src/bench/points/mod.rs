@@ -184,15 +184,14 @@ pub struct PointsReport {
     pub dns: Option<serde_json::Value>,
 }
 
-const METHOD: &str = "generator (BPF_PROG_RUN live frames, 64 B UDP, XDP_TX out of g0) -> r0 in the router \
-    namespace, where the point's program handles and drops every frame; Mpps = frames the point handled / \
-    generator run time; 1 core: generator and r0's NAPI on one CPU (AF_XDP's user loop on the other); \
-    2 cores: one generator thread per CPU, r0 with 2 RX queues (veth picks the queue by sending CPU); \
+const METHOD: &str = "generator spring (64 B UDP going round gx1 -> gx0, each round a broadcast copy out of g0) \
+    -> r0 in the router namespace, where the point's program handles and drops every frame; Mpps = frames the \
+    point handled / run time; 1 core: spring and r0's NAPI on one CPU (AF_XDP's user loop on the other); \
+    2 cores: a spring per CPU, r0 with 2 RX queues (veth picks the queue by sending CPU); \
     CPU split from /proc/stat deltas of the CPUs in use";
 
 struct Lab<'a> {
     topo: &'a Topology,
-    g0: u32,
     stop: &'a AtomicBool,
     reps: usize,
     duration: Duration,
@@ -245,7 +244,7 @@ impl Lab<'_> {
             cpus.push(loop_cpu);
         }
         cpus.sort();
-        gen.run_parallel(&self.topo.gen, self.g0, &places, self.warmup, self.stop)?;
+        gen.run_parallel(&places, self.warmup, self.stop)?;
         let (mut mpps, mut uses) = (Vec::new(), Vec::new());
         let (mut packets, mut sent, mut secs_total) = (0u64, 0u64, 0f64);
         let mut busy_s = [0f64; 4];
@@ -260,7 +259,7 @@ impl Lab<'_> {
             let work0 = att.user_work_time();
             let s0 = cpustat::read()?;
             let runs =
-                gen.run_parallel(&self.topo.gen, self.g0, &places, self.duration, self.stop)?;
+                gen.run_parallel(&places, self.duration, self.stop)?;
             let s1 = cpustat::read()?;
             let user1 = att.user_cpu_time()?;
             // Frames still in the rings (or on the AF_XDP RX ring) finish on their CPU just after.
@@ -482,7 +481,6 @@ pub fn run(args: &PointsArgs) -> Result<()> {
         ));
         let lab = Lab {
             topo: &topo,
-            g0: topo.ifindex(&topo.gen, topo::G0)?,
             stop: &stop,
             reps: a.reps,
             duration,
