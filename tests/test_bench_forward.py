@@ -31,3 +31,24 @@ def test_bench_quick_afxdp_modes(fastpath_bin, tmp_path):
     assert v["forwarded"] > 0 and v["punted"] <= v["forwarded"] // 100, v
     for mode in ("afxdp", "afxdp-tx"):
         assert f"{mode} 64 B 1 flow(s): " in run.stdout and "% of fastpath (wall)" in run.stdout
+
+
+def test_bench_quick_hint_mode_takes_the_generators_hints(fastpath_bin, tmp_path):
+    """fastpath-hint: the loop's generator gives every frame a metadata hint and fastpath takes
+    its flow hash from there, not from its own hash (the bench itself fails a cell where it did
+    not). A kernel that refuses bpf_xdp_adjust_meta to XDP programs must get the reason, not a
+    run without hints."""
+    cmd = [str(FASTPATH), "bench", "--quick", "--no-rt", "--no-hints", "--modes", "fastpath,fastpath-hint",
+           "--out", str(tmp_path)]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if run.returncode != 0:
+        assert "refuses bpf_xdp_adjust_meta" in run.stderr, f"{' '.join(cmd)}\nstdout:\n{run.stdout}\nstderr:\n{run.stderr}"
+        assert not (tmp_path / "forward.json").exists()
+        return
+    rep = json.loads((tmp_path / "forward.json").read_text())
+    v = rep["fastpath_verdicts"]
+    hint, plain = v["fastpath-hint"], v["fastpath"]
+    # The kernel's own frames (ARP, ND) have no hint; the loop's all do.
+    assert hint["forwarded"] > 0 and hint["hash_meta"] >= hint["forwarded"] * 0.99, hint
+    assert hint["hash_software"] <= hint["forwarded"] // 1000, hint
+    assert plain["hash_meta"] == 0 and plain["hash_software"] > 0, plain

@@ -26,12 +26,15 @@
  * checksum is 0 (allowed for IPv4).
  *
  * A frame with room for exactly one struct fp_rx_hint in its XDP metadata
- * area (BPF_PROG_RUN given one, as the unit tests do) gets a per-flow hash
- * there, as a NIC supplying RX hashes would (the hints paper's prototype
- * did the same in its driver), with gen_hint_magic as its magic. Frames in
- * the loop have no metadata area and no XDP program here can grow one
- * (the kernel refuses bpf_xdp_adjust_meta), so the forward bench has no
- * hint mode on this kernel; `fastpath bench hints` measures hints apart.
+ * area gets a per-flow hash there, as a NIC supplying RX hashes would (the
+ * hints paper's prototype did the same in its driver), with gen_hint_magic
+ * as its magic. Frames enter the loop without a metadata area: the _hint
+ * entry points (the bench's `fastpath-hint` mode) make it one hint wide
+ * with bpf_xdp_adjust_meta, once per frame, since a redirect keeps the area
+ * and the frame comes round with it. Some kernels refuse that helper to XDP
+ * programs (this project's 6.18.44 did on 2026-12-06, not on 2026-12-07),
+ * which is why those are entry points of their own, loaded only in that
+ * mode, and the bench asks the kernel first (traffic::hint_supported).
  *
  * fp_bench_gen_dst (`fastpath bench fullrate`) is the same generator with a
  * destination address per flow: flow i also takes its IPv4 destination and
@@ -96,7 +99,7 @@ struct {
  * page and a memcpy per frame) the kernel makes for a broadcast.
  */
 
-static __always_inline int gen_frame(struct xdp_md *ctx, bool per_flow_dst, bool spring)
+static __always_inline int gen_frame(struct xdp_md *ctx, bool per_flow_dst, bool spring, bool grow_meta)
 {
 	struct fp_rx_hint *hint;
 	struct loop_count *c;
@@ -117,6 +120,12 @@ static __always_inline int gen_frame(struct xdp_md *ctx, bool per_flow_dst, bool
 	f = *flow;
 	if (++*flow >= gen_flows)
 		*flow = 0;
+	if (grow_meta) {
+		int have = (int)((long)ctx->data - (long)ctx->data_meta);
+
+		if (have != (int)sizeof(*hint) && bpf_xdp_adjust_meta(ctx, have - (int)sizeof(*hint)))
+			return XDP_ABORTED;
+	}
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
 	if ((void *)(data + GEN_HDR_WORDS) > data_end)
@@ -164,19 +173,31 @@ static __always_inline int gen_frame(struct xdp_md *ctx, bool per_flow_dst, bool
 SEC("xdp")
 int fp_bench_gen(struct xdp_md *ctx)
 {
-	return gen_frame(ctx, false, false);
+	return gen_frame(ctx, false, false, false);
 }
 
 SEC("xdp")
 int fp_bench_gen_dst(struct xdp_md *ctx)
 {
-	return gen_frame(ctx, true, false);
+	return gen_frame(ctx, true, false, false);
+}
+
+SEC("xdp")
+int fp_bench_gen_hint(struct xdp_md *ctx)
+{
+	return gen_frame(ctx, false, false, true);
+}
+
+SEC("xdp")
+int fp_bench_gen_dst_hint(struct xdp_md *ctx)
+{
+	return gen_frame(ctx, true, false, true);
 }
 
 SEC("xdp")
 int fp_bench_gen_spring(struct xdp_md *ctx)
 {
-	return gen_frame(ctx, false, true);
+	return gen_frame(ctx, false, true, false);
 }
 
 SEC("xdp")

@@ -5,8 +5,8 @@
 //! (~20 KiB) or large (~26 MiB) (d).
 //!
 //! Throughput: bpf/bench/dns_gen.bpf.c sends queries from the generator
-//! namespace as fast as one CPU can (live frames, like the forwarding
-//! bench), the responder on the router namespace's r0 answers, and the sink
+//! namespace as fast as one CPU can (from a spring of frames, as the
+//! execution-point bench does: gen.bpf.c), the responder on the router namespace's r0 answers, and the sink
 //! program on g0 counts the answers coming back. Answers per second of wall
 //! time, and per CPU-second (the generator thread, in whose softirq the XDP
 //! responder runs, plus the socket server's threads).
@@ -691,7 +691,7 @@ fn client_query(id: u16, n: u32, aaaa: bool) -> Vec<u8> {
 /// buffer with about 49 bytes of tailroom, enough for three A records but
 /// not for two AAAA, which XDP would punt to a kernel with no server behind
 /// it in the bench (a NIC's page-sized buffers have no such limit, and the
-/// throughput runs' live frames neither).
+/// throughput runs' XDP frames neither).
 fn paced_client(ns: &str, rate: u32, d: Duration, w: Workload) -> Result<LatencyPoint> {
     let n = ((f64::from(rate) * d.as_secs_f64()) as usize).clamp(1, 65536);
     let names = w.queries() / 2;

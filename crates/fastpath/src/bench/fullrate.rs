@@ -190,8 +190,8 @@ struct FullrateReport<'a> {
     target_full_to_one: f64,
 }
 
-const METHOD: &str = "the main bench's generator (BPF_PROG_RUN live frames) with a per-flow IPv4 destination \
-    (fp_bench_gen_dst); flow i goes to a random address in the table's prefixes with its own longest-matching \
+const METHOD: &str = "the main bench's loop of frames (generator on g1 -> router -> sink -> back to g1) with a \
+    per-flow IPv4 destination (fp_bench_gen_dst; fp_bench_gen_dst_hint with a metadata hint in fastpath-hint); flow i goes to a random address in the table's prefixes with its own longest-matching \
     route; every route's next hop is the sink; one-route = only a default route via the sink; Mpps = frames at \
     the sink / generator run time, median of the repetitions, all on one CPU; one lab per table, each repetition \
     measuring both labs back to back (order alternating); paired = median of the per-repetition ratios";
@@ -203,8 +203,8 @@ pub fn run(a: &FullrateArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
     let mut modes = a.modes.clone();
     modes.sort();
     modes.dedup();
-    if modes.contains(&Mode::FastpathHint) {
-        bail!("{}", super::HINT_MODE_GONE);
+    if modes.contains(&Mode::FastpathHint) && !super::traffic::hint_supported()? {
+        bail!("{}", super::HINT_REFUSED);
     }
     let plan = Plan {
         reps: a.reps,

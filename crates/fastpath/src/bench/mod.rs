@@ -70,11 +70,11 @@ pub struct BenchArgs {
     /// Numbers of flows (UDP port pairs; see bench/README.md), comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = vec![1u32, 10_000, 1_000_000])]
     pub flows: Vec<u32>,
-    /// Modes to measure; ratios are taken to kernel, raw and fib-fwd when measured.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![
-        Mode::Kernel, Mode::FibFwd, Mode::FastpathNocache, Mode::Fastpath, Mode::Raw,
-    ])]
-    pub modes: Vec<Mode>,
+    /// Modes to measure; ratios are taken to kernel, raw and fib-fwd when measured. Default:
+    /// kernel,fib-fwd,fastpath-nocache,fastpath,fastpath-hint,raw, fastpath-hint left out (and said so)
+    /// where the kernel refuses bpf_xdp_adjust_meta to XDP programs, which its generator needs.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub modes: Option<Vec<Mode>>,
     /// Flow-cache capacity per CPU for the fastpath modes (`fastpath run --flow-entries`; default: the daemon's).
     #[arg(long, value_name = "N")]
     pub flow_entries: Option<u32>,
@@ -161,7 +161,10 @@ impl Plan {
             warmup: Duration::from_millis(300),
             sizes: a.sizes.clone(),
             flows: a.flows.clone(),
-            modes: a.modes.clone(),
+            modes: match &a.modes {
+                Some(m) => m.clone(),
+                None => default_modes(traffic::hint_supported()?),
+            },
             flow_entries: a.flow_entries,
             hints: !a.no_hints,
             place: Placement::check(a.cpu, !a.no_rt)?,
@@ -175,8 +178,8 @@ impl Plan {
         }
         p.modes.sort();
         p.modes.dedup();
-        if p.modes.contains(&Mode::FastpathHint) {
-            bail!("{}", HINT_MODE_GONE);
+        if p.modes.contains(&Mode::FastpathHint) && !traffic::hint_supported()? {
+            bail!("{}", HINT_REFUSED);
         }
         if p.reps == 0 || p.duration.is_zero() || p.sizes.is_empty() || p.flows.is_empty() || p.modes.is_empty() {
             bail!("nothing to measure: --reps, --duration, --sizes, --flows and --modes must be non-empty");
@@ -205,12 +208,24 @@ fn table_bench_setup(args: &BenchArgs) -> Result<(Arc<AtomicBool>, PathBuf, Work
     Ok((stop, exe, WorkDir::create()?))
 }
 
-/// Why `fastpath-hint` cannot run: the generator's frames go round a loop
-/// of XDP programs (traffic.rs), and none of them can grow a frame's
-/// metadata area for a hint.
-pub const HINT_MODE_GONE: &str = "--modes fastpath-hint: the generator cannot give frames an XDP metadata hint on this \
-     kernel (it refuses bpf_xdp_adjust_meta to XDP programs and BPF_PROG_RUN live frames); `fastpath bench hints` \
-     measures the hint path by BPF_PROG_RUN";
+/// Why `fastpath-hint` cannot run here: the generator's frames go round a
+/// loop of XDP programs (traffic.rs), and the one that gives them their
+/// hint needs bpf_xdp_adjust_meta, which some kernels refuse.
+pub const HINT_REFUSED: &str = "--modes fastpath-hint: the generator cannot give frames an XDP metadata hint on this \
+     kernel (it refuses bpf_xdp_adjust_meta to XDP programs); `fastpath bench hints` measures the hint path by \
+     BPF_PROG_RUN instead";
+
+/// The forward bench's modes when --modes is not given: all but the AF_XDP
+/// ones, fastpath-hint only where the kernel lets its generator work.
+fn default_modes(hint_supported: bool) -> Vec<Mode> {
+    let mut m = vec![Mode::Kernel, Mode::FibFwd, Mode::FastpathNocache, Mode::Fastpath, Mode::Raw];
+    if hint_supported {
+        m.insert(4, Mode::FastpathHint);
+    } else {
+        println!("fastpath-hint left out: {}", HINT_REFUSED.trim_start_matches("--modes fastpath-hint: "));
+    }
+    m
+}
 
 pub fn run(args: BenchArgs) -> Result<()> {
     if let Some(BenchCmd::Fulltable(ft)) = &args.cmd {

@@ -362,7 +362,7 @@ fn ns_above(mpps: f64, raw_mpps: f64) -> Option<f64> {
 /// At the target size: each measured router mode's ns per frame above raw,
 /// per flow count, and the reference's against fastpath's.
 fn print_router_ns(cells: &[Cell]) {
-    const MODES: [Mode; 4] = [Mode::Fastpath, Mode::FastpathNocache, Mode::FibFwd, Mode::Kernel];
+    const MODES: [Mode; 5] = [Mode::Fastpath, Mode::FastpathHint, Mode::FastpathNocache, Mode::FibFwd, Mode::Kernel];
     let mut flows: Vec<u32> = cells.iter().filter(|c| c.size == TARGET_SIZE).map(|c| c.flows).collect();
     flows.sort_unstable();
     flows.dedup();

@@ -186,8 +186,8 @@ struct StatefulReport<'a> {
     crr_ingress: super::wire::Ingress,
 }
 
-const METHOD: &str = "the main bench's generator -> router -> sink on one pinned CPU (BPF_PROG_RUN live frames, \
-    UDP flow i = source port 10000 + i); the router holds an nftables forward ruleset (policy drop, new only \
+const METHOD: &str = "the main bench's generator -> router -> sink on one pinned CPU (the loop of frames: \
+    generator on g1 -> router -> sink -> back to g1; UDP flow i = source port 10000 + i); the router holds an nftables forward ruleset (policy drop, new only \
     r0 -> r1, established accepted and ct-marked) in every mode, and conntrack entries for every flow, made \
     established, assured and marked with `conntrack -R` before the first mode and checked before each; \
     Mpps = frames at the sink / generator run time, median of the repetitions; ratios to kernel-ct. \

@@ -174,9 +174,13 @@ impl<'obj> Generator<'obj> {
         ro.loop_frame_len = frame.len() as u32;
         let gx0 = t.ifindex(&t.gen, topo::GX0)?;
         ro.loop_bounce_ifindex = gx0;
-        // Only the entry points in use are loaded: the default bench's start-up stays as it was.
-        open.progs.fp_bench_gen.set_autoload(dsts.is_none() && !spring);
-        open.progs.fp_bench_gen_dst.set_autoload(dsts.is_some());
+        // Only the entry points in use are loaded: the default bench's start-up stays as it was,
+        // and a kernel that refuses bpf_xdp_adjust_meta still loads the others.
+        let (plain, per_dst) = (dsts.is_none() && !spring, dsts.is_some());
+        open.progs.fp_bench_gen.set_autoload(plain && !hint);
+        open.progs.fp_bench_gen_dst.set_autoload(per_dst && !hint);
+        open.progs.fp_bench_gen_hint.set_autoload(plain && hint);
+        open.progs.fp_bench_gen_dst_hint.set_autoload(per_dst && hint);
         open.progs.fp_bench_gen_spring.set_autoload(spring);
         open.progs.fp_bench_gen_bounce.set_autoload(spring);
         if dsts.is_some() {
@@ -207,7 +211,12 @@ impl<'obj> Generator<'obj> {
             });
         }
         let g1 = t.ifindex(&t.gen, topo::G1)?;
-        let prog = if dsts.is_some() { &skel.progs.fp_bench_gen_dst } else { &skel.progs.fp_bench_gen };
+        let prog = match (per_dst, hint) {
+            (false, false) => &skel.progs.fp_bench_gen,
+            (true, false) => &skel.progs.fp_bench_gen_dst,
+            (false, true) => &skel.progs.fp_bench_gen_hint,
+            (true, true) => &skel.progs.fp_bench_gen_dst_hint,
+        };
         let pin = topo::in_netns(&t.gen, || prog.attach_xdp(g1 as i32))?
             .context("attaching the generator to g1")?;
         Ok(Generator {
@@ -238,6 +247,28 @@ impl<'obj> Generator<'obj> {
     fn run_loops(&self, places: &[Placement], duration: Duration, stop: &AtomicBool) -> Result<Vec<GenRun>> {
         let maps = LoopMaps { stop: &self.skel.maps.loop_stop, stats: &self.skel.maps.loop_stats };
         drive(&maps, &self.frame, &self.inject_ns, self.inject_ifindex, places, duration, stop)
+    }
+}
+
+/// Whether this kernel lets an XDP program grow a frame's metadata area
+/// (`bpf_xdp_adjust_meta`), which the generator of the `fastpath-hint` mode
+/// needs: libbpf loads a two-instruction program and reads the verifier's
+/// answer. This project's kernel refused it on one day and allowed it on
+/// the next, so the bench asks every time.
+pub fn hint_supported() -> Result<bool> {
+    // SAFETY: no pointers of ours cross (the options are optional, NULL);
+    // libbpf loads and closes its probe program itself.
+    let r = unsafe {
+        libbpf_rs::libbpf_sys::libbpf_probe_bpf_helper(
+            libbpf_rs::libbpf_sys::BPF_PROG_TYPE_XDP,
+            libbpf_rs::libbpf_sys::BPF_FUNC_xdp_adjust_meta,
+            std::ptr::null(),
+        )
+    };
+    match r {
+        1 => Ok(true),
+        0 => Ok(false),
+        e => Err(std::io::Error::from_raw_os_error(-e)).context("asking the kernel about bpf_xdp_adjust_meta for XDP"),
     }
 }
 
@@ -581,7 +612,15 @@ mod tests {
         ro.gen_sport_base = SPORT_BASE;
         ro.gen_flows = flows;
         ro.gen_hint_magic = if hint { fastpath_bpf::intf::FP_HINT_MAGIC as u16 } else { 0 };
+        no_hint_entries(&mut open);
         open.load().unwrap()
+    }
+
+    /// The _hint entry points stay unloaded where a test does not run them:
+    /// a kernel may refuse their bpf_xdp_adjust_meta.
+    fn no_hint_entries(open: &mut fastpath_bpf::skel::gen::OpenGenSkel<'_>) {
+        open.progs.fp_bench_gen_hint.set_autoload(false);
+        open.progs.fp_bench_gen_dst_hint.set_autoload(false);
     }
 
     /// Runs the generator once on `frame` with an empty hint area in front,
@@ -658,6 +697,67 @@ mod tests {
         assert_eq!(hint_of(&out).2, fastpath_bpf::intf::FP_HINT_MAGIC as u16);
     }
 
+    /// The _hint entry points (`fastpath-hint`): whatever metadata area a
+    /// frame comes with (none, as it enters the loop; one hint, as it comes
+    /// round; a wider one), it leaves with exactly one hint, the magic set,
+    /// and the frame as the plain entry point makes it. Where the kernel
+    /// refuses bpf_xdp_adjust_meta, hint_supported() says so and the
+    /// entry points do not load.
+    #[test]
+    fn gen_hint_entries_make_room_for_exactly_one_hint() {
+        if !root("gen_hint_entries_make_room_for_exactly_one_hint") {
+            return;
+        }
+        pin_to(0).unwrap();
+        let tmpl = frame(64).unwrap();
+        let supported = hint_supported().unwrap();
+        let mut obj = MaybeUninit::uninit();
+        let mut open = GenSkelBuilder::default().open(&mut obj).unwrap();
+        let ro = open.maps.rodata_data.as_deref_mut().unwrap();
+        for (i, w) in tmpl[..HDR_LEN].chunks(2).enumerate() {
+            ro.gen_hdr[i] = u16::from_ne_bytes([w[0], w[1]]);
+        }
+        ro.gen_sport_base = SPORT_BASE;
+        ro.gen_flows = 2;
+        ro.gen_hint_magic = fastpath_bpf::intf::FP_HINT_MAGIC as u16;
+        open.maps.gen_dsts.set_max_entries(2).unwrap();
+        let dst = Ipv4Addr::new(203, 0, 113, 9);
+        let loaded = open.load();
+        if !supported {
+            assert!(loaded.is_err(), "hint_supported() said no, yet bpf_xdp_adjust_meta loaded");
+            return;
+        }
+        let skel = loaded.unwrap();
+        skel.maps.gen_dsts.update(&0u32.to_ne_bytes(), &dst_entry(&tmpl, dst), MapFlags::ANY).unwrap();
+        skel.maps.gen_dsts.update(&1u32.to_ne_bytes(), &dst_entry(&tmpl, dst), MapFlags::ANY).unwrap();
+        for prog in [&skel.progs.fp_bench_gen_hint, &skel.progs.fp_bench_gen_dst_hint] {
+            let mut hashes = Vec::new();
+            for meta in [0, HINT_LEN, 2 * HINT_LEN, 0] {
+                let mut input = vec![0x5au8; meta];
+                input.extend_from_slice(&tmpl);
+                let mut ctx = meta_ctx(&input, meta, 0);
+                let mut out = vec![0u8; input.len() + 512];
+                let res = prog
+                    .test_run(ProgramInput {
+                        data_in: Some(&input),
+                        context_in: Some(&mut ctx),
+                        data_out: Some(&mut out),
+                        ..Default::default()
+                    })
+                    .unwrap();
+                assert_eq!(res.return_value, XDP_TX, "{} with {meta} B of metadata", prog.name().to_string_lossy());
+                let out = res.data.unwrap();
+                assert_eq!(out.len(), HINT_LEN + tmpl.len(), "exactly one hint in front, from {meta} B");
+                let (hash, flags, magic) = hint_of(out);
+                assert_eq!((flags, magic), (fastpath_bpf::intf::FP_HINT_L4 as u16, fastpath_bpf::intf::FP_HINT_MAGIC as u16));
+                hashes.push(hash);
+                assert_eq!(&out[HINT_LEN + 12..HINT_LEN + 24], &tmpl[12..24], "the header is the template's");
+            }
+            assert_eq!((hashes[0], hashes[1]), (hashes[2], hashes[3]), "a flow keeps its hash");
+            assert_ne!(hashes[0], hashes[1], "two flows, two hashes");
+        }
+    }
+
     /// In the loop: frames of another length are not the generator's (the
     /// stack gets them), and under loop_stop the loop's frames are dropped
     /// and counted, not sent.
@@ -676,6 +776,7 @@ mod tests {
         }
         ro.gen_flows = 1;
         ro.loop_frame_len = tmpl.len() as u32;
+        no_hint_entries(&mut open);
         let skel = open.load().unwrap();
         let run = |data: &[u8]| {
             skel.progs
@@ -694,7 +795,7 @@ mod tests {
         assert_eq!((sent, stopped), (1, 1));
     }
 
-    /// Recycled live frames arrive with the router's edits in them: the
+    /// Frames come round the loop with the router's edits in them: the
     /// generator must restore the whole header, and cycle the source port.
     /// Every frame carries a hint, with the magic only in hint mode.
     #[test]
@@ -769,6 +870,7 @@ mod tests {
         ro.gen_sport_base = SPORT_BASE;
         ro.gen_flows = dsts.len() as u32;
         open.maps.gen_dsts.set_max_entries(dsts.len() as u32).unwrap();
+        no_hint_entries(&mut open);
         let skel = open.load().unwrap();
         for (i, d) in dsts.iter().enumerate() {
             let e = dst_entry(&tmpl, *d);
