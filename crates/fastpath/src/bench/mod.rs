@@ -155,6 +155,7 @@ struct Plan {
 
 impl Plan {
     fn from_args(a: &BenchArgs) -> Result<Self> {
+        let hint_ok = traffic::hint_supported()?;
         let mut p = Plan {
             reps: a.reps,
             duration: Duration::try_from_secs_f64(a.duration).context("--duration")?,
@@ -163,7 +164,7 @@ impl Plan {
             flows: a.flows.clone(),
             modes: match &a.modes {
                 Some(m) => m.clone(),
-                None => default_modes(traffic::hint_supported()?),
+                None => default_modes(hint_ok),
             },
             flow_entries: a.flow_entries,
             hints: !a.no_hints,
@@ -178,7 +179,7 @@ impl Plan {
         }
         p.modes.sort();
         p.modes.dedup();
-        if p.modes.contains(&Mode::FastpathHint) && !traffic::hint_supported()? {
+        if p.modes.contains(&Mode::FastpathHint) && !hint_ok {
             bail!("{}", HINT_REFUSED);
         }
         if p.reps == 0 || p.duration.is_zero() || p.sizes.is_empty() || p.flows.is_empty() || p.modes.is_empty() {
@@ -540,4 +541,22 @@ pub(crate) fn test_root(test: &str) -> bool {
     assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "{test}: needs root; CI=true makes a skip a failure");
     eprintln!("{test}: skipped, needs root");
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without --modes: every forward mode but the AF_XDP ones, fastpath-hint only where its
+    /// generator can work, in the order the table prints them.
+    #[test]
+    fn default_modes_leave_out_only_a_hint_mode_the_kernel_cannot_run() {
+        let with = default_modes(true);
+        assert_eq!(
+            with,
+            vec![Mode::Kernel, Mode::FibFwd, Mode::FastpathNocache, Mode::Fastpath, Mode::FastpathHint, Mode::Raw]
+        );
+        let without = default_modes(false);
+        assert_eq!(without, with.into_iter().filter(|&m| m != Mode::FastpathHint).collect::<Vec<_>>());
+    }
 }
