@@ -493,15 +493,6 @@ fn set_fifo() -> Result<()> {
     Ok(())
 }
 
-/// `frame` with an empty hint's room in front: the generator's input, whose
-/// first HINT_LEN bytes BPF_PROG_RUN makes the metadata area (`meta_ctx`).
-#[cfg(test)]
-fn with_hint_area(frame: &[u8]) -> Vec<u8> {
-    let mut input = vec![0u8; HINT_LEN];
-    input.extend_from_slice(frame);
-    input
-}
-
 /// struct xdp_md for BPF_PROG_RUN of `input`, whose first `meta` bytes are
 /// the metadata area (net/bpf/test_run.c: data_meta 0, data = its length).
 #[cfg(test)]
@@ -595,6 +586,7 @@ impl<'obj> Sink<'obj> {
 mod tests {
     use super::*;
     use crate::bench::test_root as root;
+    use fastpath_bpf::skel::gen::OpenGenSkel;
     use libbpf_rs::ProgramInput;
 
     const XDP_DROP: u32 = 1;
@@ -602,8 +594,11 @@ mod tests {
     const XDP_TX: u32 = 3;
 
 
-    /// Loads the generator as `Generator::load` does, without the lab.
-    fn gen_skel<'o>(obj: &'o mut MaybeUninit<OpenObject>, tmpl: &[u8], flows: u32, hint: bool) -> GenSkel<'o> {
+    /// The generator opened as `Generator::load` opens it (header template
+    /// `tmpl`, `flows` flows), without the lab. The _hint entry points stay
+    /// unloaded unless a test turns them on: a kernel may refuse their
+    /// bpf_xdp_adjust_meta.
+    fn open_gen<'o>(obj: &'o mut MaybeUninit<OpenObject>, tmpl: &[u8], flows: u32) -> OpenGenSkel<'o> {
         let mut open = GenSkelBuilder::default().open(obj).unwrap();
         let ro = open.maps.rodata_data.as_deref_mut().unwrap();
         for (i, w) in tmpl[..HDR_LEN].chunks(2).enumerate() {
@@ -611,16 +606,17 @@ mod tests {
         }
         ro.gen_sport_base = SPORT_BASE;
         ro.gen_flows = flows;
-        ro.gen_hint_magic = if hint { fastpath_bpf::intf::FP_HINT_MAGIC as u16 } else { 0 };
-        no_hint_entries(&mut open);
-        open.load().unwrap()
-    }
-
-    /// The _hint entry points stay unloaded where a test does not run them:
-    /// a kernel may refuse their bpf_xdp_adjust_meta.
-    fn no_hint_entries(open: &mut fastpath_bpf::skel::gen::OpenGenSkel<'_>) {
         open.progs.fp_bench_gen_hint.set_autoload(false);
         open.progs.fp_bench_gen_dst_hint.set_autoload(false);
+        open
+    }
+
+    /// As `open_gen`, loaded, with the hint magic when `hint`.
+    fn gen_skel<'o>(obj: &'o mut MaybeUninit<OpenObject>, tmpl: &[u8], flows: u32, hint: bool) -> GenSkel<'o> {
+        let mut open = open_gen(obj, tmpl, flows);
+        let ro = open.maps.rodata_data.as_deref_mut().unwrap();
+        ro.gen_hint_magic = if hint { fastpath_bpf::intf::FP_HINT_MAGIC as u16 } else { 0 };
+        open.load().unwrap()
     }
 
     /// Runs the generator once on `frame` with an empty hint area in front,
@@ -631,8 +627,14 @@ mod tests {
     }
 
     fn gen_run(prog: &libbpf_rs::ProgramMut<'_>, frame: &[u8], repeat: u32) -> (u32, Vec<u8>) {
-        let input = with_hint_area(frame);
-        let mut ctx = meta_ctx(&input, HINT_LEN, 0);
+        run_with_meta(prog, frame, &[0; HINT_LEN], repeat)
+    }
+
+    /// BPF_PROG_RUN of `prog` on `frame` with `meta` as its metadata area
+    /// (none when empty); its verdict and output, metadata area first.
+    fn run_with_meta(prog: &libbpf_rs::ProgramMut<'_>, frame: &[u8], meta: &[u8], repeat: u32) -> (u32, Vec<u8>) {
+        let input = [meta, frame].concat();
+        let mut ctx = meta_ctx(&input, meta.len(), 0);
         let mut out = vec![0u8; input.len() + 512];
         let res = prog
             .test_run(ProgramInput {
@@ -676,22 +678,9 @@ mod tests {
             .unwrap();
         assert_eq!(bare.return_value, XDP_TX);
         assert_eq!(bare.data.unwrap().len(), tmpl.len(), "no metadata in front");
-        let mut input = vec![0x5au8; 2 * HINT_LEN];
-        input.extend_from_slice(&tmpl);
-        let mut ctx = meta_ctx(&input, 2 * HINT_LEN, 0);
-        let mut out = vec![0u8; input.len() + 64];
-        let wide = skel
-            .progs
-            .fp_bench_gen
-            .test_run(ProgramInput {
-                data_in: Some(&input),
-                context_in: Some(&mut ctx),
-                data_out: Some(&mut out),
-                ..Default::default()
-            })
-            .unwrap();
-        assert_eq!(wide.return_value, XDP_TX);
-        assert!(wide.data.unwrap()[..2 * HINT_LEN].iter().all(|&b| b == 0x5a), "wider area left alone");
+        let (ret, wide) = run_with_meta(&skel.progs.fp_bench_gen, &tmpl, &[0x5a; 2 * HINT_LEN], 1);
+        assert_eq!(ret, XDP_TX);
+        assert!(wide[..2 * HINT_LEN].iter().all(|&b| b == 0x5a), "wider area left alone");
         let (ret, out) = gen_once(&skel, &tmpl, 1);
         assert_eq!(ret, XDP_TX);
         assert_eq!(hint_of(&out).2, fastpath_bpf::intf::FP_HINT_MAGIC as u16);
@@ -712,14 +701,10 @@ mod tests {
         let tmpl = frame(64).unwrap();
         let supported = hint_supported().unwrap();
         let mut obj = MaybeUninit::uninit();
-        let mut open = GenSkelBuilder::default().open(&mut obj).unwrap();
-        let ro = open.maps.rodata_data.as_deref_mut().unwrap();
-        for (i, w) in tmpl[..HDR_LEN].chunks(2).enumerate() {
-            ro.gen_hdr[i] = u16::from_ne_bytes([w[0], w[1]]);
-        }
-        ro.gen_sport_base = SPORT_BASE;
-        ro.gen_flows = 2;
-        ro.gen_hint_magic = fastpath_bpf::intf::FP_HINT_MAGIC as u16;
+        let mut open = open_gen(&mut obj, &tmpl, 2);
+        open.maps.rodata_data.as_deref_mut().unwrap().gen_hint_magic = fastpath_bpf::intf::FP_HINT_MAGIC as u16;
+        open.progs.fp_bench_gen_hint.set_autoload(true);
+        open.progs.fp_bench_gen_dst_hint.set_autoload(true);
         open.maps.gen_dsts.set_max_entries(2).unwrap();
         let dst = Ipv4Addr::new(203, 0, 113, 9);
         let loaded = open.load();
@@ -733,22 +718,10 @@ mod tests {
         for prog in [&skel.progs.fp_bench_gen_hint, &skel.progs.fp_bench_gen_dst_hint] {
             let mut hashes = Vec::new();
             for meta in [0, HINT_LEN, 2 * HINT_LEN, 0] {
-                let mut input = vec![0x5au8; meta];
-                input.extend_from_slice(&tmpl);
-                let mut ctx = meta_ctx(&input, meta, 0);
-                let mut out = vec![0u8; input.len() + 512];
-                let res = prog
-                    .test_run(ProgramInput {
-                        data_in: Some(&input),
-                        context_in: Some(&mut ctx),
-                        data_out: Some(&mut out),
-                        ..Default::default()
-                    })
-                    .unwrap();
-                assert_eq!(res.return_value, XDP_TX, "{} with {meta} B of metadata", prog.name().to_string_lossy());
-                let out = res.data.unwrap();
+                let (ret, out) = run_with_meta(prog, &tmpl, &vec![0x5a; meta], 1);
+                assert_eq!(ret, XDP_TX, "{} with {meta} B of metadata", prog.name().to_string_lossy());
                 assert_eq!(out.len(), HINT_LEN + tmpl.len(), "exactly one hint in front, from {meta} B");
-                let (hash, flags, magic) = hint_of(out);
+                let (hash, flags, magic) = hint_of(&out);
                 assert_eq!((flags, magic), (fastpath_bpf::intf::FP_HINT_L4 as u16, fastpath_bpf::intf::FP_HINT_MAGIC as u16));
                 hashes.push(hash);
                 assert_eq!(&out[HINT_LEN + 12..HINT_LEN + 24], &tmpl[12..24], "the header is the template's");
@@ -769,14 +742,8 @@ mod tests {
         pin_to(0).unwrap();
         let tmpl = frame(64).unwrap();
         let mut obj = MaybeUninit::uninit();
-        let mut open = GenSkelBuilder::default().open(&mut obj).unwrap();
-        let ro = open.maps.rodata_data.as_deref_mut().unwrap();
-        for (i, w) in tmpl[..HDR_LEN].chunks(2).enumerate() {
-            ro.gen_hdr[i] = u16::from_ne_bytes([w[0], w[1]]);
-        }
-        ro.gen_flows = 1;
-        ro.loop_frame_len = tmpl.len() as u32;
-        no_hint_entries(&mut open);
+        let mut open = open_gen(&mut obj, &tmpl, 1);
+        open.maps.rodata_data.as_deref_mut().unwrap().loop_frame_len = tmpl.len() as u32;
         let skel = open.load().unwrap();
         let run = |data: &[u8]| {
             skel.progs
@@ -862,15 +829,8 @@ mod tests {
         let tmpl = frame(64).unwrap();
         let dsts = [Ipv4Addr::new(1, 2, 3, 4), Ipv4Addr::new(203, 0, 113, 77), Ipv4Addr::new(223, 255, 0, 1)];
         let mut obj = MaybeUninit::uninit();
-        let mut open = GenSkelBuilder::default().open(&mut obj).unwrap();
-        let ro = open.maps.rodata_data.as_deref_mut().unwrap();
-        for (i, w) in tmpl[..HDR_LEN].chunks(2).enumerate() {
-            ro.gen_hdr[i] = u16::from_ne_bytes([w[0], w[1]]);
-        }
-        ro.gen_sport_base = SPORT_BASE;
-        ro.gen_flows = dsts.len() as u32;
+        let mut open = open_gen(&mut obj, &tmpl, dsts.len() as u32);
         open.maps.gen_dsts.set_max_entries(dsts.len() as u32).unwrap();
-        no_hint_entries(&mut open);
         let skel = open.load().unwrap();
         for (i, d) in dsts.iter().enumerate() {
             let e = dst_entry(&tmpl, *d);
