@@ -52,3 +52,6 @@ def test_bench_quick_hint_mode_takes_the_generators_hints(fastpath_bin, tmp_path
     assert hint["forwarded"] > 0 and hint["hash_meta"] >= hint["forwarded"] * 0.99, hint
     assert hint["hash_software"] <= hint["forwarded"] // 1000, hint
     assert plain["hash_meta"] == 0 and plain["hash_software"] > 0, plain
+    # fastpath forwards every frame, so each repetition's loop kept all its frames to the end.
+    for c in rep["results"]:
+        assert all(r["lost_frames"] == 0 for r in c["reps"]), c

@@ -31,9 +31,25 @@ pub struct Rep {
     pub mpps_per_cpu_s: f64,
     /// Share of the wall time the bench thread was actually on its CPU.
     pub cpu_share: f64,
+    /// Frames that did not come round the loop again on its CPU at the end (traffic::GenRun::lost).
+    pub lost_frames: u64,
+    /// Of those, the ones that came round on another CPU (traffic::GenRun::strayed).
+    pub strayed_frames: u64,
 }
 
 impl Rep {
+    /// Frames of the loop that did not stay on the bench CPU when `mode`
+    /// should have kept them there: all that did not come round there,
+    /// except, for the AF_XDP modes (whose forwarder sends from the other
+    /// CPU, so the loop goes round there), those that came round elsewhere.
+    pub fn loop_trouble(&self, mode: Mode) -> u64 {
+        if mode.afxdp() {
+            self.lost_frames.saturating_sub(self.strayed_frames)
+        } else {
+            self.lost_frames
+        }
+    }
+
     /// From frames counted at the sink, frames sent, and the run's wall and CPU time.
     pub fn measured(sink_frames: u64, sent: u64, wall: std::time::Duration, cpu: std::time::Duration) -> Rep {
         let secs = wall.as_secs_f64();
@@ -43,6 +59,8 @@ impl Rep {
             offered_mpps: sent as f64 / secs / 1e6,
             mpps_per_cpu_s: sink_frames as f64 / cpu / 1e6,
             cpu_share: cpu / secs,
+            lost_frames: 0,
+            strayed_frames: 0,
         }
     }
 }
@@ -348,6 +366,7 @@ pub fn print_table(cells: &[Cell]) {
         );
         print_raw_headroom(cells);
     }
+    print_loop_losses(cells);
     print_router_ns(cells);
     print_afxdp_shares(cells);
 }
@@ -357,6 +376,36 @@ pub fn print_table(cells: &[Cell]) {
 /// generator and sink cost, which the ratios of whole-path rates hide.
 fn ns_above(mpps: f64, raw_mpps: f64) -> Option<f64> {
     (mpps > 0.0 && raw_mpps > 0.0).then(|| 1000.0 / mpps - 1000.0 / raw_mpps)
+}
+
+/// The cells with repetitions whose loop did not keep its frames on the
+/// bench CPU (traffic::GenRun::lost): their medians mix in a different
+/// measurement.
+fn loop_losses(cells: &[Cell]) -> Option<String> {
+    let parts: Vec<String> = cells
+        .iter()
+        .filter_map(|c| {
+            let bad: Vec<&Rep> = c.reps.iter().filter(|r| r.loop_trouble(c.mode) > 0).collect();
+            (!bad.is_empty()).then(|| {
+                let (lost, strayed) = bad.iter().fold((0, 0), |(l, s), r| (l + r.lost_frames, s + r.strayed_frames));
+                format!(
+                    "{} {} B {} flow(s): {} of {} reps ({lost} frames, {strayed} of them round another CPU)",
+                    c.mode.name(),
+                    c.size,
+                    c.flows,
+                    bad.len(),
+                    c.reps.len()
+                )
+            })
+        })
+        .collect();
+    (!parts.is_empty()).then(|| format!("repetitions whose loop lost frames or left the bench CPU: {}", parts.join("; ")))
+}
+
+fn print_loop_losses(cells: &[Cell]) {
+    if let Some(line) = loop_losses(cells) {
+        println!("{line}");
+    }
 }
 
 /// At the target size: each measured router mode's ns per frame above raw,
@@ -496,6 +545,29 @@ mod tests {
         assert_eq!(ns_above(8.0, 0.0), None);
     }
 
+    /// Only cells with a repetition whose loop lost frames are named, with
+    /// how many of their repetitions and frames, and how many went round elsewhere.
+    #[test]
+    fn loop_losses_name_only_the_cells_whose_loop_did_not_keep_its_frames() {
+        let sec = std::time::Duration::from_secs(1);
+        let rep = |lost, strayed| Rep { lost_frames: lost, strayed_frames: strayed, ..Rep::measured(1_000_000, 1_000_000, sec, sec) };
+        let clean = Cell::new(Mode::Raw, 64, 1, vec![rep(0, 0), rep(0, 0)]);
+        assert_eq!(loop_losses(std::slice::from_ref(&clean)), None);
+        // The AF_XDP forwarder sends from the other CPU: its loop goes round there.
+        let afxdp = Cell::new(Mode::Afxdp, 64, 1, vec![rep(192, 192)]);
+        assert_eq!(loop_losses(&[afxdp]), None);
+        let afxdp_lost = Cell::new(Mode::Afxdp, 64, 1, vec![rep(192, 190)]);
+        assert!(loop_losses(&[afxdp_lost]).is_some());
+        let bad = Cell::new(Mode::Kernel, 64, 1, vec![rep(192, 192), rep(0, 0), rep(3, 0)]);
+        assert_eq!(
+            loop_losses(&[clean, bad]).as_deref(),
+            Some(
+                "repetitions whose loop lost frames or left the bench CPU: kernel 64 B 1 flow(s): 2 of 3 reps \
+                 (195 frames, 192 of them round another CPU)"
+            )
+        );
+    }
+
     #[test]
     fn sign_test_ranks_match_the_binomial_tables() {
         // Ranks of the 95 % interval for the median in the usual tables.
@@ -533,6 +605,8 @@ mod tests {
             offered_mpps: mpps,
             mpps_per_cpu_s: 2.0 * mpps,
             cpu_share: 0.5,
+            lost_frames: 0,
+            strayed_frames: 0,
         };
         let mut cells = vec![
             Cell::new(Mode::Kernel, 64, 1, vec![rep(1.0)]),
@@ -556,7 +630,7 @@ mod tests {
 
     #[test]
     fn paired_ratios_take_each_round_on_its_own() {
-        let rep = |mpps: f64| Rep { mpps, offered_mpps: mpps, mpps_per_cpu_s: mpps, cpu_share: 1.0 };
+        let rep = |mpps: f64| Rep { mpps, offered_mpps: mpps, mpps_per_cpu_s: mpps, cpu_share: 1.0, lost_frames: 0, strayed_frames: 0 };
         // The machine runs at half speed in round 2: each round fastpath is 3x the kernel.
         let mut cells = vec![
             Cell::new(Mode::Kernel, 64, 1, vec![rep(1.0), rep(0.5), rep(1.0)]),
@@ -577,7 +651,7 @@ mod tests {
 
     #[test]
     fn share_of_raw_gets_its_interval_from_enough_rounds() {
-        let rep = |mpps: f64| Rep { mpps, offered_mpps: mpps, mpps_per_cpu_s: mpps, cpu_share: 1.0 };
+        let rep = |mpps: f64| Rep { mpps, offered_mpps: mpps, mpps_per_cpu_s: mpps, cpu_share: 1.0, lost_frames: 0, strayed_frames: 0 };
         let raw: Vec<f64> = (0..9).map(|i| 4.0 + f64::from(i % 3) * 0.1).collect();
         let share = [0.86, 0.91, 0.88, 0.93, 0.89, 0.87, 0.90, 0.92, 0.85];
         let mut cells = vec![

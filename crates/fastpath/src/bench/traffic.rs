@@ -105,6 +105,15 @@ pub struct GenRun {
     /// sink's softirq work done in its context: on a busy box this, not
     /// `elapsed`, is the time the packets actually got.
     pub cpu_time: Duration,
+    /// Frames of the LOOP_FRAMES put in that did not come round again on
+    /// the placement's CPU when the run was stopped: dropped on the way (by
+    /// a router that punts or loses them; never replaced, so the loop ran
+    /// with fewer), or gone round on another CPU (`strayed`). Either way
+    /// the repetition did not measure what it claims.
+    pub lost: u64,
+    /// Of `lost`, those that came round on another CPU instead: the loop
+    /// left the bench CPU (counted only for a single placement).
+    pub strayed: u64,
 }
 
 impl<'obj> Generator<'obj> {
@@ -311,16 +320,26 @@ impl<M: MapCore> LoopMaps<'_, M> {
             .context("setting the generator's stop flag")
     }
 
-    /// Frames sent, per CPU.
-    fn sent(&self) -> Result<Vec<u64>> {
+    /// Frames sent on and frames stopped (struct loop_count), per CPU.
+    fn counts(&self) -> Result<Vec<(u64, u64)>> {
         let vals = self
             .stats
             .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
             .context("reading the generator's counters")?
             .context("the generator's counters have no slot 0")?;
-        Ok(vals.iter().map(|v| read_u64(v, 0)).collect())
+        Ok(vals.iter().map(|v| (read_u64(v, 0), read_u64(v, 8))).collect())
     }
 }
+
+/// Of `cpu`'s counts, what happened between `before` and `after`.
+fn delta(before: &[(u64, u64)], after: &[(u64, u64)], cpu: usize) -> (u64, u64) {
+    let (b, a) = (before.get(cpu).copied().unwrap_or_default(), after.get(cpu).copied().unwrap_or_default());
+    (a.0.saturating_sub(b.0), a.1.saturating_sub(b.1))
+}
+
+/// How long the frames still going round at a stop may take to come back
+/// (a round is well under a millisecond even through the kernel's path).
+const HOMECOMING: Duration = Duration::from_millis(200);
 
 /// Runs a loop or spring for `duration` from each of `places`: LOOP_FRAMES
 /// copies of `frame` put in out of `inject_ifindex` (in `inject_ns`) from a
@@ -337,7 +356,7 @@ pub(super) fn drive<M: MapCore>(
     stop: &AtomicBool,
 ) -> Result<Vec<GenRun>> {
     maps.set_stop(false)?;
-    let before = maps.sent()?;
+    let before = maps.counts()?;
     let cpu_before = super::points::cpustat::read()?;
     let start = Instant::now();
     std::thread::scope(|s| {
@@ -358,20 +377,34 @@ pub(super) fn drive<M: MapCore>(
     while start.elapsed() < duration && !stop.load(Ordering::Relaxed) {
         std::thread::sleep((duration - start.elapsed().min(duration)).min(Duration::from_millis(10)));
     }
-    let after = maps.sent()?;
+    let after = maps.counts()?;
     let cpu_after = super::points::cpustat::read()?;
     let elapsed = start.elapsed();
-    // What is still going round comes back once more and stops there.
+    // What is still going round comes back once more and stops there: all
+    // LOOP_FRAMES of each placement, unless some were lost on the way.
     maps.set_stop(true)?;
-    std::thread::sleep(Duration::from_millis(5));
+    let home = |counts: &[(u64, u64)]| places.iter().map(|p| delta(&before, counts, p.cpu).1).collect::<Vec<_>>();
+    let t = Instant::now();
+    let mut counts = maps.counts()?;
+    while home(&counts).iter().any(|&n| n < LOOP_FRAMES as u64) && t.elapsed() < HOMECOMING {
+        std::thread::sleep(Duration::from_millis(2));
+        counts = maps.counts()?;
+    }
+    let elsewhere: u64 = (0..counts.len())
+        .filter(|&c| places.iter().all(|p| p.cpu != c))
+        .map(|c| delta(&before, &counts, c).1)
+        .sum();
     places
         .iter()
-        .map(|p| {
-            let (b, a) = (before.get(p.cpu).copied().unwrap_or_default(), after.get(p.cpu).copied().unwrap_or_default());
+        .zip(home(&counts))
+        .map(|(p, home)| {
+            let lost = (LOOP_FRAMES as u64).saturating_sub(home);
             Ok(GenRun {
-                sent: a.saturating_sub(b),
+                sent: delta(&before, &after, p.cpu).0,
                 elapsed,
                 cpu_time: super::points::cpustat::busy_between(&cpu_before, &cpu_after, p.cpu)?,
+                lost,
+                strayed: if places.len() == 1 { lost.min(elsewhere) } else { 0 },
             })
         })
         .collect()
@@ -380,7 +413,7 @@ pub(super) fn drive<M: MapCore>(
 /// Frames a loop holds: fewer than a veth ring's 256 slots, so no ring on
 /// the way can ever be full however the frames bunch up, and enough for
 /// full NAPI batches.
-const LOOP_FRAMES: usize = 192;
+pub(super) const LOOP_FRAMES: usize = 192;
 
 /// Puts `n` copies of `frame` into the loop: sent by a packet socket out of
 /// s1 (the calling thread in the sink namespace) or gx0 (the spring, in the
