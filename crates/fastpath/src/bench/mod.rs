@@ -428,14 +428,11 @@ impl Bench<'_> {
         }
     }
 
-    /// `n` repetitions of one cell after its warm-up.
+    /// `n` repetitions of one cell after its warm-up. The AF_XDP modes'
+    /// forwarder thread runs on the other CPU and the loop goes round with
+    /// it (each hop runs on the CPU that sent to it): their frames and CPU
+    /// time are every CPU's.
     fn measure_reps(&self, mode: Mode, size: usize, flows: u32, n: usize) -> Result<Vec<Rep>> {
-        self.measure_reps_with(mode, size, flows, n, None)
-    }
-
-    /// As `measure_reps`; the CPU time of process `also` (the afxdp daemon,
-    /// whose forwarder thread works on another CPU) counts with the generator's.
-    fn measure_reps_with(&self, mode: Mode, size: usize, flows: u32, n: usize, also: Option<u32>) -> Result<Vec<Rep>> {
         if mode == Mode::AfxdpTx {
             return afxdp_tx::measure_reps(self, size, flows, n);
         }
@@ -449,13 +446,7 @@ impl Bench<'_> {
         while reps.len() < n {
             self.check_stop()?;
             self.sink.zero()?;
-            let also_before = also.and_then(router::process_cpu_time);
             let run = gen.run(cpu, self.plan.duration, self.stop)?;
-            let also_cpu = also
-                .and_then(router::process_cpu_time)
-                .zip(also_before)
-                .map(|(after, before)| after.saturating_sub(before))
-                .unwrap_or_default();
             // Frames still in the veth rings are processed on the same CPU
             // right after the generator's last batch; a short pause covers it.
             std::thread::sleep(Duration::from_millis(20));
@@ -468,7 +459,11 @@ impl Bench<'_> {
                     run.sent
                 );
             }
-            let mut rep = Rep::measured(pkts, run.sent, run.elapsed, run.cpu_time + also_cpu);
+            let mut rep = if mode.afxdp() {
+                Rep::measured(pkts, run.sent_all, run.elapsed, run.busy_all)
+            } else {
+                Rep::measured(pkts, run.sent, run.elapsed, run.cpu_time)
+            };
             rep.lost_frames = run.lost;
             rep.strayed_frames = run.strayed;
             if rep.loop_trouble(mode) > 0 {
@@ -513,8 +508,6 @@ impl Bench<'_> {
                     gen.run(self.plan.place, Duration::from_millis(50), self.stop)?;
                     let v = router::verdicts(&before, &stats.read()?);
                     if v.mostly_forwarded() {
-                        let mut stats = stats;
-                        stats.daemon_pid = Some(daemon.pid());
                         return Ok(stats);
                     }
                     last = v.summary();

@@ -323,7 +323,7 @@ pub fn print_table(cells: &[Cell]) {
     println!("(Mpps: median over repetitions of sink frames / wall time; xkern, %raw, xref: against kernel, raw and the");
     println!(" bpf_fib_lookup reference fib-fwd at the same size and flows; right of |: the same per second of the bench");
     println!(" CPU's time actually spent on the traffic; cpu%: that time / wall time — below ~90% the box was busy and the");
-    println!(" per-CPU-second figures are the fairer ones; afxdp's CPU time adds its forwarder thread's on the other CPU)");
+    println!(" per-CPU-second figures are the fairer ones; afxdp's frames and CPU time are both CPUs': its forwarder thread and the loop run on the other)");
     // The targets are ratios to kernel, raw and fib-fwd: only with one of them.
     let refs = cells.iter().any(|c| matches!(c.mode, Mode::Kernel | Mode::Raw | Mode::FibFwd));
     for c in cells

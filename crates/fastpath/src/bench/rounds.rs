@@ -64,9 +64,7 @@ pub(super) fn run(bench: &Bench<'_>, in_mode: &mut InMode<'_>) -> Result<(Vec<Ce
                 for &size in &plan.sizes {
                     for &flows in &plan.flows {
                         let before = fp.map(|s| s.read()).transpose()?;
-                        // afxdp: its forwarder thread's CPU counts too.
-                        let also = fp.and_then(|s| s.daemon_pid).filter(|_| mode.afxdp());
-                        let reps = bench.measure_reps_with(mode, size, flows, 1, also)?;
+                        let reps = bench.measure_reps(mode, size, flows, 1)?;
                         let a = acc.entry((i, size, flows)).or_default();
                         if let (Some(stats), Some(before)) = (fp, before) {
                             add(&mut a.verdicts, router::verdicts(&before, &stats.read()?));

@@ -430,8 +430,6 @@ pub struct FpSnapshot {
 /// and does not depend on the CLI's output format.
 pub struct FpStats {
     map: MapHandle,
-    /// The daemon whose program this is, once `Bench::wait_fast_path` knows it.
-    pub daemon_pid: Option<u32>,
 }
 
 /// CPU time (user + system) process `pid` has used so far, from /proc.
@@ -452,7 +450,7 @@ impl FpStats {
         if (map.value_size() as usize) < std::mem::size_of::<fp_stats>() {
             bail!("fp_stats of the XDP program on r0 is older than this bench's fastpath.h");
         }
-        Ok(FpStats { map, daemon_pid: None })
+        Ok(FpStats { map })
     }
 
     pub fn read(&self) -> Result<FpSnapshot> {

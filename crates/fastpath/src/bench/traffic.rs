@@ -114,6 +114,11 @@ pub struct GenRun {
     /// Of `lost`, those that came round on another CPU instead: the loop
     /// left the bench CPU (counted only for a single placement).
     pub strayed: u64,
+    /// Frames sent on by the generator on every CPU, and every CPU's busy
+    /// time: the figures for a loop that goes round another CPU by design
+    /// (the AF_XDP modes, whose forwarder sends from there).
+    pub sent_all: u64,
+    pub busy_all: Duration,
 }
 
 impl<'obj> Generator<'obj> {
@@ -390,6 +395,8 @@ pub(super) fn drive<M: MapCore>(
         std::thread::sleep(Duration::from_millis(2));
         counts = maps.counts()?;
     }
+    let sent_all: u64 = (0..after.len()).map(|c| delta(&before, &after, c).0).sum();
+    let busy_all = super::points::cpustat::busy_all_between(&cpu_before, &cpu_after)?;
     let elsewhere: u64 = (0..counts.len())
         .filter(|&c| places.iter().all(|p| p.cpu != c))
         .map(|c| delta(&before, &counts, c).1)
@@ -405,6 +412,8 @@ pub(super) fn drive<M: MapCore>(
                 cpu_time: super::points::cpustat::busy_between(&cpu_before, &cpu_after, p.cpu)?,
                 lost,
                 strayed: if places.len() == 1 { lost.min(elsewhere) } else { 0 },
+                sent_all,
+                busy_all,
             })
         })
         .collect()

@@ -134,6 +134,12 @@ pub fn busy_between(a: &Snapshot, b: &Snapshot, cpu: usize) -> Result<std::time:
     Ok(std::time::Duration::from_nanos(ticks * 1_000_000_000 / hz as u64))
 }
 
+/// As `busy_between`, summed over every CPU: what a job spread over the
+/// machine used (the AF_XDP forwarder and the loop on its CPU).
+pub fn busy_all_between(a: &Snapshot, b: &Snapshot) -> Result<std::time::Duration> {
+    (0..a.0.len().min(b.0.len())).map(|c| busy_between(a, b, c)).sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
