@@ -195,8 +195,9 @@ impl Plan {
     }
 }
 
-/// Repetitions of one cell measured again, at most, because their loop did
-/// not keep its frames on the bench CPU. On 2026-12-07 the first kernel
+/// How many times one `measure_reps` call (one repetition, in the rounds)
+/// measures again, at most, because the loop did not keep its frames on the
+/// bench CPU. On 2026-12-07 the first kernel
 /// repetition of a run went round the other CPU (all 192 frames, bench CPU
 /// idle) in about half the runs, later ones never; why is not known (a
 /// veth's NAPI polled there when the frames arrived would take the loop
