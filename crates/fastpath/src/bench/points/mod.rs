@@ -261,6 +261,19 @@ impl Lab<'_> {
             let runs =
                 gen.run_parallel(&places, self.duration, self.stop)?;
             let s1 = cpustat::read()?;
+            // The spring's frames never leave the generator namespace (the
+            // router gets copies), so at the stop all come round on their
+            // CPU, unless the spring went round another one.
+            for (p, r) in places.iter().zip(&runs).filter(|(_, r)| r.lost > 0) {
+                println!(
+                    "   note: {} of the spring's {} frames on CPU {} did not come round again there ({} came round \
+                     on another CPU); this repetition's rate is not that CPU's",
+                    r.lost,
+                    super::traffic::LOOP_FRAMES,
+                    p.cpu,
+                    r.strayed
+                );
+            }
             let user1 = att.user_cpu_time()?;
             // Frames still in the rings (or on the AF_XDP RX ring) finish on their CPU just after.
             std::thread::sleep(Duration::from_millis(20));
