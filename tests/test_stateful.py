@@ -535,9 +535,11 @@ def test_marked_ping_goes_fast(sf: Daemon, v6):
     lab = sf.lab
     ident = 0x4601 + v6
     st0 = sf.status()["conntrack"]
+    before = (sf.counters("r0"), sf.counters("r1"))
     flow = EchoFlow(lab, ident, v6)
     flow.establish()
     make_fast_echo(sf, flow, 30)
+    fast = [counter_delta(b, sf.counters(i)).get("forwarded", 0) for i, b in zip(("r0", "r1"), before)]
     entry = flow.entry()
     assert entry and ct_field(entry, "mark") == "3", entry
     # The counters come with the daemon's periodic status publish.
@@ -547,9 +549,11 @@ def test_marked_ping_goes_fast(sf: Daemon, v6):
     flows = json.loads(sf.cli("flows", "--json", "--limit", "0").stdout)["flows"]
     got = {(f["ingress"], f["sport"] >> 8): f["packets"] for f in flows
            if f["proto"] == (58 if v6 else 1) and f["dport"] == ident}
-    # fastpath's own counters: exactly the echoes it forwarded (the first
-    # two exchanges were the kernel's).
-    assert got.get(("r0", req), 0) == 30 and got.get(("r1", rep), 0) == 30, (got, flows)
+    # fastpath's own counters: exactly the echoes it forwarded. The first
+    # exchange is the kernel's; the second too unless the daemon's copy of
+    # the entry came within its 10 ms gap (then it went fast as well).
+    assert fast[0] in (30, 31) and fast[1] == fast[0], fast
+    assert got.get(("r0", req), 0) == fast[0] and got.get(("r1", rep), 0) == fast[1], (got, fast, flows)
     assert f"id {ident}" in sf.cli("flows").stdout
     assert "icmp echo entries" in sf.cli("status").stdout
 
