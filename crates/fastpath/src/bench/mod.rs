@@ -473,14 +473,9 @@ impl Bench<'_> {
                 // its note, and the table's summary line names it).
                 let again = retries < LOOP_RETRIES;
                 println!(
-                    "   note: {} mode, {size} B, {flows} flows: {} of the loop's {} frames did not come round again on \
-                     CPU {} ({} came round on another CPU: the loop left the bench CPU; the rest were lost on the way); \
-                     this repetition did not measure one CPU's loop{}",
+                    "   note: {} mode, {size} B, {flows} flows: {}; this repetition did not measure one CPU's loop{}",
                     mode.name(),
-                    run.lost,
-                    traffic::LOOP_FRAMES,
-                    cpu.cpu,
-                    run.strayed,
+                    run.missing(cpu.cpu),
                     if again { ": measuring it again" } else { " (kept: no retries left)" }
                 );
                 if again {

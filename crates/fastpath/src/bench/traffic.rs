@@ -121,6 +121,17 @@ pub struct GenRun {
     pub busy_all: Duration,
 }
 
+impl GenRun {
+    /// What `lost` and `strayed` say, for a note about a run on `cpu`.
+    pub fn missing(&self, cpu: usize) -> String {
+        format!(
+            "{} of the {LOOP_FRAMES} frames going round did not come round again on CPU {cpu} ({} came round on \
+             another CPU, the rest were lost on the way)",
+            self.lost, self.strayed
+        )
+    }
+}
+
 impl<'obj> Generator<'obj> {
     pub fn load(
         storage: &'obj mut MaybeUninit<OpenObject>,
@@ -425,7 +436,7 @@ pub(super) fn drive<M: MapCore>(
 /// Frames a loop holds: fewer than a veth ring's 256 slots, so no ring on
 /// the way can ever be full however the frames bunch up, and enough for
 /// full NAPI batches.
-pub(super) const LOOP_FRAMES: usize = 192;
+const LOOP_FRAMES: usize = 192;
 
 /// Puts `n` copies of `frame` into the loop: sent by a packet socket out of
 /// s1 (the calling thread in the sink namespace) or gx0 (the spring, in the

@@ -265,14 +265,7 @@ impl Lab<'_> {
             // router gets copies), so at the stop all come round on their
             // CPU, unless the spring went round another one.
             for (p, r) in places.iter().zip(&runs).filter(|(_, r)| r.lost > 0) {
-                println!(
-                    "   note: {} of the spring's {} frames on CPU {} did not come round again there ({} came round \
-                     on another CPU); this repetition's rate is not that CPU's",
-                    r.lost,
-                    super::traffic::LOOP_FRAMES,
-                    p.cpu,
-                    r.strayed
-                );
+                println!("   note: the spring: {}; this repetition's rate is not that CPU's", r.missing(p.cpu));
             }
             let user1 = att.user_cpu_time()?;
             // Frames still in the rings (or on the AF_XDP RX ring) finish on their CPU just after.
