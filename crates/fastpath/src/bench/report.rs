@@ -286,11 +286,13 @@ pub const METHOD: &str = "a loop of 192 frames: generator (XDP on g1, next flow'
     sizes are Ethernet frame sizes incl. 4 B FCS (veth frames are 4 B shorter); \
     flow i = UDP source port 10000 + i % 32768, destination port 9 + i / 32768";
 
-fn ratio(r: Option<f64>) -> String {
+/// A ratio as the tables print it ("3.31x"), "-" where there is none.
+pub(super) fn ratio(r: Option<f64>) -> String {
     r.map(|r| format!("{r:.2}x")).unwrap_or_else(|| "-".into())
 }
 
-fn pct(r: Option<f64>) -> String {
+/// A share as the tables print it ("82%"), "-" where there is none.
+pub(super) fn pct(r: Option<f64>) -> String {
     r.map(|r| format!("{:.0}%", r * 100.0)).unwrap_or_else(|| "-".into())
 }
 

@@ -22,6 +22,7 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use super::crr::CrrRep;
+use super::report::{pct, ratio};
 use super::ct_ab::Variant;
 use super::ct_ref::{self, CtFwd, CtVerdicts};
 use super::ctlab;
@@ -531,16 +532,8 @@ pub(super) fn crr_row(
     }
 }
 
-fn ratio(r: Option<f64>) -> String {
-    r.map(|r| format!("{r:.2}x")).unwrap_or_else(|| "-".into())
-}
-
 fn interval(r: Option<(f64, f64)>) -> String {
     r.map(|(lo, hi)| format!("{lo:.2}-{hi:.2}x")).unwrap_or_else(|| "-".into())
-}
-
-fn pct(r: Option<f64>) -> String {
-    r.map(|r| format!("{:.0}%", r * 100.0)).unwrap_or_else(|| "-".into())
 }
 
 fn print_table(cells: &[Cell], crr: &[CrrRow], not_measured: &BTreeMap<&'static str, String>) {
