@@ -22,11 +22,10 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use super::crr::CrrRep;
-use super::report::{pct, ratio};
 use super::ct_ab::Variant;
 use super::ct_ref::{self, CtFwd, CtVerdicts};
 use super::ctlab;
-use super::report::{self, Cell};
+use super::report::{self, pct, ratio, Cell};
 use super::router::{Daemon, FpStats, Mode, RawFwd, Verdicts};
 use super::topo::{self, Topology};
 use super::traffic::{self, Placement, Sink};
