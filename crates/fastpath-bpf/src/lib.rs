@@ -27,6 +27,28 @@ pub mod intf {
     }
 }
 
+/// Whether this kernel lets an XDP program grow a frame's metadata area
+/// (`bpf_xdp_adjust_meta`), which only the bench generator's `*_hint`
+/// entry points call: libbpf loads a two-instruction program and reads the
+/// verifier's answer. This project's kernel has refused it on some VMs and
+/// allowed it on others, so callers ask every time.
+pub fn xdp_adjust_meta_allowed() -> std::io::Result<bool> {
+    // SAFETY: no pointers of ours cross (the options are optional, NULL);
+    // libbpf loads and closes its probe program itself.
+    let r = unsafe {
+        libbpf_rs::libbpf_sys::libbpf_probe_bpf_helper(
+            libbpf_rs::libbpf_sys::BPF_PROG_TYPE_XDP,
+            libbpf_rs::libbpf_sys::BPF_FUNC_xdp_adjust_meta,
+            std::ptr::null(),
+        )
+    };
+    match r {
+        1 => Ok(true),
+        0 => Ok(false),
+        e => Err(std::io::Error::from_raw_os_error(-e)),
+    }
+}
+
 /// Entries of `fp_flows` (and of `fp_ct_flows` in stateful mode) for
 /// `sets` flow-cache sets per CPU: the maps hold one slice per possible
 /// CPU, indexed by the CPU the program runs on (bpf/lib/maps.h).

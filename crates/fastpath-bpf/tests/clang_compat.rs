@@ -140,26 +140,6 @@ fn compile_all(jobs: &[Job], libbpf_inc: &Path) -> Vec<Result<()>> {
         .collect()
 }
 
-/// Whether this kernel lets XDP programs call bpf_xdp_adjust_meta: this
-/// project's 6.18.44 has refused and allowed it on different days. Only the
-/// bench generator's `*_hint` entry points call it (the bench leaves them
-/// unloaded where it is refused, `traffic::hint_supported`).
-fn adjust_meta_allowed() -> Result<bool> {
-    // SAFETY: no pointers of ours cross (the options are optional, NULL).
-    let r = unsafe {
-        libbpf_sys::libbpf_probe_bpf_helper(
-            libbpf_sys::BPF_PROG_TYPE_XDP,
-            libbpf_sys::BPF_FUNC_xdp_adjust_meta,
-            std::ptr::null(),
-        )
-    };
-    match r {
-        1 => Ok(true),
-        0 => Ok(false),
-        e => Err(std::io::Error::from_raw_os_error(-e)).context("probing bpf_xdp_adjust_meta for XDP"),
-    }
-}
-
 /// The fp_config values xdp_fwd is loaded with, as the daemon would set them.
 fn configs() -> Vec<(&'static str, fp_config)> {
     let cache = fp_config { ingress_ifindex: 1, ingress_slot: 1, flow_sets: 1024, ..Default::default() };
@@ -255,7 +235,9 @@ fn programs_build_and_load_with_every_supported_clang() {
     let tmp = TempDir::new("clang-compat").expect("scratch dir");
     let inc = write_libbpf_headers(&tmp.0).expect("libbpf headers");
     let srcs = sources().expect("bpf sources");
-    let meta = adjust_meta_allowed().expect("libbpf helper probe");
+    // Only the generator's *_hint entry points call bpf_xdp_adjust_meta;
+    // the bench leaves them unloaded where it is refused, and so does this.
+    let meta = fastpath_bpf::xdp_adjust_meta_allowed().expect("libbpf helper probe");
     if !meta {
         eprintln!("this kernel refuses bpf_xdp_adjust_meta to XDP programs: the *_hint entry points are not loaded");
     }

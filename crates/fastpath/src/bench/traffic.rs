@@ -275,26 +275,10 @@ impl<'obj> Generator<'obj> {
     }
 }
 
-/// Whether this kernel lets an XDP program grow a frame's metadata area
-/// (`bpf_xdp_adjust_meta`), which the generator of the `fastpath-hint` mode
-/// needs: libbpf loads a two-instruction program and reads the verifier's
-/// answer. This project's kernel refused it on one day and allowed it on
-/// the next, so the bench asks every time.
+/// Whether the generator of the `fastpath-hint` mode can load: it needs
+/// `bpf_xdp_adjust_meta` (fastpath_bpf::xdp_adjust_meta_allowed).
 pub fn hint_supported() -> Result<bool> {
-    // SAFETY: no pointers of ours cross (the options are optional, NULL);
-    // libbpf loads and closes its probe program itself.
-    let r = unsafe {
-        libbpf_rs::libbpf_sys::libbpf_probe_bpf_helper(
-            libbpf_rs::libbpf_sys::BPF_PROG_TYPE_XDP,
-            libbpf_rs::libbpf_sys::BPF_FUNC_xdp_adjust_meta,
-            std::ptr::null(),
-        )
-    };
-    match r {
-        1 => Ok(true),
-        0 => Ok(false),
-        e => Err(std::io::Error::from_raw_os_error(-e)).context("asking the kernel about bpf_xdp_adjust_meta for XDP"),
-    }
+    fastpath_bpf::xdp_adjust_meta_allowed().context("asking the kernel about bpf_xdp_adjust_meta for XDP")
 }
 
 /// Sets a spring going in `t`'s generator namespace: loop_ports (loop.h)
