@@ -74,8 +74,7 @@
 #include "xsk.h"
 #include "express.h"
 
-/* Per instance, set before load. */
-const volatile struct fp_config fp_cfg = {};
+/* fp_cfg (per instance, set before load) is in maps.h. */
 
 /* The whole .bss: the daemon writes it as one value. Nothing else goes here. */
 struct fp_runtime fp_rt;

@@ -178,6 +178,27 @@ struct fp_config {
 	 * Stateless mode only: a conntrack verdict is per connection.
 	 */
 	__u32 flow_key_addrs;
+	/* 1 = `--fib4-index dir24`: IPv4 FIB lookups read fp_fib4_dir first (fp_fib4_lookup()). */
+	__u32 fib4_dir;
+};
+
+/*
+ * fp_fib4_dir: the /24 index in front of fp_fib4 (fp_config.fib4_dir;
+ * crates/fastpath-core/src/dir24.rs keeps it). One entry per /24 block,
+ * FP_DIR24_PER_ELEM to an array element (an array stores every value in 8-byte
+ * steps: one u16 each would take four times the memory): FP_DIR24_TRIE asks
+ * fp_fib4 (a route longer than /24 lies in the block, or the entry was never
+ * written), FP_DIR24_NONE says no route, anything else is the fp_fib4_vals
+ * index of the block's longest covering route's value.
+ */
+#define FP_DIR24_TRIE      0
+#define FP_DIR24_NONE      0xFFFF
+#define FP_DIR24_PER_ELEM  32
+#define FP_DIR24_ELEMS     ((1U << 24) / FP_DIR24_PER_ELEM)
+#define FP_DIR24_VALS      0xFFFF   /* fp_fib4_vals entries; slot 0 unused */
+
+struct fp_dir24_elem {
+	__u16 entry[FP_DIR24_PER_ELEM];
 };
 
 /* fp_fib4 key: LPM trie, prefixlen first as the trie requires. */

@@ -9,6 +9,12 @@
 
 #include "fastpath.h"
 
+/*
+ * Per instance, set before load (.rodata): here, as the table lookups
+ * (fib.h) read it too, and the verifier drops the branches it turns off.
+ */
+const volatile struct fp_config fp_cfg = {};
+
 /* Managed interfaces by slot: ingress checks and egress rewrite data. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -25,6 +31,26 @@ struct {
 	__type(key, struct fp_lpm4_key);
 	__type(value, struct fp_route);
 } fp_fib4 SEC(".maps");
+
+/*
+ * The /24 index in front of fp_fib4 and the route values it points at
+ * (struct fp_dir24_elem). One entry each when the index is off. Mapped
+ * into the daemon, which paints blocks with plain stores.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FP_DIR24_ELEMS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct fp_dir24_elem);
+} fp_fib4_dir SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FP_DIR24_VALS);
+	__type(key, __u32);
+	__type(value, struct fp_route);
+} fp_fib4_vals SEC(".maps");
 
 /* IPv6 FIB: same as fp_fib4. */
 struct {

@@ -114,6 +114,8 @@ pub struct Snapshot {
     pub afxdp: Option<crate::afxdp::StatsSource>,
     /// --reservation-model/--resource-target other than the default.
     pub admission: Option<fastpath_core::resources::AdmissionStatus>,
+    /// The /24 index's occupancy (None: off).
+    pub fib4_dir24: Option<crate::maps::DirUsage>,
     /// --resource-target sim-asic: the device, for `resources`.
     pub device: Option<Device>,
 }
@@ -293,6 +295,9 @@ pub struct Status {
     /// `--reservation-model`/`--resource-target` other than the default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission: Option<fastpath_core::resources::AdmissionStatus>,
+    /// `--fib4-index dir24`: the /24 index's occupancy (absent: trie only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fib4_dir24: Option<crate::maps::DirUsage>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -476,6 +481,7 @@ pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
         routes_offload_failed: a.offload.failed() as u64,
         afxdp: s.afxdp.as_ref().map(|a| a.stats()),
         admission: s.admission.clone(),
+        fib4_dir24: s.fib4_dir24,
     })
 }
 

@@ -118,6 +118,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
         afxdp: afxdp_on,
         flow_key_addrs: args.flow_key == crate::FlowKey::Addresses,
         ct_icmp_keys: if stateful { args.ct_icmp_entries.saturating_mul(2) } else { 1 },
+        fib4_dir: args.fib4_dir(),
     };
     // --pin: what a previous daemon left (maps to adopt, links to take over).
     let mut pins = if args.pin { Some(pin::Pins::open(&args, &mut ifaces, &caps, &opts)?) } else { None };
@@ -156,6 +157,9 @@ pub fn run(loaded: Loaded) -> Result<()> {
             let mut w = MapWriter::new(maps.try_clone().context("opening map handles")?, managed.clone());
             w.set_flow_timeout(if opts.flow_sets == 0 { 0 } else { args.flow_timeout });
             w.set_orphan_grace(args.orphan_grace);
+            if opts.fib4_dir {
+                w.enable_fib4_dir()?;
+            }
             w
         },
         caps,
@@ -1155,6 +1159,7 @@ impl Loop {
             route_source: self.route_source.clone(),
             afxdp: self.afxdp.clone(),
             admission: self.admission.as_ref().map(|a| a.status()),
+            fib4_dir24: self.writer.fib4_dir_usage(),
             device: self.admission.as_ref().filter(|a| a.kind() == fastpath_core::resources::TargetKind::SimAsic).map(|a| {
                 crate::api::Device { target: Arc::clone(a.target()), model: Arc::clone(a.model()) }
             }),

@@ -68,6 +68,8 @@ pub struct LoadOpts {
     pub flow_key_addrs: bool,
     /// fp_ct_icmp's keys (two per ICMP echo entry; 1 when stateless).
     pub ct_icmp_keys: u32,
+    /// The /24 index in front of fp_fib4 (fp_config.fib4_dir; `--fib4-index`).
+    pub fib4_dir: bool,
 }
 
 /// Sets per CPU for at least `entries` flows: FP_FLOW_WAYS per set, a
@@ -205,6 +207,9 @@ fn size_maps(open: &mut fastpath_bpf::skel::xdp_fwd::OpenXdpFwdSkel<'_>, caps: &
         // Parallel to fp_flows; never touched (one entry) when stateless.
         (&mut open.maps.fp_ct_flows, if opts.stateful { flows } else { 1 }, "fp_ct_flows"),
         (&mut open.maps.fp_ct_icmp, opts.ct_icmp_keys, "fp_ct_icmp"),
+        // 32 MiB and 1 MiB: one entry each unless asked for.
+        (&mut open.maps.fp_fib4_dir, if opts.fib4_dir { intf::FP_DIR24_ELEMS } else { 1 }, "fp_fib4_dir"),
+        (&mut open.maps.fp_fib4_vals, if opts.fib4_dir { intf::FP_DIR24_VALS } else { 1 }, "fp_fib4_vals"),
     ];
     for (map, n, name) in sizes {
         if n == 0 {
@@ -231,6 +236,7 @@ fn open_one(iface: &Iface, caps: &Capacities, opts: &LoadOpts, variant: HashVari
     cfg.stateful = u32::from(opts.stateful);
     cfg.afxdp = u32::from(opts.afxdp);
     cfg.flow_key_addrs = u32::from(opts.flow_key_addrs);
+    cfg.fib4_dir = u32::from(opts.fib4_dir);
     cfg.nic_hash_is_skb_hash = u32::from(hash_is_skb_hash(&iface.name));
     cfg.nic_rx_hash = u32::from(variant == HashVariant::NicRxHash);
     // Only the one entry point this instance attaches: each load is a full

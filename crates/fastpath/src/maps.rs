@@ -15,7 +15,10 @@ use fastpath_bpf::skel::xdp_fwd::XdpFwdSkel;
 use fastpath_core::tables::{GroupEntry, GroupKind, IfaceEntry, NeighEntry, NeighKey, NexthopEntry, Op, RouteAction, RouteEntry, Switches, TableWriter};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
+mod dir24;
 mod readback;
+
+pub use dir24::DirUsage;
 pub use readback::ReadBack;
 
 pub const NREASONS: usize = intf::fp_reason::FP_R__COUNT as usize;
@@ -54,6 +57,8 @@ pub(crate) fn from_bytes<T: Copy + Default>(b: &[u8]) -> T {
 pub struct Maps {
     ifaces: MapHandle,
     fib4: MapHandle,
+    fib4_dir: MapHandle,
+    fib4_vals: MapHandle,
     fib6: MapHandle,
     nexthops: MapHandle,
     groups: MapHandle,
@@ -135,6 +140,8 @@ impl Maps {
         Ok(Maps {
             ifaces: handle("fp_ifaces", &m.fp_ifaces)?,
             fib4: handle("fp_fib4", &m.fp_fib4)?,
+            fib4_dir: handle("fp_fib4_dir", &m.fp_fib4_dir)?,
+            fib4_vals: handle("fp_fib4_vals", &m.fp_fib4_vals)?,
             fib6: handle("fp_fib6", &m.fp_fib6)?,
             nexthops: handle("fp_nexthops", &m.fp_nexthops)?,
             groups: handle("fp_groups", &m.fp_groups)?,
@@ -155,6 +162,8 @@ impl Maps {
         Ok(Maps {
             ifaces: dup("fp_ifaces", &self.ifaces)?,
             fib4: dup("fp_fib4", &self.fib4)?,
+            fib4_dir: dup("fp_fib4_dir", &self.fib4_dir)?,
+            fib4_vals: dup("fp_fib4_vals", &self.fib4_vals)?,
             fib6: dup("fp_fib6", &self.fib6)?,
             nexthops: dup("fp_nexthops", &self.nexthops)?,
             groups: dup("fp_groups", &self.groups)?,
@@ -441,6 +450,8 @@ pub struct MapWriter {
     /// A group or bucket was written since the last generation bump (and
     /// fp_runtime.group_generation raised ahead of it).
     groups_dirty: bool,
+    /// The /24 index kept beside fp_fib4 (`--fib4-index dir24`).
+    dir: Option<dir24::Fib4Dir>,
 }
 
 impl MapWriter {
@@ -456,6 +467,34 @@ impl MapWriter {
             retired: BTreeMap::new(),
             batching: true,
             groups_dirty: false,
+            dir: None,
+        }
+    }
+
+    /// Keeps the /24 index from now on (before the first route is written,
+    /// or `adopt` seeds it from the routes already there).
+    pub fn enable_fib4_dir(&mut self) -> anyhow::Result<()> {
+        use anyhow::Context;
+        self.dir = Some(
+            dir24::Fib4Dir::new(&self.maps.fib4_dir, &self.maps.fib4_vals).context("mapping the /24 index fp_fib4_dir")?,
+        );
+        Ok(())
+    }
+
+    /// The /24 index's occupancy (None: it is off).
+    pub fn fib4_dir_usage(&self) -> Option<DirUsage> {
+        self.dir.as_ref().map(|d| d.usage())
+    }
+
+    /// A route write to fp_fib4 landed: the index follows.
+    fn paint(&mut self, op: &Op) {
+        let Some(d) = self.dir.as_mut() else {
+            return;
+        };
+        match op {
+            Op::UpsertRoute4(a, l, e) => d.upsert(*a, *l, &route(e)),
+            Op::DeleteRoute4(a, l) => d.delete(*a, *l),
+            _ => {}
         }
     }
 
@@ -509,6 +548,9 @@ impl MapWriter {
             *self.bloom_refs.entry(src_bloom_bit(*a)).or_insert(0) += 1;
         }
         self.retired = retired;
+        if let Some(d) = self.dir.as_mut() {
+            d.adopt(old.tables.fib4.iter().map(|((a, l), e)| (*a, *l, route(e))));
+        }
     }
 
     /// Rewrites next hop `id` in place when it was written with another
@@ -698,8 +740,16 @@ impl TableWriter for MapWriter {
             }
             Op::UpsertBucket(k, nh) => ctx("fp_res_buckets", m.res_buckets.update(&k.to_ne_bytes(), &nh.to_ne_bytes(), any)),
             Op::DeleteBucket(k) => ignore_missing(ctx("fp_res_buckets", m.res_buckets.delete(&k.to_ne_bytes()))),
-            Op::UpsertRoute4(a, l, e) => ctx("fp_fib4", m.fib4.update(bytes(&lpm4(*a, *l)), bytes(&route(e)), any)),
-            Op::DeleteRoute4(a, l) => ignore_missing(ctx("fp_fib4", m.fib4.delete(bytes(&lpm4(*a, *l))))),
+            Op::UpsertRoute4(a, l, e) => {
+                ctx("fp_fib4", m.fib4.update(bytes(&lpm4(*a, *l)), bytes(&route(e)), any))?;
+                self.paint(op);
+                Ok(())
+            }
+            Op::DeleteRoute4(a, l) => {
+                ignore_missing(ctx("fp_fib4", m.fib4.delete(bytes(&lpm4(*a, *l)))))?;
+                self.paint(op);
+                Ok(())
+            }
             Op::UpsertRoute6(a, l, e) => ctx("fp_fib6", m.fib6.update(bytes(&lpm6(*a, *l)), bytes(&route(e)), any)),
             Op::DeleteRoute6(a, l) => ignore_missing(ctx("fp_fib6", m.fib6.delete(bytes(&lpm6(*a, *l))))),
             Op::UpsertSrcDeny4(a, reason) => self.upsert_deny(*a, *reason),
@@ -727,6 +777,9 @@ impl TableWriter for MapWriter {
             };
             if run >= BATCH_MIN {
                 let out = self.write_run(&rest[..run]);
+                for op in &rest[..out.landed] {
+                    self.paint(op);
+                }
                 done += out.landed;
                 match out.error {
                     None => continue,

@@ -311,6 +311,20 @@ impl Collector for Scrape {
             }
         }
 
+        if let Some(d) = &s.fib4_dir24 {
+            let mut m = e.encode_descriptor(
+                "fastpath_fib4_dir24",
+                "The IPv4 /24 index: route values held and their capacity, /24 blocks sent to the trie, routes without a value slot.",
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            for (what, v) in
+                [("values", d.vals), ("values_capacity", d.vals_capacity), ("trie_blocks", d.trie_blocks), ("unslotted", d.unslotted)]
+            {
+                ConstGauge::new(v as i64).encode(m.encode_family(&[("what", what)])?)?;
+            }
+        }
+
         let mut m = e.encode_descriptor(
             "fastpath_family_fast_path",
             "1 while the family is fast-pathed, 0 while all of it is punted (table full, policy, netfilter).",
@@ -418,6 +432,7 @@ mod tests {
             route_source: None,
             afxdp: None,
             admission: None,
+            fib4_dir24: None,
             generation: 4,
             netlink_resyncs: 1,
             neigh_keepalives: 0,

@@ -177,6 +177,13 @@ pub fn status(s: &Status, all: bool) -> String {
     .map(|(n, o)| vec![n.to_string(), o.used.to_string(), o.capacity.to_string()])
     .collect();
     out.push_str(&table(&["TABLE", "USED", "CAPACITY"], &rows));
+    match &s.fib4_dir24 {
+        Some(d) => out.push_str(&format!(
+            "fib4 index: dir24, {} of {} route values, {} /24 blocks sent to the trie (a longer route in them), {} routes without a value slot\n",
+            d.vals, d.vals_capacity, d.trie_blocks, d.unslotted
+        )),
+        None => out.push_str("fib4 index: trie\n"),
+    }
     out.push('\n');
 
     let mut rows = Vec::new();

@@ -1,0 +1,166 @@
+//! The IPv4 /24 index (fp_fib4_dir, fp_fib4_vals) as `MapWriter` keeps it
+//! beside fp_fib4: fastpath_core::dir24 decides what each block holds; this
+//! writes it. The index is mapped into the daemon (BPF_F_MMAPABLE), so
+//! painting a /8 is 65,536 stores, not as many syscalls. Each entry is an
+//! aligned u16, written whole: the data path reads the old entry or the
+//! new, never half of each.
+
+use std::net::Ipv4Addr;
+use std::os::fd::AsFd;
+use std::ptr::NonNull;
+use std::time::{Duration, Instant};
+
+use fastpath_bpf::intf::{self, fp_dir24_elem, fp_route};
+use fastpath_core::dir24::{self, Dir24, DirSink};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+
+use super::{bytes, from_bytes};
+
+/// Longer than any XDP program run by far: a program that read a slot
+/// number just before its value went finds the old value still there.
+const QUARANTINE: Duration = Duration::from_secs(1);
+
+const _: () = assert!(dir24::TRIE as u32 == intf::FP_DIR24_TRIE && dir24::NONE as u32 == intf::FP_DIR24_NONE);
+const _: () = assert!(dir24::MAX_VALS as u32 == intf::FP_DIR24_VALS - 1 && dir24::BLOCKS as u32 == intf::FP_DIR24_ELEMS * intf::FP_DIR24_PER_ELEM);
+const _: () = assert!(size_of::<fp_dir24_elem>() % 8 == 0, "array elements are 8-byte steps: the mapping is one flat u16 array");
+
+type Val = [u8; size_of::<fp_route>()];
+
+/// fp_fib4_dir mapped read-write into this process.
+struct Mapped {
+    base: NonNull<u16>,
+    len: usize,
+}
+
+// SAFETY: the mapping belongs to this value alone; the data path only reads it.
+unsafe impl Send for Mapped {}
+
+impl Mapped {
+    fn new(map: &MapHandle) -> std::io::Result<Mapped> {
+        let len = dir24::BLOCKS * size_of::<u16>();
+        // SAFETY: maps the whole array map (its size exactly) shared; the
+        // pointer is checked before use and unmapped on drop.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&map.as_fd()),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Mapped { base: NonNull::new(p.cast()).expect("mmap returned NULL"), len })
+    }
+
+    fn store(&self, block: u32, entry: u16) {
+        assert!((block as usize) < dir24::BLOCKS);
+        // SAFETY: in bounds (asserted) of a live mapping; volatile so every
+        // store happens, as the data path reads the memory concurrently.
+        unsafe { self.base.as_ptr().add(block as usize).write_volatile(entry) }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: exactly the region mmap returned.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+struct Sink<'a> {
+    mem: &'a Mapped,
+    vals: &'a MapHandle,
+}
+
+impl DirSink<Val> for Sink<'_> {
+    fn set_val(&mut self, slot: u16, v: &Val) -> bool {
+        match self.vals.update(&u32::from(slot).to_ne_bytes(), v, MapFlags::ANY) {
+            Ok(()) => true,
+            Err(e) => {
+                log::warn!("fp_fib4_vals slot {slot}: {e}; its routes' blocks use the trie");
+                false
+            }
+        }
+    }
+
+    fn set_block(&mut self, block: u32, entry: u16) {
+        self.mem.store(block, entry);
+    }
+}
+
+/// The index and where it is written.
+pub(super) struct Fib4Dir {
+    index: Dir24<Val>,
+    mem: Mapped,
+    vals: MapHandle,
+}
+
+/// How full the index is, for status.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DirUsage {
+    /// Distinct route values holding a slot, of `vals_capacity`.
+    pub vals: usize,
+    pub vals_capacity: usize,
+    /// /24 blocks a route longer than /24 sends to the trie.
+    pub trie_blocks: usize,
+    /// Routes whose value found no slot (their blocks use the trie).
+    pub unslotted: usize,
+}
+
+impl Fib4Dir {
+    pub(super) fn new(dir: &MapHandle, vals: &MapHandle) -> std::io::Result<Fib4Dir> {
+        let vals = MapHandle::try_from(vals).map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok(Fib4Dir { index: Dir24::new(QUARANTINE), mem: Mapped::new(dir)?, vals })
+    }
+
+    /// After fp_fib4 took the route.
+    pub(super) fn upsert(&mut self, addr: Ipv4Addr, len: u8, v: &fp_route) {
+        let mut v_bytes = [0u8; size_of::<fp_route>()];
+        v_bytes.copy_from_slice(bytes(v));
+        let sink = &mut Sink { mem: &self.mem, vals: &self.vals };
+        self.index.upsert(u32::from(addr), len, v_bytes, Instant::now(), sink);
+    }
+
+    /// After fp_fib4 let the route go.
+    pub(super) fn delete(&mut self, addr: Ipv4Addr, len: u8) {
+        let sink = &mut Sink { mem: &self.mem, vals: &self.vals };
+        self.index.delete(u32::from(addr), len, Instant::now(), sink);
+    }
+
+    /// Takes over the index a dead daemon left (pinned maps) with the
+    /// routes its fp_fib4 holds: values keep their slots, so no block ever
+    /// points at another route's value, and every block is rewritten from
+    /// the routes at the end.
+    pub(super) fn adopt(&mut self, routes: impl Iterator<Item = (Ipv4Addr, u8, fp_route)>) {
+        let mut old = Vec::new();
+        for slot in 1..=dir24::MAX_VALS {
+            if let Ok(Some(b)) = self.vals.lookup(&u32::from(slot).to_ne_bytes(), MapFlags::ANY) {
+                if from_bytes::<fp_route>(&b).type_ != 0 {
+                    let mut v = [0u8; size_of::<fp_route>()];
+                    v.copy_from_slice(&b[..size_of::<fp_route>()]);
+                    old.push((slot, v));
+                }
+            }
+        }
+        self.index.adopt_slots(old);
+        for (a, l, v) in routes {
+            self.upsert(a, l, &v);
+        }
+        self.index.release_adopted(Instant::now());
+        let Fib4Dir { index, mem, vals } = self;
+        index.sweep(&mut Sink { mem, vals });
+    }
+
+    pub(super) fn usage(&self) -> DirUsage {
+        DirUsage {
+            vals: self.index.vals_used(),
+            vals_capacity: usize::from(dir24::MAX_VALS),
+            trie_blocks: self.index.trie_blocks(),
+            unslotted: self.index.unslotted(),
+        }
+    }
+}
