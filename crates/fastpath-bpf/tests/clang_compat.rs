@@ -148,6 +148,7 @@ fn configs() -> Vec<(&'static str, fp_config)> {
         ("flow cache", cache),
         ("stateful", fp_config { stateful: 1, ..cache }),
         ("afxdp", fp_config { afxdp: 1, ..cache }),
+        ("fib4 dir24", fp_config { fib4_dir: 1, ..cache }),
         ("nic rx hash", fp_config { nic_rx_hash: 1, nic_hash_is_skb_hash: 1, ..cache }),
     ]
 }

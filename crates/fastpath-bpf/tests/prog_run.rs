@@ -101,7 +101,18 @@ fn flags_mut(w: &mut World, ifindex: u32) -> &mut u16 {
 
 #[test]
 fn forward_ipv4() {
-    let Some((_lab, world)) = lab("forward_ipv4") else { return };
+    forward_ipv4_cases("forward_ipv4", false);
+}
+
+/// The same with the /24 index in front of the trie (`--fib4-index dir24`).
+#[test]
+fn forward_ipv4_dir24() {
+    forward_ipv4_cases("forward_ipv4_dir24", true);
+}
+
+fn forward_ipv4_cases(test: &str, dir24: bool) {
+    let Some((_lab, mut world)) = lab(test) else { return };
+    world.fib4_dir = dir24;
     let (a, b) = (world.a, world.b);
     let p = c4();
     let onlink = Ip4::new(v4("192.0.2.10"), v4("198.51.100.7"));
@@ -868,7 +879,19 @@ const IN_STATEFUL_RS: &[fp_reason] =
 
 #[test]
 fn punt_reasons() {
-    let Some((_lab, world)) = lab("punt_reasons") else { return };
+    punt_reason_cases("punt_reasons", false);
+}
+
+/// Every punt with the /24 index in front of the trie: no route, local,
+/// blackhole and the rest come out of the index as out of the trie.
+#[test]
+fn punt_reasons_dir24() {
+    punt_reason_cases("punt_reasons_dir24", true);
+}
+
+fn punt_reason_cases(test: &str, dir24: bool) {
+    let Some((_lab, mut world)) = lab(test) else { return };
+    world.fib4_dir = dir24;
     let cases = punt_cases(&world);
     let covered: BTreeSet<usize> = cases
         .iter()

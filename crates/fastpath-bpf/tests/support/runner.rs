@@ -79,9 +79,14 @@ impl Loaded {
         rodata.fp_cfg.flow_sets = FLOW_SETS;
         rodata.fp_cfg.stateful = u32::from(world.stateful);
         rodata.fp_cfg.flow_key_addrs = u32::from(world.flow_key_addrs);
+        rodata.fp_cfg.fib4_dir = u32::from(world.fib4_dir);
         let flows = fastpath_bpf::flow_cache_entries(FLOW_SETS).map_err(anyhow::Error::msg)?;
         open.maps.fp_flows.set_max_entries(flows).context("sizing fp_flows")?;
         open.maps.fp_ct_flows.set_max_entries(flows).context("sizing fp_ct_flows")?;
+        // As the daemon sizes them: a reset zeroes every array, 32 MiB for the index.
+        let (dir, vals) = if world.fib4_dir { (fastpath_bpf::intf::FP_DIR24_ELEMS, fastpath_bpf::intf::FP_DIR24_VALS) } else { (1, 1) };
+        open.maps.fp_fib4_dir.set_max_entries(dir).context("sizing fp_fib4_dir")?;
+        open.maps.fp_fib4_vals.set_max_entries(vals).context("sizing fp_fib4_vals")?;
         let skel = open.load().context("load xdp_fwd (verifier)")?;
         world.apply(&skel)?;
         Ok(Loaded { skel, full: world.stateful, _obj: obj })
@@ -98,6 +103,11 @@ impl Loaded {
             match map.map_type() {
                 // Frozen at load; the same for every case of one test (see `check`).
                 _ if name.ends_with(".rodata") => {}
+                // The 32 MiB /24 index: through its mapping, which a batch
+                // write of every element made most of a case's time.
+                MapType::Array if name == "fp_fib4_dir" && map.max_entries() > 1 => {
+                    super::world::with_dir24_mem(&self.skel, |m| m.fill(0))?;
+                }
                 // One batch per map: the flow-cache arrays have tens of
                 // thousands of slots, and a syscall per slot made the reset
                 // most of a table case's time.
@@ -244,10 +254,10 @@ thread_local! {
 
 /// Everything `Loaded::new` puts into .rodata: cases that agree on it can
 /// share one load.
-type LoadKey = (u32, u32, bool, bool);
+type LoadKey = (u32, u32, bool, bool, bool);
 
 fn load_key(w: &World) -> LoadKey {
-    (w.a, ingress_slot(w), w.stateful, w.flow_key_addrs)
+    (w.a, ingress_slot(w), w.stateful, w.flow_key_addrs, w.fib4_dir)
 }
 
 /// The instance keeps its slot even when the test unmanages it.

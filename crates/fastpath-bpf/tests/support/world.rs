@@ -122,6 +122,9 @@ pub struct World {
     pub stateful: bool,
     /// Load it with `--flow-key addresses` (fp_config.flow_key_addrs).
     pub flow_key_addrs: bool,
+    /// The /24 index in front of fp_fib4 (fp_config.fib4_dir), painted
+    /// from `fib4` by the daemon's own fastpath_core::dir24.
+    pub fib4_dir: bool,
     /// Conntrack entries of the test's namespace, each the arguments of one
     /// `conntrack -I` (the table is flushed first when there are any).
     pub conntrack: Vec<String>,
@@ -175,6 +178,7 @@ impl World {
             rt: fp_runtime { generation: 1, ..Default::default() },
             stateful: false,
             flow_key_addrs: false,
+            fib4_dir: false,
             conntrack: vec![],
         }
     }
@@ -223,6 +227,37 @@ impl World {
         self.groups.push((id, g));
     }
 
+    /// fp_fib4_dir and fp_fib4_vals for `fib4`, routes in their order (a
+    /// later one of the same prefix replaces the earlier, as in the trie).
+    fn paint_dir24(&self, skel: &XdpFwdSkel<'_>) -> Result<()> {
+        use fastpath_core::dir24::{Dir24, DirSink, BLOCKS};
+        struct Mem {
+            blocks: Vec<u16>,
+            vals: Vec<(u16, fp_route)>,
+        }
+        impl DirSink<[u8; size_of::<fp_route>()]> for Mem {
+            fn set_val(&mut self, slot: u16, v: &[u8; size_of::<fp_route>()]) -> bool {
+                self.vals.push((slot, from_raw(v)));
+                true
+            }
+            fn set_block(&mut self, block: u32, entry: u16) {
+                self.blocks[block as usize] = entry;
+            }
+        }
+        let mut mem = Mem { blocks: vec![FP_DIR24_TRIE as u16; BLOCKS], vals: Vec::new() };
+        let mut dir = Dir24::new(std::time::Duration::ZERO);
+        let now = std::time::Instant::now();
+        for (k, v) in &self.fib4 {
+            let addr = u32::from_be_bytes(k.addr.to_ne_bytes());
+            dir.upsert(addr, k.prefixlen as u8, raw(v).try_into().expect("an fp_route"), now, &mut mem);
+        }
+        let m = &skel.maps;
+        for (slot, v) in &mem.vals {
+            m.fp_fib4_vals.update(&u32::from(*slot).to_ne_bytes(), raw(v), MapFlags::ANY).context("fp_fib4_vals")?;
+        }
+        with_dir24_mem(skel, |d| d.copy_from_slice(&mem.blocks))
+    }
+
     pub fn apply(&self, skel: &XdpFwdSkel<'_>) -> Result<()> {
         let m = &skel.maps;
         for (k, v) in &self.ifaces {
@@ -231,6 +266,9 @@ impl World {
         }
         for (k, v) in &self.fib4 {
             m.fp_fib4.update(raw(k), raw(v), MapFlags::ANY).context("fp_fib4")?;
+        }
+        if self.fib4_dir {
+            self.paint_dir24(skel)?;
         }
         for (k, v) in &self.fib6 {
             m.fp_fib6.update(raw(k), raw(v), MapFlags::ANY).context("fp_fib6")?;
@@ -285,4 +323,21 @@ impl World {
         m.bss.update(&0u32.to_ne_bytes(), raw(&self.rt), MapFlags::ANY).context(".bss (fp_rt)")?;
         Ok(())
     }
+}
+
+/// `f` on fp_fib4_dir's entries, mapped as the daemon maps them.
+pub fn with_dir24_mem(skel: &XdpFwdSkel<'_>, f: impl FnOnce(&mut [u16])) -> Result<()> {
+    use std::os::fd::{AsFd, AsRawFd};
+    let n = fastpath_core::dir24::BLOCKS;
+    let len = n * size_of::<u16>();
+    // SAFETY: maps exactly the array map's size, shared; unmapped below.
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, skel.maps.fp_fib4_dir.as_fd().as_raw_fd(), 0)
+    };
+    anyhow::ensure!(p != libc::MAP_FAILED, "mapping fp_fib4_dir: {}", std::io::Error::last_os_error());
+    // SAFETY: the mapping is ours alone until unmapped; the program only reads it.
+    f(unsafe { std::slice::from_raw_parts_mut(p.cast::<u16>(), n) });
+    // SAFETY: exactly what mmap returned.
+    unsafe { libc::munmap(p, len) };
+    Ok(())
 }
