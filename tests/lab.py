@@ -572,6 +572,11 @@ class Daemon:
         self.datapath = datapath or os.environ.get("FASTPATH_DATAPATH", "xdp")
         if self.datapath != "xdp" and "--datapath" not in self.extra:
             self.extra += ["--datapath", self.datapath]
+        # The IPv4 lookup (`--fib4-index`) for a whole run, e.g.
+        # FASTPATH_FIB4_INDEX=dir24 to run every test through the /24 index.
+        fib4_index = os.environ.get("FASTPATH_FIB4_INDEX")
+        if fib4_index and "--fib4-index" not in self.extra:
+            self.extra += ["--fib4-index", fib4_index]
         self.proc: subprocess.Popen | None = None
 
     def cli(self, *args: str, check: bool = True, timeout: float = 10) -> subprocess.CompletedProcess:
