@@ -280,6 +280,21 @@ mod tests {
         assert_eq!(l.args.fib4_entries, 100);
     }
 
+    /// `auto` takes the /24 index from a full-table capacity on; the
+    /// explicit choices win either way; a bad value names the choices.
+    #[test]
+    fn fib4_index_follows_the_capacity_unless_chosen() {
+        let big = crate::FIB4_DIR24_AUTO.to_string();
+        let small = (crate::FIB4_DIR24_AUTO - 1).to_string();
+        assert!(!merge(&[], &[]).expect("valid").args.fib4_dir());
+        assert!(load_str("", &["--fib4-entries", &big]).expect("valid").args.fib4_dir());
+        assert!(!load_str("", &["--fib4-entries", &small]).expect("valid").args.fib4_dir());
+        assert!(!load_str("fib4-index = \"trie\"\n", &["--fib4-entries", &big]).expect("valid").args.fib4_dir());
+        assert!(load_str("fib4-index = \"dir24\"\n", &[]).expect("valid").args.fib4_dir());
+        let e = err("fib4-index = \"hash\"\n");
+        assert!(e.contains("auto") && e.contains("dir24"), "{e}");
+    }
+
     #[test]
     fn unknown_key_names_file_line_and_key() {
         let e = err("flow-timeout = 3\n\nno-such-option = 1\n");

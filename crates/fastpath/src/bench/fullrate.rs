@@ -81,6 +81,10 @@ pub struct FullrateArgs {
     /// Directory for fullrate.json.
     #[arg(long, default_value = "bench/out")]
     pub out: PathBuf,
+    /// The daemons' IPv4 lookup (`fastpath run --fib4-index`); `auto` takes
+    /// dir24 at this bench's capacities. Run once with `trie` to compare.
+    #[arg(long, value_enum, default_value_t = crate::Fib4Index::Auto)]
+    pub fib4_index: crate::Fib4Index,
 }
 
 fn mask(len: u8) -> u32 {
@@ -290,6 +294,8 @@ pub fn run(a: &FullrateArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         (spec.v4 + spec.v4 / 10 + 1024).to_string(),
         "--fib6-entries".into(),
         (spec.v6 + spec.v6 / 10 + 1024).to_string(),
+        "--fib4-index".into(),
+        clap::ValueEnum::to_possible_value(&a.fib4_index).expect("no skipped values").get_name().into(),
     ];
     let timeout = Duration::from_secs(a.timeout);
     let mut rows = Vec::new();
