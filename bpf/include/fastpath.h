@@ -196,6 +196,13 @@ struct fp_config {
 #define FP_DIR24_PER_ELEM  32
 #define FP_DIR24_ELEMS     ((1U << 24) / FP_DIR24_PER_ELEM)
 #define FP_DIR24_VALS      0xFFFF   /* fp_fib4_vals entries; slot 0 unused */
+/*
+ * fp_fib4_dir16, the first level: one entry per /16, the value all its
+ * blocks agree on, else FP_DIR16_DESCEND (read the block). 128 KiB, so with
+ * a small table it stays in cache where the blocks' 32 MiB would not.
+ */
+#define FP_DIR16_DESCEND   0
+#define FP_DIR16_ELEMS     ((1U << 16) / FP_DIR24_PER_ELEM)
 
 struct fp_dir24_elem {
 	__u16 entry[FP_DIR24_PER_ELEM];

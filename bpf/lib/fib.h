@@ -16,10 +16,21 @@ static __always_inline struct fp_route *fp_fib4_lookup(__be32 addr)
 {
 	struct fp_lpm4_key key = { .prefixlen = 32, .addr = addr };
 	struct fp_dir24_elem *d;
-	__u32 block, i, e;
+	__u32 host, top, block, i, e;
 
 	if (fp_cfg.fib4_dir) {
-		block = bpf_ntohl(addr) >> 8;
+		host = bpf_ntohl(addr);
+		top = host >> 16;
+		i = top / FP_DIR24_PER_ELEM;
+		d = bpf_map_lookup_elem(&fp_fib4_dir16, &i);
+		if (d) {
+			e = d->entry[top & (FP_DIR24_PER_ELEM - 1)];
+			if (e == FP_DIR24_NONE)
+				return NULL;
+			if (e != FP_DIR16_DESCEND)
+				return bpf_map_lookup_elem(&fp_fib4_vals, &e);
+		}
+		block = host >> 8;
 		i = block / FP_DIR24_PER_ELEM;
 		d = bpf_map_lookup_elem(&fp_fib4_dir, &i);
 		if (d) {

@@ -47,6 +47,14 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FP_DIR16_ELEMS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct fp_dir24_elem);
+} fp_fib4_dir16 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, FP_DIR24_VALS);
 	__type(key, __u32);
 	__type(value, struct fp_route);

@@ -118,6 +118,7 @@ fn forward_ipv4_cases(test: &str, dir24: bool) {
     let onlink = Ip4::new(v4("192.0.2.10"), v4("198.51.100.7"));
     let short = with4(|p| p.payload = udp(0));
     let via6 = Ip4::new(v4("192.0.2.10"), v4("203.0.113.200"));
+    let bench_net = Ip4::new(v4("192.0.2.10"), v4("198.19.77.1"));
     let ttl2 = with4(|p| p.ttl = 2);
     let no_df = with4(|p| p.frag = 0);
     let tos = with4(|p| p.tos = 0xb8);
@@ -131,6 +132,12 @@ fn forward_ipv4_cases(test: &str, dir24: bool) {
             out4(&p, MAC_GW4),
         ),
         Case::forward("on-link destination", same, f4(&onlink), out4(&onlink, MAC_HOST_B)),
+        Case::forward(
+            "by a /15 (with the /24 index: its /16s' first-level entries)",
+            |w| w.set_route4(lpm4("198.18.0.0", 15), route(fp_route_type::FP_RT_FORWARD, NH_GW4)),
+            f4(&bench_net),
+            out4(&bench_net, MAC_GW4),
+        ),
         Case::forward("ethernet padding trimmed to tot_len", same, pad_to(f4(&short), 60, 0), out4(&short, MAC_GW4)),
         Case::forward("non-zero padding trimmed too", same, pad_to(f4(&short), 60, 0xAA), out4(&short, MAC_GW4)),
         Case::forward(

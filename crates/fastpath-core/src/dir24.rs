@@ -11,6 +11,11 @@
 //! table of distinct route values (a full table has few: one per next hop
 //! or group, and the special types).
 //!
+//! A first level of one entry per /16 holds the value all 256 of its
+//! blocks agree on, if they do (`DESCEND` otherwise): with a small table,
+//! destinations spread over many /24s read that 128 KiB level, which stays
+//! in cache, instead of a line of the 32 MiB one each.
+//!
 //! `Dir24` keeps the index in step with the trie, route by route, as rte_lpm
 //! does: each block remembers the length of the route that painted it, so an
 //! added route repaints only the blocks no longer route already owns, and a
@@ -30,6 +35,9 @@ pub const NONE: u16 = 0xFFFF;
 /// Value slots 1..=MAX_VALS.
 pub const MAX_VALS: u16 = 0xFFFE;
 pub const BLOCKS: usize = 1 << 24;
+/// First-level entry: the /16's blocks disagree (or it was never written): read the block.
+pub const DESCEND: u16 = 0;
+pub const TOPS: usize = 1 << 16;
 
 /// Where the index lives (the BPF maps, or a vector in tests).
 pub trait DirSink<V> {
@@ -37,6 +45,8 @@ pub trait DirSink<V> {
     /// value could not be stored (the route's blocks then use the trie).
     fn set_val(&mut self, slot: u16, v: &V) -> bool;
     fn set_block(&mut self, block: u32, entry: u16);
+    /// The first-level entry of the /16 `top`.
+    fn set_top(&mut self, top: u32, entry: u16);
 }
 
 struct Val {
@@ -56,6 +66,8 @@ pub struct Dir24<V> {
     depth: Vec<u8>,
     /// What each block was last set to (`sweep` rewrites them all).
     written: Vec<u16>,
+    /// What each /16's first-level entry was last set to.
+    top: Vec<u16>,
     /// Routes of /24 or shorter by (masked address, length).
     short: HashMap<(u32, u8), Short<V>>,
     /// Routes longer than /24: the set, and how many lie in each block.
@@ -94,6 +106,7 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
         Dir24 {
             depth: vec![0; BLOCKS],
             written: vec![TRIE; BLOCKS],
+            top: vec![DESCEND; TOPS],
             short: HashMap::new(),
             long: HashMap::new(),
             long_in: HashMap::new(),
@@ -144,6 +157,25 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
         }
     }
 
+    /// The first-level entry of the /16 `top`, as last written.
+    pub fn top_entry(&self, top: u32) -> u16 {
+        self.top[top as usize]
+    }
+
+    /// Brings the first-level entries of the /16s holding blocks `first..=last`
+    /// in line with their blocks (`force`: write them even if unchanged).
+    fn refresh(&mut self, first: u32, last: u32, force: bool, sink: &mut impl DirSink<V>) {
+        for t in (first >> 8)..=(last >> 8) {
+            let bs = &self.written[(t as usize) << 8..((t as usize) + 1) << 8];
+            let e0 = bs[0];
+            let e = if e0 != TRIE && bs.iter().all(|&e| e == e0) { e0 } else { DESCEND };
+            if force || self.top[t as usize] != e {
+                self.top[t as usize] = e;
+                sink.set_top(t, e);
+            }
+        }
+    }
+
     fn set(&mut self, block: u32, entry: u16, sink: &mut impl DirSink<V>) {
         self.written[block as usize] = entry;
         sink.set_block(block, entry);
@@ -153,26 +185,41 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
     /// an index another process wrote (`adopt_slots`), whatever it left
     /// half done. Blocks no route covers become NONE.
     pub fn sweep(&mut self, sink: &mut impl DirSink<V>) {
-        // Neighbouring blocks mostly share their painter: one lookup per run.
+        // One pass, blocks and first level together; neighbouring blocks
+        // mostly share their painter: one lookup per run.
+        let mut long: Vec<u32> = self.long_in.keys().copied().collect();
+        long.sort_unstable();
+        let mut long = long.into_iter().peekable();
         let mut last: Option<((u32, u8), u16)> = None;
-        for b in 0..BLOCKS as u32 {
-            let d = self.depth[b as usize];
-            let e = if self.long_in.contains_key(&b) {
-                TRIE
-            } else if d == 0 {
-                NONE
-            } else {
-                let key = (mask(b << 8, d - 1), d - 1);
-                match last {
-                    Some((k, e)) if k == key => e,
-                    _ => {
-                        let e = self.painted(b);
-                        last = Some((key, e));
-                        e
+        for t in 0..TOPS as u32 {
+            let mut agree = None;
+            let mut uniform = true;
+            for b in (t << 8)..((t + 1) << 8) {
+                let d = self.depth[b as usize];
+                let e = if long.next_if_eq(&b).is_some() {
+                    TRIE
+                } else if d == 0 {
+                    NONE
+                } else {
+                    let key = (mask(b << 8, d - 1), d - 1);
+                    match last {
+                        Some((k, e)) if k == key => e,
+                        _ => {
+                            let e = self.painted(b);
+                            last = Some((key, e));
+                            e
+                        }
                     }
-                }
+                };
+                self.set(b, e, sink);
+                uniform &= *agree.get_or_insert(e) == e;
+            }
+            let e = match agree {
+                Some(e) if uniform && e != TRIE => e,
+                _ => DESCEND,
             };
-            self.set(b, e, sink);
+            self.top[t as usize] = e;
+            sink.set_top(t, e);
         }
     }
 
@@ -237,8 +284,11 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
 
     /// Paints the blocks of `addr/len` whose painter is `len` or shorter
     /// (`owned_only`: exactly `len`, i.e. this route's own) with `len`/`slot`.
+    /// Then the first level follows, before any slot is released.
     fn paint(&mut self, addr: u32, len: u8, depth: u8, entry: u16, owned_only: bool, sink: &mut impl DirSink<V>) {
-        for b in blocks(addr, len) {
+        let range = blocks(addr, len);
+        let (first, last) = (range.start, range.end - 1);
+        for b in range {
             let d = self.depth[b as usize];
             let mine = if owned_only { d == len + 1 } else { d <= len + 1 };
             if !mine {
@@ -249,6 +299,7 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
                 self.set(b, entry, sink);
             }
         }
+        self.refresh(first, last, false, sink);
     }
 
     /// Adds or replaces the route `addr/len` (host order) with value `v`.
@@ -262,6 +313,7 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
                 *n += 1;
                 if *n == 1 {
                     self.set(key.0 >> 8, TRIE, sink);
+                    self.refresh(key.0 >> 8, key.0 >> 8, false, sink);
                 }
             }
             return;
@@ -301,6 +353,7 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
                     self.long_in.remove(&b);
                     let e = self.painted(b);
                     self.set(b, e, sink);
+                    self.refresh(b, b, false, sink);
                 }
             }
             return;
@@ -333,6 +386,7 @@ mod tests {
     /// The index as the data path sees it.
     struct Mem {
         blocks: Vec<u16>,
+        top: Vec<u16>,
         vals: HashMap<u16, u32>,
     }
 
@@ -344,14 +398,22 @@ mod tests {
         fn set_block(&mut self, block: u32, entry: u16) {
             self.blocks[block as usize] = entry;
         }
+        fn set_top(&mut self, top: u32, entry: u16) {
+            self.top[top as usize] = entry;
+        }
     }
 
     fn mem() -> Mem {
-        Mem { blocks: vec![TRIE; BLOCKS], vals: HashMap::new() }
+        Mem { blocks: vec![TRIE; BLOCKS], top: vec![DESCEND; TOPS], vals: HashMap::new() }
     }
 
     /// The data path's lookup: the index, else a plain longest match.
     fn lookup(m: &Mem, routes: &HashMap<(u32, u8), u32>, addr: u32) -> Option<u32> {
+        match m.top[(addr >> 16) as usize] {
+            DESCEND => {}
+            NONE => return None,
+            slot => return Some(*m.vals.get(&slot).expect("a first-level slot has its value")),
+        }
         match m.blocks[(addr >> 8) as usize] {
             NONE => None,
             TRIE => lpm(routes, addr),
@@ -413,6 +475,7 @@ mod tests {
         let slots: Vec<(u16, u32)> = m.vals.iter().map(|(s, v)| (*s, *v)).collect();
         // The old process died with 12.0.0.0/8 half painted, and 11/8 went while it was down.
         m.blocks[0x0c_0000] = s11;
+        m.top[0x0c00] = s11;
         let mut new = Dir24::new(Duration::from_secs(1));
         new.adopt_slots(slots);
         new.upsert(0x0a00_0000, 8, 10, t0, &mut m);
@@ -423,9 +486,30 @@ mod tests {
         let s13 = m.blocks[0x0d_0000];
         assert!(s13 != s10 && s13 != s11, "a new value takes no adopted slot");
         assert_eq!((m.blocks[0x0b_0000], m.blocks[0x0c_0000]), (NONE, NONE), "the sweep clears what is gone");
+        assert_eq!((m.top[0x0b00], m.top[0x0c00], m.top[0x0a00]), (NONE, NONE, s10), "the first level too");
         assert_eq!(m.vals[&s11], 11, "the unclaimed slot rests with its old value");
         new.upsert(0x0e00_0000, 8, 14, t0 + Duration::from_secs(1), &mut m);
         assert_eq!(m.blocks[0x0e_0000], s11, "and is reused after the rest");
+    }
+
+    /// A /16 whose blocks agree is answered by its first-level entry; a
+    /// longer route or a differing /24 inside sends it down again.
+    #[test]
+    fn first_level_holds_agreeing_16s() {
+        let (mut d, mut m, t0) = (Dir24::new(Duration::ZERO), mem(), Instant::now());
+        d.upsert(0, 0, 1, t0, &mut m);
+        let s1 = m.blocks[0];
+        assert!(m.top.iter().all(|&t| t == s1), "one default route: every /16 agrees");
+        d.upsert(0xC633_6400, 24, 2, t0, &mut m);
+        assert_eq!((m.top[0xC633], m.top[0xC634]), (DESCEND, s1));
+        d.delete(0xC633_6400, 24, t0, &mut m);
+        assert_eq!(m.top[0xC633], s1);
+        d.upsert(0xC633_6480, 25, 3, t0, &mut m);
+        assert_eq!(m.top[0xC633], DESCEND, "a block sent to the trie");
+        d.delete(0xC633_6480, 25, t0, &mut m);
+        assert_eq!(m.top[0xC633], s1);
+        d.delete(0, 0, t0, &mut m);
+        assert!(m.top.iter().all(|&t| t == NONE));
     }
 
     /// A route that got no slot held no reference to its value: replacing
@@ -495,6 +579,11 @@ mod tests {
             for a in addrs {
                 prop_assert_eq!(lookup(&m, &routes, a), lpm(&routes, a), "address {:#x}", a);
                 prop_assert_eq!(d.entry(a >> 8), m.blocks[(a >> 8) as usize]);
+                let t = (a >> 16) as usize;
+                prop_assert_eq!(d.top_entry(a >> 16), m.top[t]);
+                let bs = &m.blocks[t << 8..(t + 1) << 8];
+                prop_assert!(m.top[t] == DESCEND || bs.iter().all(|&b| b == m.top[t]),
+                             "the /16 {:#x} says {} but its blocks disagree", t, m.top[t]);
             }
             for &(a, l) in routes.keys() {
                 d.delete(a, l, t0, &mut m);

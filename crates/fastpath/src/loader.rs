@@ -209,6 +209,7 @@ fn size_maps(open: &mut fastpath_bpf::skel::xdp_fwd::OpenXdpFwdSkel<'_>, caps: &
         (&mut open.maps.fp_ct_icmp, opts.ct_icmp_keys, "fp_ct_icmp"),
         // 32 MiB and 1 MiB: one entry each unless asked for.
         (&mut open.maps.fp_fib4_dir, if opts.fib4_dir { intf::FP_DIR24_ELEMS } else { 1 }, "fp_fib4_dir"),
+        (&mut open.maps.fp_fib4_dir16, if opts.fib4_dir { intf::FP_DIR16_ELEMS } else { 1 }, "fp_fib4_dir16"),
         (&mut open.maps.fp_fib4_vals, if opts.fib4_dir { intf::FP_DIR24_VALS } else { 1 }, "fp_fib4_vals"),
     ];
     for (map, n, name) in sizes {

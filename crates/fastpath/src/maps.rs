@@ -58,6 +58,7 @@ pub struct Maps {
     ifaces: MapHandle,
     fib4: MapHandle,
     fib4_dir: MapHandle,
+    fib4_dir16: MapHandle,
     fib4_vals: MapHandle,
     fib6: MapHandle,
     nexthops: MapHandle,
@@ -141,6 +142,7 @@ impl Maps {
             ifaces: handle("fp_ifaces", &m.fp_ifaces)?,
             fib4: handle("fp_fib4", &m.fp_fib4)?,
             fib4_dir: handle("fp_fib4_dir", &m.fp_fib4_dir)?,
+            fib4_dir16: handle("fp_fib4_dir16", &m.fp_fib4_dir16)?,
             fib4_vals: handle("fp_fib4_vals", &m.fp_fib4_vals)?,
             fib6: handle("fp_fib6", &m.fp_fib6)?,
             nexthops: handle("fp_nexthops", &m.fp_nexthops)?,
@@ -163,6 +165,7 @@ impl Maps {
             ifaces: dup("fp_ifaces", &self.ifaces)?,
             fib4: dup("fp_fib4", &self.fib4)?,
             fib4_dir: dup("fp_fib4_dir", &self.fib4_dir)?,
+            fib4_dir16: dup("fp_fib4_dir16", &self.fib4_dir16)?,
             fib4_vals: dup("fp_fib4_vals", &self.fib4_vals)?,
             fib6: dup("fp_fib6", &self.fib6)?,
             nexthops: dup("fp_nexthops", &self.nexthops)?,
@@ -476,7 +479,7 @@ impl MapWriter {
     pub fn enable_fib4_dir(&mut self) -> anyhow::Result<()> {
         use anyhow::Context;
         self.dir = Some(
-            dir24::Fib4Dir::new(&self.maps.fib4_dir, &self.maps.fib4_vals).context("mapping the /24 index fp_fib4_dir")?,
+            dir24::Fib4Dir::new(&self.maps.fib4_dir, &self.maps.fib4_dir16, &self.maps.fib4_vals).context("mapping the /24 index fp_fib4_dir")?,
         );
         Ok(())
     }

@@ -22,11 +22,12 @@ const QUARANTINE: Duration = Duration::from_secs(1);
 
 const _: () = assert!(dir24::TRIE as u32 == intf::FP_DIR24_TRIE && dir24::NONE as u32 == intf::FP_DIR24_NONE);
 const _: () = assert!(dir24::MAX_VALS as u32 == intf::FP_DIR24_VALS - 1 && dir24::BLOCKS as u32 == intf::FP_DIR24_ELEMS * intf::FP_DIR24_PER_ELEM);
+const _: () = assert!(dir24::DESCEND as u32 == intf::FP_DIR16_DESCEND && dir24::TOPS as u32 == intf::FP_DIR16_ELEMS * intf::FP_DIR24_PER_ELEM);
 const _: () = assert!(size_of::<fp_dir24_elem>() % 8 == 0, "array elements are 8-byte steps: the mapping is one flat u16 array");
 
 type Val = [u8; size_of::<fp_route>()];
 
-/// fp_fib4_dir mapped read-write into this process.
+/// fp_fib4_dir (or fp_fib4_dir16) mapped read-write into this process.
 struct Mapped {
     base: NonNull<u16>,
     len: usize,
@@ -36,8 +37,9 @@ struct Mapped {
 unsafe impl Send for Mapped {}
 
 impl Mapped {
-    fn new(map: &MapHandle) -> std::io::Result<Mapped> {
-        let len = dir24::BLOCKS * size_of::<u16>();
+    /// `entries` u16 entries: the whole array map.
+    fn new(map: &MapHandle, entries: usize) -> std::io::Result<Mapped> {
+        let len = entries * size_of::<u16>();
         // SAFETY: maps the whole array map (its size exactly) shared; the
         // pointer is checked before use and unmapped on drop.
         let p = unsafe {
@@ -57,7 +59,7 @@ impl Mapped {
     }
 
     fn store(&self, block: u32, entry: u16) {
-        assert!((block as usize) < dir24::BLOCKS);
+        assert!((block as usize) < self.len / size_of::<u16>());
         // SAFETY: in bounds (asserted) of a live mapping; volatile so every
         // store happens, as the data path reads the memory concurrently.
         unsafe { self.base.as_ptr().add(block as usize).write_volatile(entry) }
@@ -73,6 +75,7 @@ impl Drop for Mapped {
 
 struct Sink<'a> {
     mem: &'a Mapped,
+    top: &'a Mapped,
     vals: &'a MapHandle,
 }
 
@@ -90,13 +93,22 @@ impl DirSink<Val> for Sink<'_> {
     fn set_block(&mut self, block: u32, entry: u16) {
         self.mem.store(block, entry);
     }
+
+    fn set_top(&mut self, top: u32, entry: u16) {
+        self.top.store(top, entry);
+    }
 }
 
 /// The index and where it is written.
 pub(super) struct Fib4Dir {
     index: Dir24<Val>,
     mem: Mapped,
+    top: Mapped,
     vals: MapHandle,
+    /// Nothing written yet: the first route write sweeps first, so blocks
+    /// no route covers say NONE rather than send their lookups to the trie.
+    /// (`adopt` sweeps instead: a pinned index is live until then.)
+    fresh: bool,
 }
 
 /// How full the index is, for status.
@@ -112,22 +124,37 @@ pub struct DirUsage {
 }
 
 impl Fib4Dir {
-    pub(super) fn new(dir: &MapHandle, vals: &MapHandle) -> std::io::Result<Fib4Dir> {
+    pub(super) fn new(dir: &MapHandle, dir16: &MapHandle, vals: &MapHandle) -> std::io::Result<Fib4Dir> {
         let vals = MapHandle::try_from(vals).map_err(|e| std::io::Error::other(e.to_string()))?;
-        Ok(Fib4Dir { index: Dir24::new(QUARANTINE), mem: Mapped::new(dir)?, vals })
+        Ok(Fib4Dir {
+            index: Dir24::new(QUARANTINE),
+            mem: Mapped::new(dir, dir24::BLOCKS)?,
+            top: Mapped::new(dir16, dir24::TOPS)?,
+            vals,
+            fresh: true,
+        })
+    }
+
+    fn sweep_if_fresh(&mut self) {
+        if std::mem::take(&mut self.fresh) {
+            let Fib4Dir { index, mem, top, vals, .. } = self;
+            index.sweep(&mut Sink { mem, top, vals });
+        }
     }
 
     /// After fp_fib4 took the route.
     pub(super) fn upsert(&mut self, addr: Ipv4Addr, len: u8, v: &fp_route) {
+        self.sweep_if_fresh();
         let mut v_bytes = [0u8; size_of::<fp_route>()];
         v_bytes.copy_from_slice(bytes(v));
-        let sink = &mut Sink { mem: &self.mem, vals: &self.vals };
+        let sink = &mut Sink { mem: &self.mem, top: &self.top, vals: &self.vals };
         self.index.upsert(u32::from(addr), len, v_bytes, Instant::now(), sink);
     }
 
     /// After fp_fib4 let the route go.
     pub(super) fn delete(&mut self, addr: Ipv4Addr, len: u8) {
-        let sink = &mut Sink { mem: &self.mem, vals: &self.vals };
+        self.sweep_if_fresh();
+        let sink = &mut Sink { mem: &self.mem, top: &self.top, vals: &self.vals };
         self.index.delete(u32::from(addr), len, Instant::now(), sink);
     }
 
@@ -147,12 +174,13 @@ impl Fib4Dir {
             }
         }
         self.index.adopt_slots(old);
+        self.fresh = false;
         for (a, l, v) in routes {
             self.upsert(a, l, &v);
         }
         self.index.release_adopted(Instant::now());
-        let Fib4Dir { index, mem, vals } = self;
-        index.sweep(&mut Sink { mem, vals });
+        let Fib4Dir { index, mem, top, vals, .. } = self;
+        index.sweep(&mut Sink { mem, top, vals });
     }
 
     pub(super) fn usage(&self) -> DirUsage {
