@@ -80,6 +80,9 @@ pub struct Dir24<V> {
     quarantine: Duration,
     /// Short routes that got no slot (their blocks go to the trie).
     unslotted: usize,
+    /// Adopted slots holding a value another adopted slot holds too (a
+    /// value freed and taken again while its old slot rested).
+    adopted_twice: Vec<u16>,
 }
 
 fn mask(addr: u32, len: u8) -> u32 {
@@ -116,6 +119,7 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
             max_vals: max_vals.min(MAX_VALS),
             quarantine,
             unslotted: 0,
+            adopted_twice: Vec::new(),
         }
     }
 
@@ -234,7 +238,12 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
                 continue;
             }
             self.next = self.next.max(u32::from(slot) + 1);
-            self.vals.entry(v).or_insert(Val { slot, refs: 0 });
+            match self.vals.entry(v) {
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(Val { slot, refs: 0 });
+                }
+                std::collections::hash_map::Entry::Occupied(_) => self.adopted_twice.push(slot),
+            }
         }
     }
 
@@ -244,6 +253,9 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
         for v in idle {
             let e = self.vals.remove(&v).expect("listed just now");
             self.free.push_back((now, e.slot));
+        }
+        for slot in std::mem::take(&mut self.adopted_twice) {
+            self.free.push_back((now, slot));
         }
     }
 
@@ -472,7 +484,10 @@ mod tests {
         old.upsert(0x0a00_0000, 8, 10, t0, &mut m);
         old.upsert(0x0b00_0000, 8, 11, t0, &mut m);
         let (s10, s11) = (m.blocks[0x0a_0000], m.blocks[0x0b_0000]);
-        let slots: Vec<(u16, u32)> = m.vals.iter().map(|(s, v)| (*s, *v)).collect();
+        let mut slots: Vec<(u16, u32)> = m.vals.iter().map(|(s, v)| (*s, *v)).collect();
+        slots.sort();
+        // 10's value was freed and taken again while slot 99 rested with it.
+        slots.push((99, 10));
         // The old process died with 12.0.0.0/8 half painted, and 11/8 went while it was down.
         m.blocks[0x0c_0000] = s11;
         m.top[0x0c00] = s11;
@@ -490,6 +505,8 @@ mod tests {
         assert_eq!(m.vals[&s11], 11, "the unclaimed slot rests with its old value");
         new.upsert(0x0e00_0000, 8, 14, t0 + Duration::from_secs(1), &mut m);
         assert_eq!(m.blocks[0x0e_0000], s11, "and is reused after the rest");
+        new.upsert(0x0f00_0000, 8, 15, t0 + Duration::from_secs(1), &mut m);
+        assert_eq!(m.blocks[0x0f_0000], 99, "as is a second slot of one value");
     }
 
     /// A /16 whose blocks agree is answered by its first-level entry; a

@@ -77,6 +77,9 @@ struct Sink<'a> {
     mem: &'a Mapped,
     top: &'a Mapped,
     vals: &'a MapHandle,
+    /// Values only, no entries (an adoption computes the whole index
+    /// before its sweep writes any entry).
+    quiet: bool,
 }
 
 impl DirSink<Val> for Sink<'_> {
@@ -91,11 +94,15 @@ impl DirSink<Val> for Sink<'_> {
     }
 
     fn set_block(&mut self, block: u32, entry: u16) {
-        self.mem.store(block, entry);
+        if !self.quiet {
+            self.mem.store(block, entry);
+        }
     }
 
     fn set_top(&mut self, top: u32, entry: u16) {
-        self.top.store(top, entry);
+        if !self.quiet {
+            self.top.store(top, entry);
+        }
     }
 }
 
@@ -138,7 +145,7 @@ impl Fib4Dir {
     fn sweep_if_fresh(&mut self) {
         if std::mem::take(&mut self.fresh) {
             let Fib4Dir { index, mem, top, vals, .. } = self;
-            index.sweep(&mut Sink { mem, top, vals });
+            index.sweep(&mut Sink { mem, top, vals, quiet: false });
         }
     }
 
@@ -147,21 +154,24 @@ impl Fib4Dir {
         self.sweep_if_fresh();
         let mut v_bytes = [0u8; size_of::<fp_route>()];
         v_bytes.copy_from_slice(bytes(v));
-        let sink = &mut Sink { mem: &self.mem, top: &self.top, vals: &self.vals };
+        let sink = &mut Sink { mem: &self.mem, top: &self.top, vals: &self.vals, quiet: false };
         self.index.upsert(u32::from(addr), len, v_bytes, Instant::now(), sink);
     }
 
     /// After fp_fib4 let the route go.
     pub(super) fn delete(&mut self, addr: Ipv4Addr, len: u8) {
         self.sweep_if_fresh();
-        let sink = &mut Sink { mem: &self.mem, top: &self.top, vals: &self.vals };
+        let sink = &mut Sink { mem: &self.mem, top: &self.top, vals: &self.vals, quiet: false };
         self.index.delete(u32::from(addr), len, Instant::now(), sink);
     }
 
     /// Takes over the index a dead daemon left (pinned maps) with the
     /// routes its fp_fib4 holds: values keep their slots, so no block ever
-    /// points at another route's value, and every block is rewritten from
-    /// the routes at the end.
+    /// points at another route's value. The old programs forward by that
+    /// index meanwhile, so no entry is written until the whole index is
+    /// known (painted route by route, a /8 would take its /16s' blocks for
+    /// a moment); then the sweep moves each entry from its old answer to
+    /// its new one in one store.
     pub(super) fn adopt(&mut self, routes: impl Iterator<Item = (Ipv4Addr, u8, fp_route)>) {
         let mut old = Vec::new();
         for slot in 1..=dir24::MAX_VALS {
@@ -175,12 +185,20 @@ impl Fib4Dir {
         }
         self.index.adopt_slots(old);
         self.fresh = false;
-        for (a, l, v) in routes {
-            self.upsert(a, l, &v);
+        let now = Instant::now();
+        {
+            let Fib4Dir { index, mem, top, vals, .. } = self;
+            let sink = &mut Sink { mem, top, vals, quiet: true };
+            for (a, l, v) in routes {
+                let mut v_bytes = [0u8; size_of::<fp_route>()];
+                v_bytes.copy_from_slice(bytes(&v));
+                index.upsert(u32::from(a), l, v_bytes, now, sink);
+            }
         }
-        self.index.release_adopted(Instant::now());
         let Fib4Dir { index, mem, top, vals, .. } = self;
-        index.sweep(&mut Sink { mem, top, vals });
+        index.sweep(&mut Sink { mem, top, vals, quiet: false });
+        // Only now does no entry name an unclaimed slot: its rest starts.
+        self.index.release_adopted(Instant::now());
     }
 
     pub(super) fn usage(&self) -> DirUsage {
