@@ -23,7 +23,7 @@ const QUARANTINE: Duration = Duration::from_secs(1);
 const _: () = assert!(dir24::TRIE as u32 == intf::FP_DIR24_TRIE && dir24::NONE as u32 == intf::FP_DIR24_NONE);
 const _: () = assert!(dir24::MAX_VALS as u32 == intf::FP_DIR24_VALS - 1 && dir24::BLOCKS as u32 == intf::FP_DIR24_ELEMS * intf::FP_DIR24_PER_ELEM);
 const _: () = assert!(dir24::DESCEND as u32 == intf::FP_DIR16_DESCEND && dir24::TOPS as u32 == intf::FP_DIR16_ELEMS * intf::FP_DIR24_PER_ELEM);
-const _: () = assert!(size_of::<fp_dir24_elem>() % 8 == 0, "array elements are 8-byte steps: the mapping is one flat u16 array");
+const _: () = assert!(size_of::<fp_dir24_elem>().is_multiple_of(8), "array elements are 8-byte steps: the mapping is one flat u16 array");
 
 type Val = [u8; size_of::<fp_route>()];
 
