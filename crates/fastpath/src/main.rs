@@ -110,10 +110,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = intf::FP_DEFAULT_FIB4_ENTRIES)]
     pub fib4_entries: u32,
     /// How IPv4 destinations are looked up: `trie`, the BPF LPM trie alone;
-    /// `dir24`, a /24 index in front of it (32 MiB more, fixed; one array
-    /// read answers every destination whose /24 holds no longer route,
-    /// where a full table's trie walk costs a cache miss per level); `auto`
-    /// takes dir24 when --fib4-entries is FIB4_DIR24_AUTO (262144) or more.
+    /// `dir24`, a /24 index in front of it (33 MiB more, fixed: a first
+    /// level per /16 and an entry per /24; one or two array reads answer
+    /// every destination whose /24 holds no longer route, where a full
+    /// table's trie walk costs a cache miss per level); `auto` takes dir24
+    /// when --fib4-entries is 262144 or more.
     #[arg(long, value_enum, default_value_t = Fib4Index::Auto)]
     pub fib4_index: Fib4Index,
     /// Capacity of the IPv6 FIB.
