@@ -88,7 +88,9 @@ def test_dir24_forwards_by_longest_match_through_changes(lab_dir24):
         assert got == {"198.18.5.1": "s0", "198.18.5.200": "s0"}, got
         assert delta.get("forwarded", 0) == 2, delta
 
-        # The /25 goes: the block leaves the trie with the /15's value.
+        # The /25 goes: the block leaves the trie with the /15's value, and
+        # with the /15 replaced all of 198.18/16 agrees: its first-level
+        # entry answers.
         routes(lab, ("del", "198.18.5.128/25"), ("replace", "198.18.0.0/15", "via", s1))
         d.wait_converged()
         assert dir_status(d)["trie_blocks"] == trie_blocks - 1
