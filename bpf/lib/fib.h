@@ -9,37 +9,36 @@
 #include "maps.h"
 
 /*
- * With the /24 index on, most lookups end at its entry and a value line;
- * a full table's trie walk costs a cache miss per level.
+ * Entry @n of an index level (fp_fib4_dir16 by /16, fp_fib4_dir by /24).
+ * A missing element reads as "go on" (FP_DIR16_DESCEND, FP_DIR24_TRIE: 0).
+ */
+static __always_inline __u32 fp_dir_entry(void *level, __u32 n)
+{
+	__u32 i = n / FP_DIR24_PER_ELEM;
+	struct fp_dir24_elem *d = bpf_map_lookup_elem(level, &i);
+
+	return d ? d->entry[n & (FP_DIR24_PER_ELEM - 1)] : FP_DIR24_TRIE;
+}
+
+/*
+ * With the /24 index on, most lookups end at its first level or a block,
+ * and a value line; a full table's trie walk costs a cache miss per level.
  */
 static __always_inline struct fp_route *fp_fib4_lookup(__be32 addr)
 {
 	struct fp_lpm4_key key = { .prefixlen = 32, .addr = addr };
-	struct fp_dir24_elem *d;
-	__u32 host, top, block, i, e;
+	__u32 host, e;
 
+	_Static_assert(FP_DIR16_DESCEND == FP_DIR24_TRIE, "one \"go on\" value for both levels");
 	if (fp_cfg.fib4_dir) {
 		host = bpf_ntohl(addr);
-		top = host >> 16;
-		i = top / FP_DIR24_PER_ELEM;
-		d = bpf_map_lookup_elem(&fp_fib4_dir16, &i);
-		if (d) {
-			e = d->entry[top & (FP_DIR24_PER_ELEM - 1)];
-			if (e == FP_DIR24_NONE)
-				return NULL;
-			if (e != FP_DIR16_DESCEND)
-				return bpf_map_lookup_elem(&fp_fib4_vals, &e);
-		}
-		block = host >> 8;
-		i = block / FP_DIR24_PER_ELEM;
-		d = bpf_map_lookup_elem(&fp_fib4_dir, &i);
-		if (d) {
-			e = d->entry[block & (FP_DIR24_PER_ELEM - 1)];
-			if (e == FP_DIR24_NONE)
-				return NULL;
-			if (e != FP_DIR24_TRIE)
-				return bpf_map_lookup_elem(&fp_fib4_vals, &e);
-		}
+		e = fp_dir_entry(&fp_fib4_dir16, host >> 16);
+		if (e == FP_DIR16_DESCEND)
+			e = fp_dir_entry(&fp_fib4_dir, host >> 8);
+		if (e == FP_DIR24_NONE)
+			return NULL;
+		if (e != FP_DIR24_TRIE)
+			return bpf_map_lookup_elem(&fp_fib4_vals, &e);
 	}
 	return bpf_map_lookup_elem(&fp_fib4, &key);
 }

@@ -294,6 +294,15 @@ impl RunArgs {
     pub fn ct_marks(&self) -> ctwatch::CtMarks {
         ctwatch::CtMarks { orig: self.ct_mark, reply: self.ct_mark_reply }
     }
+
+    /// Whether IPv4 lookups go through the /24 index.
+    pub fn fib4_dir(&self) -> bool {
+        match self.fib4_index {
+            Fib4Index::Auto => self.fib4_entries >= FIB4_DIR24_AUTO,
+            Fib4Index::Trie => false,
+            Fib4Index::Dir24 => true,
+        }
+    }
 }
 
 fn parse_u32_mask(s: &str) -> Result<u32, String> {
@@ -318,17 +327,6 @@ pub enum Fib4Index {
 /// `--fib4-index auto` turns the /24 index on from this IPv4 FIB capacity:
 /// a table that size makes the trie deep, and its 32 MiB small beside it.
 pub const FIB4_DIR24_AUTO: u32 = 262_144;
-
-impl RunArgs {
-    /// Whether IPv4 lookups go through the /24 index.
-    pub fn fib4_dir(&self) -> bool {
-        match self.fib4_index {
-            Fib4Index::Auto => self.fib4_entries >= FIB4_DIR24_AUTO,
-            Fib4Index::Trie => false,
-            Fib4Index::Dir24 => true,
-        }
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum FlowKey {

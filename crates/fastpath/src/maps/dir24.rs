@@ -27,6 +27,11 @@ const _: () = assert!(size_of::<fp_dir24_elem>().is_multiple_of(8), "array eleme
 
 type Val = [u8; size_of::<fp_route>()];
 
+/// A route value as the index deduplicates it: its bytes.
+fn val(v: &fp_route) -> Val {
+    bytes(v).try_into().expect("an fp_route's bytes")
+}
+
 /// fp_fib4_dir (or fp_fib4_dir16) mapped read-write into this process.
 struct Mapped {
     base: NonNull<u16>,
@@ -152,10 +157,8 @@ impl Fib4Dir {
     /// After fp_fib4 took the route.
     pub(super) fn upsert(&mut self, addr: Ipv4Addr, len: u8, v: &fp_route) {
         self.sweep_if_fresh();
-        let mut v_bytes = [0u8; size_of::<fp_route>()];
-        v_bytes.copy_from_slice(bytes(v));
         let sink = &mut Sink { mem: &self.mem, top: &self.top, vals: &self.vals, quiet: false };
-        self.index.upsert(u32::from(addr), len, v_bytes, Instant::now(), sink);
+        self.index.upsert(u32::from(addr), len, val(v), Instant::now(), sink);
     }
 
     /// After fp_fib4 let the route go.
@@ -176,10 +179,9 @@ impl Fib4Dir {
         let mut old = Vec::new();
         for slot in 1..=dir24::MAX_VALS {
             if let Ok(Some(b)) = self.vals.lookup(&u32::from(slot).to_ne_bytes(), MapFlags::ANY) {
-                if from_bytes::<fp_route>(&b).type_ != 0 {
-                    let mut v = [0u8; size_of::<fp_route>()];
-                    v.copy_from_slice(&b[..size_of::<fp_route>()]);
-                    old.push((slot, v));
+                let v = from_bytes::<fp_route>(&b);
+                if v.type_ != 0 {
+                    old.push((slot, val(&v)));
                 }
             }
         }
@@ -190,9 +192,7 @@ impl Fib4Dir {
             let Fib4Dir { index, mem, top, vals, .. } = self;
             let sink = &mut Sink { mem, top, vals, quiet: true };
             for (a, l, v) in routes {
-                let mut v_bytes = [0u8; size_of::<fp_route>()];
-                v_bytes.copy_from_slice(bytes(&v));
-                index.upsert(u32::from(a), l, v_bytes, now, sink);
+                index.upsert(u32::from(a), l, val(&v), now, sink);
             }
         }
         let Fib4Dir { index, mem, top, vals, .. } = self;
