@@ -45,6 +45,10 @@ pub trait DirSink<V> {
     /// value could not be stored (the route's blocks then use the trie).
     fn set_val(&mut self, slot: u16, v: &V) -> bool;
     fn set_block(&mut self, block: u32, entry: u16);
+    /// What `block` holds now (TRIE where nothing was ever written): the
+    /// index itself is the record of what was written, so the daemon keeps
+    /// no 32 MiB copy of it.
+    fn block(&self, block: u32) -> u16;
     /// The first-level entry of the /16 `top`.
     fn set_top(&mut self, top: u32, entry: u16);
 }
@@ -54,22 +58,26 @@ struct Val {
     refs: u32,
 }
 
-/// A route of /24 or shorter: its value and slot (None: no slot was free,
-/// its blocks send lookups to the trie).
-struct Short<V> {
-    v: V,
-    slot: Option<u16>,
+/// A route of /24 or shorter as one word: its masked address (whose low
+/// byte is zero) with its length in that byte. With a full table's ~970k
+/// such routes every byte of their map's entries costs 2 MiB.
+fn short_key(addr: u32, len: u8) -> u32 {
+    debug_assert!(len <= 24);
+    mask(addr, len) | u32::from(len)
 }
 
 pub struct Dir24<V> {
     /// Painter of each block: its route's length + 1 (0: none).
     depth: Vec<u8>,
-    /// What each block was last set to (`sweep` rewrites them all).
-    written: Vec<u16>,
     /// What each /16's first-level entry was last set to.
     top: Vec<u16>,
-    /// Routes of /24 or shorter by (masked address, length).
-    short: HashMap<(u32, u8), Short<V>>,
+    /// Routes of /24 or shorter (`short_key`): the slot of their value,
+    /// TRIE when no slot was free (their blocks send lookups to the trie).
+    short: HashMap<u32, u16>,
+    /// The values of those without a slot.
+    unslotted: HashMap<u32, V>,
+    /// The value each slot in use holds (the reverse of `vals`).
+    slot_v: Vec<Option<V>>,
     /// Routes longer than /24: the set, and how many lie in each block.
     long: HashMap<(u32, u8), ()>,
     long_in: HashMap<u32, u32>,
@@ -78,8 +86,6 @@ pub struct Dir24<V> {
     next: u32,
     max_vals: u16,
     quarantine: Duration,
-    /// Short routes that got no slot (their blocks go to the trie).
-    unslotted: usize,
     /// Adopted slots holding a value another adopted slot holds too (a
     /// value freed and taken again while its old slot rested).
     adopted_twice: Vec<u16>,
@@ -108,9 +114,10 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
     pub fn with_max_vals(quarantine: Duration, max_vals: u16) -> Self {
         Dir24 {
             depth: vec![0; BLOCKS],
-            written: vec![TRIE; BLOCKS],
             top: vec![DESCEND; TOPS],
             short: HashMap::new(),
+            unslotted: HashMap::new(),
+            slot_v: vec![None; usize::from(max_vals.min(MAX_VALS)) + 1],
             long: HashMap::new(),
             long_in: HashMap::new(),
             vals: HashMap::new(),
@@ -118,7 +125,6 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
             next: 1,
             max_vals: max_vals.min(MAX_VALS),
             quarantine,
-            unslotted: 0,
             adopted_twice: Vec::new(),
         }
     }
@@ -135,16 +141,11 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
 
     /// Routes whose value found no free slot (their blocks use the trie).
     pub fn unslotted(&self) -> usize {
-        self.unslotted
+        self.unslotted.len()
     }
 
     pub fn routes(&self) -> usize {
         self.short.len() + self.long.len()
-    }
-
-    /// What the index holds for `block`, as `set_block` last wrote it.
-    pub fn entry(&self, block: u32) -> u16 {
-        self.written[block as usize]
     }
 
     /// What `block` should hold from its painter alone.
@@ -153,12 +154,9 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
         if d == 0 {
             return NONE;
         }
-        let len = d - 1;
-        match self.short.get(&(mask(block << 8, len), len)) {
-            Some(Short { slot: Some(slot), .. }) => *slot,
-            // No slot, or (never while depth and short agree) no route: the trie is always right.
-            _ => TRIE,
-        }
+        // A route without a slot (TRIE), or (never while depth and short
+        // agree) no route: the trie is always right.
+        self.short.get(&short_key(block << 8, d - 1)).copied().unwrap_or(TRIE)
     }
 
     /// The first-level entry of the /16 `top`, as last written.
@@ -170,19 +168,13 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
     /// in line with their blocks (`force`: write them even if unchanged).
     fn refresh(&mut self, first: u32, last: u32, force: bool, sink: &mut impl DirSink<V>) {
         for t in (first >> 8)..=(last >> 8) {
-            let bs = &self.written[(t as usize) << 8..((t as usize) + 1) << 8];
-            let e0 = bs[0];
-            let e = if e0 != TRIE && bs.iter().all(|&e| e == e0) { e0 } else { DESCEND };
+            let e0 = sink.block(t << 8);
+            let e = if e0 != TRIE && ((t << 8) + 1..(t + 1) << 8).all(|b| sink.block(b) == e0) { e0 } else { DESCEND };
             if force || self.top[t as usize] != e {
                 self.top[t as usize] = e;
                 sink.set_top(t, e);
             }
         }
-    }
-
-    fn set(&mut self, block: u32, entry: u16, sink: &mut impl DirSink<V>) {
-        self.written[block as usize] = entry;
-        sink.set_block(block, entry);
     }
 
     /// Writes every block again, from the routes alone: after taking over
@@ -194,7 +186,7 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
         let mut long: Vec<u32> = self.long_in.keys().copied().collect();
         long.sort_unstable();
         let mut long = long.into_iter().peekable();
-        let mut last: Option<((u32, u8), u16)> = None;
+        let mut last: Option<(u32, u16)> = None;
         for t in 0..TOPS as u32 {
             let mut agree = None;
             let mut uniform = true;
@@ -205,7 +197,7 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
                 } else if d == 0 {
                     NONE
                 } else {
-                    let key = (mask(b << 8, d - 1), d - 1);
+                    let key = short_key(b << 8, d - 1);
                     match last {
                         Some((k, e)) if k == key => e,
                         _ => {
@@ -215,7 +207,7 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
                         }
                     }
                 };
-                self.set(b, e, sink);
+                sink.set_block(b, e);
                 uniform &= *agree.get_or_insert(e) == e;
             }
             let e = match agree {
@@ -240,6 +232,7 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
             self.next = self.next.max(u32::from(slot) + 1);
             match self.vals.entry(v) {
                 std::collections::hash_map::Entry::Vacant(e) => {
+                    self.slot_v[usize::from(slot)] = Some(e.key().clone());
                     e.insert(Val { slot, refs: 0 });
                 }
                 std::collections::hash_map::Entry::Occupied(_) => self.adopted_twice.push(slot),
@@ -252,6 +245,7 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
         let idle: Vec<V> = self.vals.iter().filter(|(_, e)| e.refs == 0).map(|(v, _)| v.clone()).collect();
         for v in idle {
             let e = self.vals.remove(&v).expect("listed just now");
+            self.slot_v[usize::from(e.slot)] = None;
             self.free.push_back((now, e.slot));
         }
         for slot in std::mem::take(&mut self.adopted_twice) {
@@ -280,17 +274,30 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
             return None;
         }
         self.vals.insert(v.clone(), Val { slot, refs: 1 });
+        self.slot_v[usize::from(slot)] = Some(v.clone());
         Some(slot)
     }
 
-    fn release(&mut self, v: &V, now: Instant) {
+    /// A route of `slot`'s value went.
+    fn release(&mut self, slot: u16, now: Instant) {
+        let Some(v) = self.slot_v[usize::from(slot)].as_ref() else {
+            return;
+        };
         if let Some(e) = self.vals.get_mut(v) {
             e.refs = e.refs.saturating_sub(1);
             if e.refs == 0 {
-                let slot = e.slot;
                 self.vals.remove(v);
+                self.slot_v[usize::from(slot)] = None;
                 self.free.push_back((now, slot));
             }
+        }
+    }
+
+    /// The value of the short route `key`, if there is one.
+    fn short_value(&self, key: u32) -> Option<&V> {
+        match *self.short.get(&key)? {
+            TRIE => self.unslotted.get(&key),
+            slot => self.slot_v[usize::from(slot)].as_ref(),
         }
     }
 
@@ -308,7 +315,7 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
             }
             self.depth[b as usize] = depth;
             if !self.long_in.contains_key(&b) {
-                self.set(b, entry, sink);
+                sink.set_block(b, entry);
             }
         }
         self.refresh(first, last, false, sink);
@@ -324,30 +331,31 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
                 let n = self.long_in.entry(key.0 >> 8).or_insert(0);
                 *n += 1;
                 if *n == 1 {
-                    self.set(key.0 >> 8, TRIE, sink);
+                    sink.set_block(key.0 >> 8, TRIE);
                     self.refresh(key.0 >> 8, key.0 >> 8, false, sink);
                 }
             }
             return;
         }
-        if self.short.get(&key).is_some_and(|s| s.v == v) {
+        let skey = short_key(addr, len);
+        if self.short_value(skey) == Some(&v) {
             return;
         }
         let slot = self.acquire(&v, now, sink);
         let entry = slot.unwrap_or(TRIE);
-        let old = self.short.insert(key, Short { v, slot });
+        let old = self.short.insert(skey, entry);
+        if old == Some(TRIE) {
+            self.unslotted.remove(&skey);
+        }
         if slot.is_none() {
-            self.unslotted += 1;
+            self.unslotted.insert(skey, v);
         }
         // A replaced route repaints only its own blocks; a new one takes
         // every block a shorter route (or none) painted.
         self.paint(key.0, len, len + 1, entry, old.is_some(), sink);
         // Only a route that got a slot holds a reference to its value.
-        if let Some(o) = old {
-            match o.slot {
-                Some(_) => self.release(&o.v, now),
-                None => self.unslotted -= 1,
-            }
+        if let Some(o) = old.filter(|&o| o != TRIE) {
+            self.release(o, now);
         }
     }
 
@@ -364,28 +372,27 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
                 if *n == 0 {
                     self.long_in.remove(&b);
                     let e = self.painted(b);
-                    self.set(b, e, sink);
+                    sink.set_block(b, e);
                     self.refresh(b, b, false, sink);
                 }
             }
             return;
         }
-        let Some(gone) = self.short.remove(&key) else {
+        let skey = short_key(addr, len);
+        let Some(gone) = self.short.remove(&skey) else {
             return;
         };
-        if gone.slot.is_none() {
-            self.unslotted -= 1;
+        if gone == TRIE {
+            self.unslotted.remove(&skey);
         }
-        let (depth, entry) = match (0..len).rev().find_map(|l| {
-            let k = (mask(key.0, l), l);
-            self.short.get(&k).map(|s| (l, s.slot))
-        }) {
-            Some((l, slot)) => (l + 1, slot.unwrap_or(TRIE)),
-            None => (0, NONE),
-        };
+        let (depth, entry) =
+            match (0..len).rev().find_map(|l| self.short.get(&short_key(key.0, l)).map(|&e| (l, e))) {
+                Some((l, e)) => (l + 1, e),
+                None => (0, NONE),
+            };
         self.paint(key.0, len, depth, entry, true, sink);
-        if gone.slot.is_some() {
-            self.release(&gone.v, now);
+        if gone != TRIE {
+            self.release(gone, now);
         }
     }
 }
@@ -412,6 +419,9 @@ mod tests {
         }
         fn set_top(&mut self, top: u32, entry: u16) {
             self.top[top as usize] = entry;
+        }
+        fn block(&self, block: u32) -> u16 {
+            self.blocks[block as usize]
         }
     }
 
@@ -595,7 +605,6 @@ mod tests {
             }
             for a in addrs {
                 prop_assert_eq!(lookup(&m, &routes, a), lpm(&routes, a), "address {:#x}", a);
-                prop_assert_eq!(d.entry(a >> 8), m.blocks[(a >> 8) as usize]);
                 let t = (a >> 16) as usize;
                 prop_assert_eq!(d.top_entry(a >> 16), m.top[t]);
                 let bs = &m.blocks[t << 8..(t + 1) << 8];

@@ -359,6 +359,9 @@ impl fastpath_core::dir24::DirSink<[u8; size_of::<fp_route>()]> for Painted {
     fn set_top(&mut self, top: u32, entry: u16) {
         self.top[top as usize] = entry;
     }
+    fn block(&self, block: u32) -> u16 {
+        self.blocks[block as usize]
+    }
 }
 
 impl Painted {

@@ -69,6 +69,12 @@ impl Mapped {
         // store happens, as the data path reads the memory concurrently.
         unsafe { self.base.as_ptr().add(block as usize).write_volatile(entry) }
     }
+
+    fn load(&self, block: u32) -> u16 {
+        assert!((block as usize) < self.len / size_of::<u16>());
+        // SAFETY: in bounds (asserted) of a live mapping; only this process writes it.
+        unsafe { self.base.as_ptr().add(block as usize).read_volatile() }
+    }
 }
 
 impl Drop for Mapped {
@@ -108,6 +114,10 @@ impl DirSink<Val> for Sink<'_> {
         if !self.quiet {
             self.top.store(top, entry);
         }
+    }
+
+    fn block(&self, block: u32) -> u16 {
+        self.mem.load(block)
     }
 }
 
