@@ -2839,7 +2839,7 @@ mod tests {
         let a = run(&st);
         let mut st2 = st.clone();
         // rebuild the hash maps in another order
-        let routes: Vec<_> = st2.routes.drain().collect();
+        let routes: Vec<_> = st2.routes.drain(..).collect();
         for (k, v) in routes.into_iter().rev() {
             st2.routes.insert(k, v);
         }

@@ -21,7 +21,7 @@
 //! every FIB re-dump, and periodically (`refresh_buckets`).
 
 use std::cell::RefCell;
-use std::collections::hash_map::Entry;
+use indexmap::map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io;
 use std::net::IpAddr;
@@ -240,7 +240,7 @@ pub fn apply(state: &mut KernelState, msg: Msg, f: &mut Followups) -> bool {
                     if parse::is_opaque(old) {
                         f.fib = true;
                     }
-                    state.routes.remove(&key);
+                    state.routes.swap_remove(&key);
                     true
                 }
                 Some(_) => {
@@ -1474,7 +1474,7 @@ mod tests {
         st.routes.insert((Family::V4, user.key.clone()), user.clone());
         f.settle(&st);
         assert!(f.fib, "a route used it");
-        st.routes.remove(&(Family::V4, user.key));
+        st.routes.swap_remove(&(Family::V4, user.key));
         let group = NexthopObject { id: 30, blackhole: false, hop: None, group: vec![(10, 1), (12, 1)], resilient: false, n_buckets: 0, unsupported: false };
         st.nexthops.insert(30, group);
         let mut f = Followups { gone_objects: vec![10], ..Followups::default() };

@@ -222,12 +222,20 @@ pub struct GlobalSysctl {
     pub ignore_linkdown4_all: bool,
 }
 
+/// The routes by family and key. An IndexMap keeps its entries in one
+/// dense vector (the pages past its last entry are never touched) and only
+/// 8-byte indices in its hash table: with a full table (1.1M routes, 128 B
+/// each) the daemon holds ~170 MB for it where a HashMap, whose 2^21
+/// buckets of 128 B each were half empty, held 270 MB. Removal is
+/// `swap_remove` (order means nothing here).
+pub type RouteMap = indexmap::IndexMap<(Family, RouteKey), Route>;
+
 /// Everything fastpath mirrors from one network namespace.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KernelState {
     pub links: BTreeMap<u32, Link>,
     pub addrs: BTreeMap<Addr, ()>,
-    pub routes: HashMap<(Family, RouteKey), Route>,
+    pub routes: RouteMap,
     pub nexthops: BTreeMap<u32, NexthopObject>,
     /// Resilient group id -> bucket index -> member next-hop id
     /// (RTM_NEWNEXTHOPBUCKET, dumped with RTM_GETNEXTHOPBUCKET).

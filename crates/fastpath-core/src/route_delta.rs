@@ -526,7 +526,7 @@ mod tests {
         let moved = via("203.0.113.0", 24, 3, "198.51.100.2");
         add(&mut w.st, moved.clone());
         assert!(w.change(&[key(&moved)]));
-        w.st.routes.remove(&key(&moved));
+        w.st.routes.swap_remove(&key(&moved));
         assert!(w.change(&[key(&moved)]));
         // Touched but unchanged: an empty delta.
         assert_eq!(w.delta(&[key(&moved)]), Some(FibDelta::default()));
@@ -551,7 +551,7 @@ mod tests {
         assert_eq!(w.applied.nexthops.get(&id), Some(&want), "the full compute gives it the same id");
 
         // Its last route goes, and so does it.
-        w.st.routes.remove(&key(&r));
+        w.st.routes.swap_remove(&key(&r));
         let d = w.delta(&[key(&r)]).expect("the last route via a next hop");
         assert_eq!(d.nexthops, [(id, None)].into_iter().collect());
         assert!(w.change(&[key(&r)]));
@@ -585,8 +585,8 @@ mod tests {
             assert!(w.change(&[key(&o)]), "route to nexthop object {id}");
         }
         // Both multipath routes go at once: the group and its new next hop too.
-        w.st.routes.remove(&key(&r));
-        w.st.routes.remove(&key(&r2));
+        w.st.routes.swap_remove(&key(&r));
+        w.st.routes.swap_remove(&key(&r2));
         let d = w.delta(&[key(&r), key(&r2)]).expect("the group's last routes");
         assert_eq!(d.groups.get(&gid), Some(&None));
         assert_eq!(d.nexthops.values().filter(|e| e.is_none()).count(), 1, "{d:?}");
@@ -635,7 +635,7 @@ mod tests {
         assert_eq!(d.v4.get(&(a, 32)), Some(&Some(RouteEntry { action: RouteAction::Blackhole, mtu: 0 })));
         assert_eq!(d.deny4.get(&a), Some(&Some(reason::RP_FILTER)));
         assert!(w.change(&[key(&b)]));
-        w.st.routes.remove(&key(&b));
+        w.st.routes.swap_remove(&key(&b));
         let d = w.delta(&[key(&b)]).expect("its removal");
         assert_eq!(d.deny4.get(&a), Some(&None));
         assert!(w.change(&[key(&b)]));
@@ -653,7 +653,7 @@ mod tests {
         add(&mut w.st, r.clone());
         assert!(!w.change(&[key(&r)]));
         // The last route using it goes (so would they).
-        w.st.routes.remove(&key(&r));
+        w.st.routes.swap_remove(&key(&r));
         assert!(!w.change(&[key(&r)]));
         // A blackhole (the source check reads it).
         let mut b = main_route("203.0.2.0", 24, RouteTarget::None);
@@ -785,7 +785,7 @@ mod tests {
                     if on ^ (j % 2 == 1) {
                         add(&mut w.st, r.clone());
                     } else {
-                        w.st.routes.remove(&key(r));
+                        w.st.routes.swap_remove(&key(r));
                     }
                     touched.push(key(r));
                 }

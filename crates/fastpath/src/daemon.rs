@@ -257,6 +257,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
     let mut pending = Pending::Nothing;
     let mut retry_at: Option<Instant> = None;
     let mut last_periodic = Instant::now();
+    let mut heap = crate::heap::Trimmer::new();
     let mut last_buckets = Instant::now();
     let mut last_poll_err: Option<String> = None;
     // When the oldest netlink change not yet in the maps arrived.
@@ -416,6 +417,9 @@ pub fn run(loaded: Loaded) -> Result<()> {
         }
         if periodic {
             last_periodic = Instant::now();
+            if let Some(took) = heap.tick() {
+                debug!("heap trimmed in {:.1} ms", took.as_secs_f64() * 1e3);
+            }
             if let Some(c) = &mut lp.ct {
                 c.refresh_sysctls(&mut lp.writer);
             }
@@ -466,6 +470,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
                         lp.ops.record_lag(t.elapsed());
                     }
                     lp.prebuild_delta_base(&state);
+                    heap.updated();
                 }
                 Err(e) => {
                     lp.ops.reconcile_failures += 1;

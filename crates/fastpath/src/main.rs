@@ -14,6 +14,7 @@ mod ctwatch;
 mod daemon;
 mod flows;
 mod fpm;
+mod heap;
 mod ifset;
 mod keepalive;
 mod links;

@@ -275,6 +275,7 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
         res.addr_losses = Some(f);
     }
     let full_memlock = map_memlock(&topo)?;
+    res.daemon_rss_grown_kb = status_kb(d.pid(), "VmRSS:");
     println!("   daemon log (tail):\n{}", indent(&d.log_tail()));
     d.stop()?;
     drop(d);
@@ -292,7 +293,8 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
     println!("   mirrored {:.2} s after the daemon was started", res.start_s);
     std::thread::sleep(Duration::from_secs(2));
     let mem_after = kernel_mem_kb()?;
-    res.daemon_rss_kb = rss_kb(d.pid());
+    res.daemon_rss_kb = status_kb(d.pid(), "VmRSS:");
+    res.daemon_hwm_kb = status_kb(d.pid(), "VmHWM:");
     let start_memlock = map_memlock(&topo)?;
     println!("   daemon log (tail):\n{}", indent(&d.log_tail()));
     d.stop()?;
@@ -326,9 +328,12 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
         kmem / routes
     );
     println!(
-        "   daemon RSS {:.1} MiB ({:.0} B per route, user space)",
+        "   daemon RSS {:.1} MiB ({:.0} B per route, user space; peak {:.1} MiB while it mirrored the table); \
+         {:.1} MiB in the daemon that followed the table's load and the changes above",
         res.daemon_rss_kb as f64 / 1024.0,
-        res.daemon_rss_kb as f64 * 1024.0 / routes
+        res.daemon_rss_kb as f64 * 1024.0 / routes,
+        res.daemon_hwm_kb as f64 / 1024.0,
+        res.daemon_rss_grown_kb as f64 / 1024.0
     );
     println!("   (the full table after the change tests held {} B of memlock)", sum(&full_memlock));
 
@@ -343,6 +348,12 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
     println!("| mirrored, daemon started with routes present | {:.2} s | <= 10 s |", res.start_s);
     println!("| BPF map memory per route (memlock, all maps) | {:.1} B | <= 150 B |", res.memlock_total as f64 / routes);
     println!("| kernel memory growth per route (meminfo) | {:.1} B | |", kmem / routes);
+    println!(
+        "| daemon RSS: started with the table (peak) / after loading it live | {:.0} ({:.0}) / {:.0} MiB | |",
+        res.daemon_rss_kb as f64 / 1024.0,
+        res.daemon_hwm_kb as f64 / 1024.0,
+        res.daemon_rss_grown_kb as f64 / 1024.0
+    );
     for (fam, am, ax, dm, dx) in &res.change {
         println!("| one {fam} route add, median / max | {:.2} / {:.2} ms | |", am * 1e3, ax * 1e3);
         println!("| one {fam} route delete, median / max | {:.2} / {:.2} ms | |", dm * 1e3, dx * 1e3);
@@ -402,6 +413,8 @@ struct Results {
     memlock_total: u64,
     memlock_delta: u64,
     daemon_rss_kb: u64,
+    daemon_hwm_kb: u64,
+    daemon_rss_grown_kb: u64,
     change: Vec<(&'static str, f64, f64, f64, f64)>,
     churn: Option<Churn>,
     neigh_churn: Option<Churn>,
@@ -721,10 +734,11 @@ fn kernel_mem_kb() -> Result<u64> {
     Ok(sum)
 }
 
-fn rss_kb(pid: u32) -> u64 {
+/// A kB field of /proc/PID/status ("VmRSS:", "VmHWM:"); 0 if unreadable.
+fn status_kb(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("VmRSS:")).map(|v| v.trim().trim_end_matches("kB").trim().parse().unwrap_or(0)))
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix(field)).map(|v| v.trim().trim_end_matches("kB").trim().parse().unwrap_or(0)))
         .unwrap_or(0)
 }
 

@@ -40,7 +40,7 @@ pub(super) fn overlay_changes(t: &mut Table, state: &mut KernelState) -> Touched
         if k.1.table == RT_TABLE_LOCAL {
             continue;
         }
-        if let Some(r) = state.routes.remove(&k) {
+        if let Some(r) = state.routes.swap_remove(&k) {
             before.insert(k, r);
         }
     }
