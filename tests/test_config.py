@@ -75,7 +75,8 @@ def test_check_config_good_and_bad_files(lab: Lab, fastpath_bin):
         'interface = ["r0"]\nno-such-option = 1\n': r"bad\.toml:2: key `no-such-option`: unknown option",
         'interface = ["r0"]\nflow-timeout = "soon"\n': r"bad\.toml:2: key `flow-timeout`: invalid value 'soon'",
         'flow-timeout = true\n': r"bad\.toml:1: key `flow-timeout`: expected a string or a number",
-        'xdp-mode = "turbo"\n': r"bad\.toml:1: key `xdp-mode`: invalid value 'turbo'",
+        # An enum's choices are named on the same line.
+        'xdp-mode = "turbo"\n': r"bad\.toml:1: key `xdp-mode`: invalid value 'turbo'.*\[possible values: auto, native, generic\]$",
         # The data path times cached verdicts with a 30-bit clock (struct fp_ct_hot).
         'ct-revalidate-ms = 600001\n': r"bad\.toml:1: key `ct-revalidate-ms`: invalid value '600001'.*0\.\.=600000",
         'ct-icmp-entries = 0\n': r"bad\.toml:1: key `ct-icmp-entries`: invalid value '0'.*1\.\.=1048576",

@@ -56,11 +56,16 @@ pub fn cli_run_args() -> Vec<OsString> {
     std::env::args_os().skip_while(|a| a != "run").skip(1).collect()
 }
 
-/// clap's error without its "error: " prefix and usage tips: one line.
+/// clap's error without its "error: " prefix and usage tips: one line,
+/// with the choices an enum option has when clap lists them.
 fn clap_line(e: &clap::Error) -> String {
     let s = e.to_string();
     let first = s.lines().next().unwrap_or("").trim();
-    first.strip_prefix("error: ").unwrap_or(first).to_string()
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    match s.lines().map(str::trim).find(|l| l.starts_with("[possible values:")) {
+        Some(choices) => format!("{first} {choices}"),
+        None => first.to_string(),
+    }
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
@@ -293,6 +298,7 @@ mod tests {
         assert!(load_str("fib4-index = \"dir24\"\n", &[]).expect("valid").args.fib4_dir());
         let e = err("fib4-index = \"hash\"\n");
         assert!(e.starts_with("t.toml:1: key `fib4-index`: invalid value 'hash'"), "{e}");
+        assert!(e.ends_with("[possible values: auto, trie, dir24]") && !e.contains('\n'), "{e}");
     }
 
     #[test]

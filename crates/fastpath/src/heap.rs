@@ -30,12 +30,17 @@ impl Trimmer {
 
     /// From the daemon's periodic round: trims when due; how long it took.
     pub fn tick(&mut self) -> Option<Duration> {
-        if !self.dirty || self.last.elapsed() < EVERY {
-            return None;
+        self.due(Instant::now()).then(trim)
+    }
+
+    /// Whether a trim is due at `now` (it is then taken as done).
+    fn due(&mut self, now: Instant) -> bool {
+        if !self.dirty || now.saturating_duration_since(self.last) < EVERY {
+            return false;
         }
         self.dirty = false;
-        self.last = Instant::now();
-        Some(trim())
+        self.last = now;
+        true
     }
 }
 
@@ -48,4 +53,22 @@ fn trim() -> Duration {
         libc::malloc_trim(0);
     }
     t.elapsed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trims_after_updates_at_most_every_ten_seconds() {
+        let mut t = Trimmer::new();
+        let t0 = t.last;
+        assert!(!t.due(t0 + Duration::from_secs(9)), "not before ten seconds");
+        assert!(t.due(t0 + EVERY), "the start's own garbage");
+        assert!(!t.due(t0 + EVERY * 5), "a quiet daemon is left alone");
+        t.updated();
+        assert!(!t.due(t0 + EVERY + Duration::from_secs(1)), "updated, but trimmed a second ago");
+        assert!(t.due(t0 + EVERY * 2));
+        assert!(!t.due(t0 + EVERY * 3));
+    }
 }
