@@ -13,6 +13,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from lab import FASTPATH, Daemon, Lab, in_netns, send_and_expect
 from pkts import udp4
 
@@ -184,6 +186,19 @@ def metrics_and_listeners(lab: Lab) -> None:
     assert "fastpath_mirror_lag_max_seconds" in after
     assert "fastpath_netlink_resyncs_total" in after
     assert after.endswith("# EOF\n")
+    # The daemon process, as any Prometheus client exports its own, and
+    # the same in `fastpath status --json`.
+    pid = lab.daemon.proc.pid
+    with open(f"/proc/{pid}/status") as f:
+        rss = next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmRSS:"))
+    assert 0.5 * rss <= sample(after, "process_resident_memory_bytes") <= 2 * rss, (rss, after)
+    assert sample(after, "fastpath_daemon_peak_resident_memory_bytes") >= sample(after, "process_resident_memory_bytes")
+    assert sample(after, "process_open_fds") == pytest.approx(len(os.listdir(f"/proc/{pid}/fd")), abs=8)
+    assert sample(after, "process_cpu_seconds_total") >= 0
+    assert time.time() - 3600 < sample(after, "process_start_time_seconds") <= time.time() + 1
+    st = json.loads(lab.daemon.cli("status", "--json").stdout)
+    assert st["daemon"]["pid"] == pid and st["daemon"]["resident_bytes"] > 0, st["daemon"]
+    assert re.search(rf"^daemon: pid {pid}, [\d.]+ MiB resident \(peak [\d.]+ MiB\)", lab.daemon.cli("status").stdout, re.M)
 
     # A route change shows up as mirror lag.
     lab.ip(lab.router, "route", "add", "203.0.113.128/25", "via", lab.S4)

@@ -298,6 +298,9 @@ pub struct Status {
     /// `--fib4-index dir24`: the /24 index's occupancy (absent: trie only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fib4_dir24: Option<crate::maps::DirUsage>,
+    /// The daemon's own memory, CPU and descriptors (absent if /proc said nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon: Option<crate::procstat::DaemonProcess>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -482,6 +485,7 @@ pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
         afxdp: s.afxdp.as_ref().map(|a| a.stats()),
         admission: s.admission.clone(),
         fib4_dir24: s.fib4_dir24,
+        daemon: crate::procstat::myself().map_err(|e| log::debug!("daemon process stats: {e:#}")).ok(),
     })
 }
 

@@ -25,6 +25,7 @@ mod netfilter;
 mod nlraw;
 mod pin;
 mod preflight;
+mod procstat;
 mod published;
 mod reload;
 mod render;

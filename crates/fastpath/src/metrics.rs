@@ -23,6 +23,11 @@
 //!   local routes, routes of deleted next-hop objects), and interface
 //!   entries of links whose carrier came back
 //! - `fastpath_generation`: table generation
+//! - `process_cpu_seconds`, `process_resident_memory_bytes`,
+//!   `process_virtual_memory_bytes`, `process_open_fds`, `process_max_fds`,
+//!   `process_start_time_seconds`: the daemon process, as every Prometheus
+//!   client library names them; `fastpath_daemon_peak_resident_memory_bytes`
+//!   its peak (VmHWM)
 //! - `fastpath_flow_packets`, `fastpath_flow_bytes` {family, proto, src,
 //!   sport, dst, dport, ingress, egress}: the `--metrics-flows` busiest
 //!   flows of the flow cache (what `fastpath flows` lists first), packets
@@ -222,6 +227,26 @@ fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> std::fmt:
     g.encode(e.encode_descriptor(name, help, None, g.metric_type())?)
 }
 
+/// The series every Prometheus client library exports for its process
+/// (client_golang's process collector: same names, units and meaning).
+fn encode_process(e: &mut DescriptorEncoder, p: &crate::procstat::DaemonProcess) -> std::fmt::Result {
+    let c = ConstCounter::new(p.cpu_seconds);
+    c.encode(e.encode_descriptor("process_cpu_seconds", "Total user and system CPU time spent in seconds.", None, c.metric_type())?)?;
+    gauge(e, "process_resident_memory_bytes", "Resident memory size in bytes.", p.resident_bytes as f64)?;
+    gauge(e, "process_virtual_memory_bytes", "Virtual memory size in bytes.", p.virtual_bytes as f64)?;
+    gauge(e, "process_open_fds", "Number of open file descriptors.", p.open_fds as f64)?;
+    if let Some(m) = p.max_fds {
+        gauge(e, "process_max_fds", "Maximum number of open file descriptors.", m as f64)?;
+    }
+    gauge(e, "process_start_time_seconds", "Start time of the process since unix epoch in seconds.", p.start_time_seconds)?;
+    gauge(
+        e,
+        "fastpath_daemon_peak_resident_memory_bytes",
+        "The most the daemon was resident at once (VmHWM), e.g. while it mirrored a full table.",
+        p.peak_resident_bytes as f64,
+    )
+}
+
 impl Scrape {
     /// The busiest flows, one series each; bytes only where the data path
     /// keeps them (stateful mode).
@@ -383,6 +408,9 @@ impl Collector for Scrape {
         )?;
         counter(&mut e, "fastpath_neigh_keepalives", "Neighbours refreshed in the kernel because fast-pathed traffic used them.", s.neigh_keepalives)?;
         gauge(&mut e, "fastpath_generation", "Table generation (bumped by every route or neighbour change).", s.generation as f64)?;
+        if let Some(p) = &s.daemon {
+            encode_process(&mut e, p)?;
+        }
         self.encode_flows(&mut e)?;
         if let Some(ct) = &s.conntrack {
             let c = &ct.counters;
@@ -433,6 +461,16 @@ mod tests {
             afxdp: None,
             admission: None,
             fib4_dir24: None,
+            daemon: Some(crate::procstat::DaemonProcess {
+                pid: 7,
+                resident_bytes: 300 << 20,
+                peak_resident_bytes: 400 << 20,
+                virtual_bytes: 900 << 20,
+                cpu_seconds: 12.5,
+                open_fds: 40,
+                max_fds: Some(1024),
+                start_time_seconds: 1.8e9,
+            }),
             generation: 4,
             netlink_resyncs: 1,
             neigh_keepalives: 0,
@@ -497,6 +535,13 @@ mod tests {
             "fastpath_reconciles_total{kind=\"neighbours\"} 7",
             "fastpath_reconciles_total{kind=\"ahead\"} 1",
             "fastpath_generation 4.0",
+            "process_cpu_seconds_total 12.5",
+            "process_resident_memory_bytes 314572800.0",
+            "process_virtual_memory_bytes 943718400.0",
+            "process_open_fds 40.0",
+            "process_max_fds 1024.0",
+            "process_start_time_seconds 1800000000.0",
+            "fastpath_daemon_peak_resident_memory_bytes 419430400.0",
         ] {
             assert!(out.lines().any(|l| l == line), "missing {line:?} in\n{out}");
         }
@@ -533,7 +578,8 @@ mod tests {
         for p in panels {
             for t in p["targets"].as_array().expect("targets") {
                 let expr = t["expr"].as_str().expect("expr");
-                for name in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| w.starts_with("fastpath_")) {
+                let ours = |w: &&str| w.starts_with("fastpath_") || w.starts_with("process_");
+                for name in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(ours) {
                     assert!(out.contains(&format!("\n{name}")), "{name} used by the dashboard is not exported");
                 }
             }

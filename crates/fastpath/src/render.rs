@@ -184,6 +184,18 @@ pub fn status(s: &Status, all: bool) -> String {
         )),
         None => out.push_str("fib4 index: trie\n"),
     }
+    if let Some(p) = &s.daemon {
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        let _ = writeln!(
+            out,
+            "daemon: pid {}, {:.1} MiB resident (peak {:.1} MiB), CPU {:.1} s, {} open fds",
+            p.pid,
+            mib(p.resident_bytes),
+            mib(p.peak_resident_bytes),
+            p.cpu_seconds,
+            p.open_fds
+        );
+    }
     out.push('\n');
 
     let mut rows = Vec::new();
