@@ -716,16 +716,18 @@ fn fib_intents(state: &KernelState, fam: Family) -> Vec<(Prefix, Intent)> {
         table.push((p, route));
     }
     let local = pick(fam, local, state);
-    let main = pick(fam, main, state);
     let local_idx: HashMap<Prefix, &Intent> = local.iter().map(|(p, i)| (*p, i)).collect();
     let mut local_lens: Vec<u8> = local.iter().map(|(p, _)| p.len).collect();
     local_lens.sort_unstable_by(|a, b| b.cmp(a));
     local_lens.dedup();
 
-    // Merge the two sorted lists; a local route wins an identical prefix.
+    // Merge main's intents, in prefix order as they are picked, with the
+    // sorted local ones; a local route wins an identical prefix. Merged as
+    // they come, not from a second vector of main's intents: with a full
+    // table that vector (~96 MB) made the daemon's peak memory.
     let mut out = Vec::with_capacity(local.len() + main.len());
     let mut locals = local.iter().peekable();
-    for (p, m) in main {
+    pick_each(fam, main, state, |p, m| {
         while let Some((lp, li)) = locals.peek() {
             if *lp >= p {
                 break;
@@ -734,7 +736,7 @@ fn fib_intents(state: &KernelState, fam: Family) -> Vec<(Prefix, Intent)> {
             locals.next();
         }
         if local_idx.contains_key(&p) {
-            continue;
+            return;
         }
         let cover = local_lens
             .iter()
@@ -745,17 +747,23 @@ fn fib_intents(state: &KernelState, fam: Family) -> Vec<(Prefix, Intent)> {
             Some(l) => merge_covered(fam, l, m),
         };
         out.push((p, intent));
-    }
+    });
     out.extend(locals.cloned());
     out
 }
 
 /// The intent of each prefix of one table, sorted by prefix.
-pub(crate) fn pick(fam: Family, mut routes: Vec<(Prefix, &Route)>, state: &KernelState) -> Vec<(Prefix, Intent)> {
-    // HashMap order must not leak into the choice: within a prefix the
-    // routes come sorted by key.
-    routes.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.key.cmp(&b.1.key)));
+pub(crate) fn pick(fam: Family, routes: Vec<(Prefix, &Route)>, state: &KernelState) -> Vec<(Prefix, Intent)> {
     let mut out = Vec::with_capacity(routes.len());
+    pick_each(fam, routes, state, |p, i| out.push((p, i)));
+    out
+}
+
+/// `pick`, handing each prefix's intent to `each` in prefix order.
+fn pick_each(fam: Family, mut routes: Vec<(Prefix, &Route)>, state: &KernelState, mut each: impl FnMut(Prefix, Intent)) {
+    // The mirror's order must not leak into the choice: within a prefix
+    // the routes come sorted by key.
+    routes.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.key.cmp(&b.1.key)));
     let mut group: Vec<&Route> = Vec::new();
     let mut i = 0;
     while i < routes.len() {
@@ -765,9 +773,8 @@ pub(crate) fn pick(fam: Family, mut routes: Vec<(Prefix, &Route)>, state: &Kerne
             group.push(routes[i].1);
             i += 1;
         }
-        out.push((p, select(fam, &group, state)));
+        each(p, select(fam, &group, state));
     }
-    out
 }
 
 /// The entry for a main-table prefix that lies inside a shorter local-table
