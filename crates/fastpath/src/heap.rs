@@ -14,13 +14,14 @@ const EVERY: Duration = Duration::from_secs(10);
 /// Trims the heap some time after table updates, never in a quiet daemon.
 pub struct Trimmer {
     dirty: bool,
-    last: Instant,
+    last: Option<Instant>,
 }
 
 impl Trimmer {
-    /// Dirty from the start: the daemon's first dump and recompute.
+    /// Dirty from the start, and due at the first round: the daemon's
+    /// first dump and recompute are done by the time its loop runs.
     pub fn new() -> Self {
-        Trimmer { dirty: true, last: Instant::now() }
+        Trimmer { dirty: true, last: None }
     }
 
     /// The tables were updated: garbage was made.
@@ -35,11 +36,11 @@ impl Trimmer {
 
     /// Whether a trim is due at `now` (it is then taken as done).
     fn due(&mut self, now: Instant) -> bool {
-        if !self.dirty || now.saturating_duration_since(self.last) < EVERY {
+        if !self.dirty || self.last.is_some_and(|l| now.saturating_duration_since(l) < EVERY) {
             return false;
         }
         self.dirty = false;
-        self.last = now;
+        self.last = Some(now);
         true
     }
 }
@@ -62,13 +63,15 @@ mod tests {
     #[test]
     fn trims_after_updates_at_most_every_ten_seconds() {
         let mut t = Trimmer::new();
-        let t0 = t.last;
-        assert!(!t.due(t0 + Duration::from_secs(9)), "not before ten seconds");
-        assert!(t.due(t0 + EVERY), "the start's own garbage");
+        let t0 = Instant::now();
+        assert!(t.due(t0), "the start's own garbage, at the first round");
         assert!(!t.due(t0 + EVERY * 5), "a quiet daemon is left alone");
         t.updated();
-        assert!(!t.due(t0 + EVERY + Duration::from_secs(1)), "updated, but trimmed a second ago");
-        assert!(t.due(t0 + EVERY * 2));
-        assert!(!t.due(t0 + EVERY * 3));
+        t.updated();
+        assert!(t.due(t0 + EVERY * 5));
+        t.updated();
+        assert!(!t.due(t0 + EVERY * 5 + Duration::from_secs(9)), "updated, but trimmed 9 s ago");
+        assert!(t.due(t0 + EVERY * 6));
+        assert!(!t.due(t0 + EVERY * 7));
     }
 }

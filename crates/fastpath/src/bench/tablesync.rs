@@ -293,6 +293,8 @@ pub fn run(a: &FulltableArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Res
     println!("   mirrored {:.2} s after the daemon was started", res.start_s);
     std::thread::sleep(Duration::from_secs(2));
     let mem_after = kernel_mem_kb()?;
+    // By now the daemon has handed the start's garbage back to the system
+    // (heap::Trimmer, at its loop's first round): its steady size.
     res.daemon_rss_kb = status_kb(d.pid(), "VmRSS:");
     res.daemon_hwm_kb = status_kb(d.pid(), "VmHWM:");
     let start_memlock = map_memlock(&topo)?;
