@@ -397,36 +397,52 @@ impl<V: Eq + Hash + Clone> Dir24<V> {
     }
 }
 
+/// An index in memory, as the data path sees it: for tests of the index
+/// itself and of the BPF program (which copy it into the maps).
+pub struct MemSink<V> {
+    pub blocks: Vec<u16>,
+    pub top: Vec<u16>,
+    pub vals: HashMap<u16, V>,
+}
+
+impl<V> MemSink<V> {
+    /// Never written: every lookup goes on to the trie.
+    pub fn new() -> Self {
+        MemSink { blocks: vec![TRIE; BLOCKS], top: vec![DESCEND; TOPS], vals: HashMap::new() }
+    }
+}
+
+impl<V> Default for MemSink<V> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<V: Clone> DirSink<V> for MemSink<V> {
+    fn set_val(&mut self, slot: u16, v: &V) -> bool {
+        self.vals.insert(slot, v.clone());
+        true
+    }
+    fn set_block(&mut self, block: u32, entry: u16) {
+        self.blocks[block as usize] = entry;
+    }
+    fn set_top(&mut self, top: u32, entry: u16) {
+        self.top[top as usize] = entry;
+    }
+    fn block(&self, block: u32) -> u16 {
+        self.blocks[block as usize]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// The index as the data path sees it.
-    struct Mem {
-        blocks: Vec<u16>,
-        top: Vec<u16>,
-        vals: HashMap<u16, u32>,
-    }
-
-    impl DirSink<u32> for Mem {
-        fn set_val(&mut self, slot: u16, v: &u32) -> bool {
-            self.vals.insert(slot, *v);
-            true
-        }
-        fn set_block(&mut self, block: u32, entry: u16) {
-            self.blocks[block as usize] = entry;
-        }
-        fn set_top(&mut self, top: u32, entry: u16) {
-            self.top[top as usize] = entry;
-        }
-        fn block(&self, block: u32) -> u16 {
-            self.blocks[block as usize]
-        }
-    }
+    type Mem = MemSink<u32>;
 
     fn mem() -> Mem {
-        Mem { blocks: vec![TRIE; BLOCKS], top: vec![DESCEND; TOPS], vals: HashMap::new() }
+        MemSink::new()
     }
 
     /// The data path's lookup: the index, else a plain longest match.

@@ -241,16 +241,16 @@ impl World {
                 let p = Painted::of(&self.fib4, map_id, routes);
                 // Most cases of a test share their routes: the 32 MiB go
                 // in once (reset leaves the index alone).
-                with_dir24_mem(skel, |d| d.copy_from_slice(&p.blocks))?;
+                with_dir24_mem(skel, |d| d.copy_from_slice(&p.mem.blocks))?;
                 *memo = Some(p);
             }
             let p = memo.as_ref().expect("just set");
-            for (slot, v) in &p.vals {
-                m.fp_fib4_vals.update(&u32::from(*slot).to_ne_bytes(), raw(v), MapFlags::ANY).context("fp_fib4_vals")?;
+            for (slot, v) in &p.mem.vals {
+                m.fp_fib4_vals.update(&u32::from(*slot).to_ne_bytes(), v, MapFlags::ANY).context("fp_fib4_vals")?;
             }
             let n = FP_DIR16_ELEMS;
             let keys: Vec<u8> = (0..n).flat_map(u32::to_ne_bytes).collect();
-            let tops: Vec<u8> = p.top.iter().flat_map(|e| e.to_ne_bytes()).collect();
+            let tops: Vec<u8> = p.mem.top.iter().flat_map(|e| e.to_ne_bytes()).collect();
             m.fp_fib4_dir16.update_batch(&keys, &tops, n, MapFlags::ANY, MapFlags::ANY).context("fp_fib4_dir16")
         })
     }
@@ -343,45 +343,21 @@ pub fn with_dir24_mem(skel: &XdpFwdSkel<'_>, f: impl FnOnce(&mut [u16])) -> Resu
 struct Painted {
     map_id: u32,
     routes: Vec<u8>,
-    blocks: Vec<u16>,
-    top: Vec<u16>,
-    vals: Vec<(u16, fp_route)>,
-}
-
-impl fastpath_core::dir24::DirSink<[u8; size_of::<fp_route>()]> for Painted {
-    fn set_val(&mut self, slot: u16, v: &[u8; size_of::<fp_route>()]) -> bool {
-        self.vals.push((slot, from_raw(v)));
-        true
-    }
-    fn set_block(&mut self, block: u32, entry: u16) {
-        self.blocks[block as usize] = entry;
-    }
-    fn set_top(&mut self, top: u32, entry: u16) {
-        self.top[top as usize] = entry;
-    }
-    fn block(&self, block: u32) -> u16 {
-        self.blocks[block as usize]
-    }
+    mem: fastpath_core::dir24::MemSink<[u8; size_of::<fp_route>()]>,
 }
 
 impl Painted {
     fn of(fib4: &[(fp_lpm4_key, fp_route)], map_id: u32, routes: Vec<u8>) -> Painted {
-        use fastpath_core::dir24::{Dir24, BLOCKS, TOPS};
-        let mut p = Painted {
-            map_id,
-            routes,
-            blocks: vec![FP_DIR24_TRIE as u16; BLOCKS],
-            top: vec![FP_DIR16_DESCEND as u16; TOPS],
-            vals: Vec::new(),
-        };
+        use fastpath_core::dir24::{Dir24, MemSink};
+        let mut mem = MemSink::new();
         let mut dir = Dir24::new(std::time::Duration::ZERO);
         let now = std::time::Instant::now();
-        dir.sweep(&mut p);
+        dir.sweep(&mut mem);
         for (k, v) in fib4 {
             let addr = u32::from_be_bytes(k.addr.to_ne_bytes());
-            dir.upsert(addr, k.prefixlen as u8, raw(v).try_into().expect("an fp_route"), now, &mut p);
+            dir.upsert(addr, k.prefixlen as u8, raw(v).try_into().expect("an fp_route"), now, &mut mem);
         }
-        p
+        Painted { map_id, routes, mem }
     }
 }
 
