@@ -36,6 +36,11 @@
  * which is why those are entry points of their own, loaded only in that
  * mode, and the bench asks the kernel first (traffic::hint_supported).
  *
+ * fp_bench_gen6 (`fastpath bench --family 6`) is the same for an
+ * Ethernet/IPv6/UDP header (GEN6_*): the ports at their IPv6 offsets, and
+ * since IPv6 forbids a zero UDP checksum, the template's checksum moved by
+ * what the ports add to the sum (RFC 1624), so every frame stays valid.
+ *
  * fp_bench_gen_dst (`fastpath bench fullrate`) is the same generator with a
  * destination address per flow: flow i also takes its IPv4 destination and
  * the matching header checksum from gen_dsts[i], which user space fills (so
@@ -54,9 +59,14 @@
 #define GEN_SPORT_BITS 15       /* flows per destination port: 32768 */
 #define GEN_CSUM_WORD 12        /* IPv4 header checksum: byte 24 */
 #define GEN_DADDR_WORD 15       /* IPv4 destination: bytes 30..33 */
+#define GEN6_HDR_WORDS 31       /* 14 B Ethernet + 40 B IPv6 + 8 B UDP */
+#define GEN6_SPORT_WORD 27      /* UDP source port: byte 54 */
+#define GEN6_DPORT_WORD 28
+#define GEN6_UCSUM_WORD 30      /* UDP checksum: byte 60 */
 
-/* Header template in wire order, built (and checksummed) by the bench. */
-const volatile __u16 gen_hdr[GEN_HDR_WORDS];
+/* Header template in wire order, built (and checksummed) by the bench; an
+ * IPv4 one fills the first GEN_HDR_WORDS. */
+const volatile __u16 gen_hdr[GEN6_HDR_WORDS];
 /* Source ports cycle over [gen_sport_base, gen_sport_base + gen_flows). */
 const volatile __u16 gen_sport_base = 1024;
 const volatile __u32 gen_flows = 1;
@@ -99,8 +109,12 @@ struct {
  * page and a memcpy per frame) the kernel makes for a broadcast.
  */
 
-static __always_inline int gen_frame(struct xdp_md *ctx, bool per_flow_dst, bool spring, bool grow_meta)
+static __always_inline int gen_frame(struct xdp_md *ctx, bool per_flow_dst, bool spring, bool grow_meta, bool v6)
 {
+	const int words = v6 ? GEN6_HDR_WORDS : GEN_HDR_WORDS;
+	const int sport_w = v6 ? GEN6_SPORT_WORD : GEN_SPORT_WORD;
+	const int dport_w = v6 ? GEN6_DPORT_WORD : GEN_DPORT_WORD;
+	__u32 sum, dsport, ddport;
 	struct fp_rx_hint *hint;
 	struct loop_count *c;
 	__u32 zero = 0, *flow, f, h;
@@ -128,7 +142,7 @@ static __always_inline int gen_frame(struct xdp_md *ctx, bool per_flow_dst, bool
 	}
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
-	if ((void *)(data + GEN_HDR_WORDS) > data_end)
+	if ((void *)(data + words) > data_end)
 		return XDP_ABORTED;
 	/* Bounds for the verifier, then the exact size (as fp_xdp_fwd reads
 	 * a hint); the empty asm keeps clang from merging the two. */
@@ -147,10 +161,21 @@ static __always_inline int gen_frame(struct xdp_md *ctx, bool per_flow_dst, bool
 	}
 
 #pragma unroll
-	for (i = 0; i < GEN_HDR_WORDS; i++)
+	for (i = 0; i < words; i++)
 		data[i] = gen_hdr[i];
-	data[GEN_SPORT_WORD] = bpf_htons(gen_sport_base + (f & ((1U << GEN_SPORT_BITS) - 1)));
-	data[GEN_DPORT_WORD] = bpf_htons(bpf_ntohs(gen_hdr[GEN_DPORT_WORD]) + (f >> GEN_SPORT_BITS));
+	dsport = f & ((1U << GEN_SPORT_BITS) - 1);
+	ddport = f >> GEN_SPORT_BITS;
+	data[sport_w] = bpf_htons(gen_sport_base + dsport);
+	data[dport_w] = bpf_htons(bpf_ntohs(gen_hdr[dport_w]) + ddport);
+	if (v6) {
+		/* The template's ports are the base ones: the sum grows by the
+		 * two increments, end-around carry, and 0 goes as 0xffff. */
+		sum = (__u16)~bpf_ntohs(gen_hdr[GEN6_UCSUM_WORD]) + dsport + ddport;
+		sum = (sum & 0xFFFF) + (sum >> 16);
+		sum = (sum & 0xFFFF) + (sum >> 16);
+		sum = (__u16)~sum;
+		data[GEN6_UCSUM_WORD] = bpf_htons(sum ? sum : 0xFFFF);
+	}
 	if (per_flow_dst) {
 		/* A copy: taking f's own address changes fp_bench_gen's code
 		 * too (checked with llvm-objdump), and it must stay as it was. */
@@ -173,31 +198,43 @@ static __always_inline int gen_frame(struct xdp_md *ctx, bool per_flow_dst, bool
 SEC("xdp")
 int fp_bench_gen(struct xdp_md *ctx)
 {
-	return gen_frame(ctx, false, false, false);
+	return gen_frame(ctx, false, false, false, false);
 }
 
 SEC("xdp")
 int fp_bench_gen_dst(struct xdp_md *ctx)
 {
-	return gen_frame(ctx, true, false, false);
+	return gen_frame(ctx, true, false, false, false);
 }
 
 SEC("xdp")
 int fp_bench_gen_hint(struct xdp_md *ctx)
 {
-	return gen_frame(ctx, false, false, true);
+	return gen_frame(ctx, false, false, true, false);
 }
 
 SEC("xdp")
 int fp_bench_gen_dst_hint(struct xdp_md *ctx)
 {
-	return gen_frame(ctx, true, false, true);
+	return gen_frame(ctx, true, false, true, false);
+}
+
+SEC("xdp")
+int fp_bench_gen6(struct xdp_md *ctx)
+{
+	return gen_frame(ctx, false, false, false, true);
+}
+
+SEC("xdp")
+int fp_bench_gen6_hint(struct xdp_md *ctx)
+{
+	return gen_frame(ctx, false, false, true, true);
 }
 
 SEC("xdp")
 int fp_bench_gen_spring(struct xdp_md *ctx)
 {
-	return gen_frame(ctx, false, true, false);
+	return gen_frame(ctx, false, true, false, false);
 }
 
 SEC("xdp")

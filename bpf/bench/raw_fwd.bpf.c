@@ -2,8 +2,9 @@
 /*
  * raw_fwd.bpf.c — the benchmark's upper bound: what an XDP router costs when
  * it does nothing but rewrite the MACs and redirect. No table lookups, no TTL,
- * no checks beyond "is it IPv4"; it forwards every IPv4 frame to the one
- * egress in raw_tx. Never use it outside the bench.
+ * no checks beyond "is it the bench's protocol" (IPv4, or IPv6 for `fastpath
+ * bench --family 6`); it forwards every such frame to the one egress in
+ * raw_tx. Never use it outside the bench.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -13,6 +14,8 @@
 
 /* New destination then source MAC, as three 16-bit words each (wire order). */
 const volatile __u16 raw_macs[6];
+/* The EtherType forwarded, wire order (the rest is passed). */
+const volatile __u16 raw_proto = bpf_htons(ETH_P_IP);
 
 /* Slot 0: the egress device. */
 struct {
@@ -31,7 +34,7 @@ int fp_bench_raw_fwd(struct xdp_md *ctx)
 
 	if ((void *)(data + 7) > data_end)
 		return XDP_PASS;
-	if (data[6] != bpf_htons(ETH_P_IP))
+	if (data[6] != raw_proto)
 		return XDP_PASS;
 
 #pragma unroll

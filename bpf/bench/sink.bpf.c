@@ -24,6 +24,10 @@ struct sink_count {
 /* s1, the veth back to the generator; 0: drop what was counted. */
 const volatile __u32 loop_ifindex = 0;
 
+/* The EtherType counted, wire order: IPv4, or IPv6 for `fastpath bench
+ * --family 6` (the rest is passed). */
+const volatile __u16 sink_proto = bpf_htons(ETH_P_IP);
+
 /* The IPv4 source every frame should carry (network order); 0: any. */
 const volatile __u32 expect_saddr = 0;
 
@@ -54,7 +58,7 @@ int fp_bench_sink(struct xdp_md *ctx)
 	__u64 *strays;
 	__u32 zero = 0;
 
-	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
+	if ((void *)(eth + 1) > data_end || eth->h_proto != sink_proto)
 		return XDP_PASS;
 	if (expect_saddr && ((void *)(ip + 1) > data_end || ip->saddr != expect_saddr)) {
 		strays = bpf_map_lookup_elem(&sink_strays, &zero);

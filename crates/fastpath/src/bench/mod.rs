@@ -64,9 +64,13 @@ pub struct BenchArgs {
     /// Seconds per repetition.
     #[arg(long, default_value_t = 1.5)]
     pub duration: f64,
-    /// Ethernet frame sizes in bytes, FCS included (comma-separated; 1518 works too).
-    #[arg(long, value_delimiter = ',', default_values_t = vec![64usize, 512])]
-    pub sizes: Vec<usize>,
+    /// IP version of the traffic: 4, or 6 (the router routes IPv6 between the same hosts).
+    #[arg(long, value_enum, default_value_t = topo::Family::V4)]
+    pub family: topo::Family,
+    /// Ethernet frame sizes in bytes, FCS included (comma-separated; 1518 works too). Default: 64,512 for IPv4,
+    /// 84,532 for IPv6 (the same UDP payload: an IPv6 header is 20 B longer; 66 B is the least it fits in).
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Option<Vec<usize>>,
     /// Numbers of flows (UDP port pairs; see bench/README.md), comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = vec![1u32, 10_000, 1_000_000])]
     pub flows: Vec<u32>,
@@ -153,6 +157,21 @@ struct Plan {
     place: Placement,
 }
 
+/// The frame sizes `fastpath bench` measures by default: 64 and 512 B for
+/// IPv4, and for IPv6 the frames with the same UDP payload.
+fn default_sizes(family: topo::Family) -> Vec<usize> {
+    let grow = family_overhead(family);
+    vec![64 + grow, 512 + grow]
+}
+
+/// How much longer `family`'s headers are than IPv4's.
+fn family_overhead(family: topo::Family) -> usize {
+    match family {
+        topo::Family::V4 => 0,
+        topo::Family::V6 => 20,
+    }
+}
+
 impl Plan {
     fn from_args(a: &BenchArgs) -> Result<Self> {
         let hint_ok = traffic::hint_supported()?;
@@ -160,7 +179,7 @@ impl Plan {
             reps: a.reps,
             duration: Duration::try_from_secs_f64(a.duration).context("--duration")?,
             warmup: Duration::from_millis(300),
-            sizes: a.sizes.clone(),
+            sizes: a.sizes.clone().unwrap_or_else(|| default_sizes(a.family)),
             flows: a.flows.clone(),
             modes: match &a.modes {
                 Some(m) => m.clone(),
@@ -174,7 +193,7 @@ impl Plan {
             p.reps = 2;
             p.duration = Duration::from_secs(1);
             p.warmup = Duration::from_millis(200);
-            p.sizes = vec![64];
+            p.sizes = vec![report::TARGET_SIZE + family_overhead(a.family)];
             p.flows = vec![1];
         }
         p.modes.sort();
@@ -186,7 +205,10 @@ impl Plan {
             bail!("nothing to measure: --reps, --duration, --sizes, --flows and --modes must be non-empty");
         }
         for &s in &p.sizes {
-            traffic::frame(s)?;
+            traffic::frame_for(s, a.family)?;
+        }
+        if a.family == topo::Family::V6 && p.modes.iter().any(|m| m.afxdp()) {
+            bail!("--family 6: the AF_XDP modes are measured with IPv4 traffic only");
         }
         if let Some(&f) = p.flows.iter().find(|&&f| f == 0 || f > traffic::MAX_FLOWS) {
             bail!("--flows {f}: must be 1..={}", traffic::MAX_FLOWS);
@@ -290,8 +312,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
     };
     let work = WorkDir::create()?;
 
+    let family = args.family;
+    let target_size = report::TARGET_SIZE + family_overhead(family);
     println!(
-        "fastpath bench: modes {}, sizes {:?} B, flows {:?}, {} x {:.1} s each, all on CPU {}{}",
+        "fastpath bench: {} traffic, modes {}, sizes {:?} B, flows {:?}, {} x {:.1} s each, all on CPU {}{}",
+        family.name(),
         plan.modes.iter().map(|m| m.name()).collect::<Vec<_>>().join(","),
         plan.sizes,
         plan.flows,
@@ -301,7 +326,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         if plan.place.fifo { " (SCHED_FIFO)" } else { "" }
     );
 
-    let topo = Topology::create()?;
+    let topo = Topology::create_for(family)?;
     let mut sink_obj = MaybeUninit::uninit();
     let sink = Sink::attach(&mut sink_obj, &topo)?;
     let bench = Bench {
@@ -316,7 +341,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
     drop(sink);
     drop(topo);
 
-    let hints = if plan.hints {
+    let hints = if plan.hints && family == topo::Family::V6 {
+        println!("-- hints (BPF_PROG_RUN): left out, its programs parse IPv4 (run it without --family 6)");
+        None
+    } else if plan.hints {
         println!("-- hints (BPF_PROG_RUN)");
         Some(hints::measure(plan.place, HINTS_REPEAT, HINTS_REPS)?)
     } else {
@@ -325,7 +353,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
 
     report::add_ratios(&mut cells);
     report::add_paired_ratios(&mut cells, [Mode::Kernel, Mode::Raw, Mode::FibFwd]);
-    report::print_table(&cells);
+    report::print_table(&cells, target_size);
     let mut problems = Vec::new();
     for (mode, v) in &fp_verdicts {
         println!("{mode} counters over its runs: {}", v.summary());
@@ -337,6 +365,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
 
     let rep = Report {
         bench: "forward",
+        family,
         unix_time: report::unix_time(),
         kernel_release: report::kernel_release(),
         method: report::METHOD,
@@ -350,7 +379,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         flow_entries: plan.flow_entries,
         target: Target {
             modes: [Mode::Fastpath.name(), Mode::FastpathHint.name()],
-            size: report::TARGET_SIZE,
+            size: target_size,
             min_ratio_to_kernel: report::TARGET_RATIO,
             min_share_of_raw: report::TARGET_SHARE_OF_RAW,
             min_ratio_to_reference: report::TARGET_RATIO_TO_REFERENCE,

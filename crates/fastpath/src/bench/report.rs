@@ -253,6 +253,8 @@ pub fn add_paired_ratios(cells: &mut [Cell], bases: [Mode; 3]) {
 #[derive(Debug, Serialize)]
 pub struct Report<'a> {
     pub bench: &'static str,
+    /// The IP version of the traffic.
+    pub family: super::topo::Family,
     pub unix_time: u64,
     pub kernel_release: String,
     pub method: &'static str,
@@ -296,7 +298,7 @@ pub(super) fn pct(r: Option<f64>) -> String {
     r.map(|r| format!("{:.0}%", r * 100.0)).unwrap_or_else(|| "-".into())
 }
 
-pub fn print_table(cells: &[Cell]) {
+pub fn print_table(cells: &[Cell], target_size: usize) {
     println!();
     println!(
         "{:<16} {:>4} {:>7} {:>7} {:>6} {:>6} {:>6} {:>5} {:>6} | {:>8} {:>6} {:>5} {:>6} {:>4}",
@@ -330,7 +332,7 @@ pub fn print_table(cells: &[Cell]) {
     let refs = cells.iter().any(|c| matches!(c.mode, Mode::Kernel | Mode::Raw | Mode::FibFwd));
     for c in cells
         .iter()
-        .filter(|c| refs && matches!(c.mode, Mode::Fastpath | Mode::FastpathHint) && c.size == TARGET_SIZE)
+        .filter(|c| refs && matches!(c.mode, Mode::Fastpath | Mode::FastpathHint) && c.size == target_size)
     {
         let busy = cells
             .iter()
@@ -363,13 +365,13 @@ pub fn print_table(cells: &[Cell]) {
     }
     if refs && cells.iter().any(|c| matches!(c.mode, Mode::Fastpath | Mode::FastpathHint)) {
         println!(
-            "targets for cache-hit forwarding at {TARGET_SIZE} B: >= {TARGET_RATIO}x kernel, >= {:.0}% of raw, >= {TARGET_RATIO_TO_REFERENCE}x fib-fwd",
+            "targets for cache-hit forwarding at {target_size} B: >= {TARGET_RATIO}x kernel, >= {:.0}% of raw, >= {TARGET_RATIO_TO_REFERENCE}x fib-fwd",
             TARGET_SHARE_OF_RAW * 100.0
         );
-        print_raw_headroom(cells);
+        print_raw_headroom(cells, target_size);
     }
     print_loop_losses(cells);
-    print_router_ns(cells);
+    print_router_ns(cells, target_size);
     print_afxdp_shares(cells);
 }
 
@@ -412,14 +414,14 @@ fn print_loop_losses(cells: &[Cell]) {
 
 /// At the target size: each measured router mode's ns per frame above raw,
 /// per flow count, and the reference's against fastpath's.
-fn print_router_ns(cells: &[Cell]) {
+fn print_router_ns(cells: &[Cell], target_size: usize) {
     const MODES: [Mode; 5] = [Mode::Fastpath, Mode::FastpathHint, Mode::FastpathNocache, Mode::FibFwd, Mode::Kernel];
-    let mut flows: Vec<u32> = cells.iter().filter(|c| c.size == TARGET_SIZE).map(|c| c.flows).collect();
+    let mut flows: Vec<u32> = cells.iter().filter(|c| c.size == target_size).map(|c| c.flows).collect();
     flows.sort_unstable();
     flows.dedup();
     let mut parts = Vec::new();
     for f in flows {
-        let at = |m: Mode| cells.iter().find(|c| c.mode == m && c.size == TARGET_SIZE && c.flows == f);
+        let at = |m: Mode| cells.iter().find(|c| c.mode == m && c.size == target_size && c.flows == f);
         let Some(raw) = at(Mode::Raw) else { continue };
         let ns: Vec<(Mode, f64)> = MODES
             .iter()
@@ -438,7 +440,7 @@ fn print_router_ns(cells: &[Cell]) {
         parts.push(format!("{f} flow(s): {}", line.join(", ")));
     }
     if !parts.is_empty() {
-        println!("ns per frame above raw at {TARGET_SIZE} B (the router's own work): {}", parts.join("; "));
+        println!("ns per frame above raw at {target_size} B (the router's own work): {}", parts.join("; "));
     }
 }
 
@@ -446,17 +448,17 @@ fn print_router_ns(cells: &[Cell]) {
 /// target asks for that share of raw, which on a VM whose kernel path is
 /// cheap (or whose veth and generator are dear) may exceed what any program
 /// reaches.
-fn print_raw_headroom(cells: &[Cell]) {
+fn print_raw_headroom(cells: &[Cell], target_size: usize) {
     let line: Vec<String> = cells
         .iter()
-        .filter(|c| c.mode == Mode::Raw && c.size == TARGET_SIZE)
+        .filter(|c| c.mode == Mode::Raw && c.size == target_size)
         .filter_map(|c| {
             c.ratio_to_kernel
                 .map(|x| format!("{} flow(s) {x:.2}x kernel, so {TARGET_RATIO}x kernel is {:.0}% of raw", c.flows, TARGET_RATIO * 100.0 / x))
         })
         .collect();
     if !line.is_empty() {
-        println!("raw (no lookups, the limit) at {TARGET_SIZE} B: {}", line.join("; "));
+        println!("raw (no lookups, the limit) at {target_size} B: {}", line.join("; "));
     }
 }
 

@@ -140,12 +140,12 @@ impl<'obj> RawFwd<'obj> {
     pub fn attach(storage: &'obj mut MaybeUninit<OpenObject>, t: &Topology) -> Result<Self> {
         let r0 = t.ifindex(&t.router, topo::R0)?;
         let r1 = t.ifindex(&t.router, topo::R1)?;
-        Self::attach_in(storage, &t.router, r0, r1, topo::MAC_S0, topo::MAC_R1)
+        Self::attach_in(storage, &t.router, r0, r1, topo::MAC_S0, topo::MAC_R1, t.family)
             .context("attaching raw_fwd to r0")
     }
 
-    /// Every IPv4 frame arriving at `ingress` in namespace `ns` leaves
-    /// through `egress` with destination MAC `dst` and source `src`.
+    /// Every frame of `family` arriving at `ingress` in namespace `ns`
+    /// leaves through `egress` with destination MAC `dst` and source `src`.
     pub fn attach_in(
         storage: &'obj mut MaybeUninit<OpenObject>,
         ns: &str,
@@ -153,6 +153,7 @@ impl<'obj> RawFwd<'obj> {
         egress: u32,
         dst: [u8; 6],
         src: [u8; 6],
+        family: topo::Family,
     ) -> Result<Self> {
         let mut open = RawFwdSkelBuilder::default()
             .open(storage)
@@ -166,6 +167,7 @@ impl<'obj> RawFwd<'obj> {
         for (i, w) in macs.chunks(2).enumerate() {
             ro.raw_macs[i] = u16::from_ne_bytes([w[0], w[1]]);
         }
+        ro.raw_proto = u16::from_ne_bytes(family.ethertype().to_be_bytes());
         let skel = open.load().context("loading raw_fwd.bpf.o")?;
         // The kernel resolves a devmap's ifindex in the writer's namespace.
         topo::in_netns(ns, || {

@@ -8,6 +8,11 @@
 //!  g0 192.0.2.2 ── r0 192.0.2.1 | r1 198.51.100.1 ── s0 198.51.100.2
 //!  g1 ─────────────────────────────────────────────── s1
 //! ```
+//!
+//! An IPv6 lab (`fastpath bench --family 6`) adds 2001:db8:0:1::1/64 on r0
+//! and 2001:db8:0:2::1/64 on r1, IPv6 forwarding, and the generator's and
+//! sink's IPv6 addresses (::2 of each) as permanent neighbours; the
+//! generator and sink themselves need none, as they never use their stack.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -41,11 +46,46 @@ pub const MAC_S0: [u8; 6] = [0x02, 0xfb, 0, 0, 2, 0x00];
 
 pub const IP_G0: [u8; 4] = [192, 0, 2, 2];
 pub const IP_S0: [u8; 4] = [198, 51, 100, 2];
+pub const IP6_G0: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2];
+pub const IP6_S0: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 2];
+
+/// The IP version of the bench's traffic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum Family {
+    /// IPv4/UDP (the default).
+    #[default]
+    #[value(name = "4", alias = "ipv4")]
+    #[serde(rename = "ipv4")]
+    V4,
+    /// IPv6/UDP: the router gets IPv6 addresses, forwarding and neighbours.
+    #[value(name = "6", alias = "ipv6")]
+    #[serde(rename = "ipv6")]
+    V6,
+}
+
+impl Family {
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::V4 => "IPv4",
+            Family::V6 => "IPv6",
+        }
+    }
+
+    /// The EtherType of the traffic.
+    pub fn ethertype(self) -> u16 {
+        match self {
+            Family::V4 => 0x0800,
+            Family::V6 => 0x86dd,
+        }
+    }
+}
 
 pub struct Topology {
     pub gen: String,
     pub router: String,
     pub sink: String,
+    /// What the lab routes: IPv4 always, IPv6 as well for `Family::V6`.
+    pub family: Family,
     created: Vec<String>,
 }
 
@@ -69,11 +109,21 @@ impl Topology {
 
     /// As `create`, for one of several labs of one process: `suffix` tells them apart.
     pub fn create_tagged(suffix: &str) -> Result<Self> {
+        Self::create_with(suffix, Family::V4)
+    }
+
+    /// As `create`, routing `family`'s traffic.
+    pub fn create_for(family: Family) -> Result<Self> {
+        Self::create_with("", family)
+    }
+
+    fn create_with(suffix: &str, family: Family) -> Result<Self> {
         let tag = format!("fpbench{}{suffix}", std::process::id());
         let mut t = Topology {
             gen: format!("{tag}-gen"),
             router: format!("{tag}-rtr"),
             sink: format!("{tag}-sink"),
+            family,
             created: Vec::new(),
         };
         for ns in [t.gen.clone(), t.router.clone(), t.sink.clone()] {
@@ -81,7 +131,24 @@ impl Topology {
             t.created.push(ns);
         }
         t.build().context("building the bench topology")?;
+        if family == Family::V6 {
+            t.build_v6().context("giving the bench topology IPv6")?;
+        }
         Ok(t)
+    }
+
+    /// The router's half of an IPv6 lab. `nodad`: the addresses are usable
+    /// at once, and no neighbour solicitation goes out during a measurement.
+    fn build_v6(&self) -> Result<()> {
+        let r = self.router.as_str();
+        ip(&["-n", r, "addr", "add", "2001:db8:0:1::1/64", "dev", R0, "nodad"])?;
+        ip(&["-n", r, "addr", "add", "2001:db8:0:2::1/64", "dev", R1, "nodad"])?;
+        self.sysctl(r, "net/ipv6/conf/all/forwarding", "1")?;
+        for (addr, mac, dev) in [(IP6_S0, MAC_S0, R1), (IP6_G0, MAC_G0, R0)] {
+            let addr = std::net::Ipv6Addr::from(addr).to_string();
+            ip(&["-n", r, "neigh", "replace", &addr, "lladdr", &fmt_mac(&mac), "dev", dev, "nud", "permanent"])?;
+        }
+        Ok(())
     }
 
     fn build(&self) -> Result<()> {

@@ -23,6 +23,8 @@ use super::topo;
 use crate::maps::read_u64;
 
 const HDR_LEN: usize = 42;
+/// Ethernet + IPv6 + UDP (gen.bpf.c's GEN6_HDR_WORDS).
+const HDR6_LEN: usize = 62;
 const FCS_LEN: usize = 4;
 const UDP_DPORT: u16 = 9;
 pub const SPORT_BASE: u16 = 10000;
@@ -61,6 +63,68 @@ pub fn frame(size: usize) -> Result<Vec<u8>> {
     udp[4..6].copy_from_slice(&(ip_len - 20).to_be_bytes());
     // UDP checksum 0: "none" is legal for IPv4 and independent of the port.
     Ok(f)
+}
+
+/// An Ethernet/IPv6/UDP frame of `size` bytes (FCS included) from the
+/// generator's IPv6 address to the sink's, with a valid UDP checksum (IPv6
+/// has no "none"); gen.bpf.c keeps it valid as it changes the ports.
+pub fn frame6(size: usize) -> Result<Vec<u8>> {
+    let min = HDR6_LEN + FCS_LEN;
+    if !(min..=1518).contains(&size) {
+        bail!("IPv6 frame size {size} outside {min}..=1518 (Ethernet, IPv6 and UDP headers and the FCS take {min} B)");
+    }
+    let len = size - FCS_LEN;
+    let mut f = vec![0u8; len];
+    f[0..6].copy_from_slice(&topo::MAC_R0);
+    f[6..12].copy_from_slice(&topo::MAC_G0);
+    f[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+    let payload_len = (len - 54) as u16;
+    let ip = &mut f[14..54];
+    ip[0] = 0x60;
+    ip[4..6].copy_from_slice(&payload_len.to_be_bytes());
+    ip[6] = 17; // UDP
+    ip[7] = 64; // hop limit
+    ip[8..24].copy_from_slice(&topo::IP6_G0);
+    ip[24..40].copy_from_slice(&topo::IP6_S0);
+    let udp = &mut f[54..62];
+    udp[0..2].copy_from_slice(&SPORT_BASE.to_be_bytes());
+    udp[2..4].copy_from_slice(&UDP_DPORT.to_be_bytes());
+    udp[4..6].copy_from_slice(&payload_len.to_be_bytes());
+    let csum = udp6_checksum(&topo::IP6_G0, &topo::IP6_S0, &f[54..]);
+    f[60..62].copy_from_slice(&csum.to_be_bytes());
+    Ok(f)
+}
+
+/// A frame of `size` bytes of `family`'s traffic.
+pub fn frame_for(size: usize, family: topo::Family) -> Result<Vec<u8>> {
+    match family {
+        topo::Family::V4 => frame(size),
+        topo::Family::V6 => frame6(size),
+    }
+}
+
+/// The UDP checksum of `udp` (header, checksum field 0, and payload) between
+/// `src` and `dst` (RFC 8200's pseudo-header); 0 is sent as 0xffff.
+pub(super) fn udp6_checksum(src: &[u8; 16], dst: &[u8; 16], udp: &[u8]) -> u16 {
+    let mut sum: u64 = 0;
+    let mut add = |b: &[u8]| {
+        for w in b.chunks(2) {
+            sum += u64::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]));
+        }
+    };
+    add(src);
+    add(dst);
+    add(&(udp.len() as u32).to_be_bytes());
+    add(&[0, 0, 0, 17]);
+    add(&udp[..6]);
+    add(&udp[8..]);
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    match !(sum as u16) {
+        0 => 0xffff,
+        c => c,
+    }
 }
 
 /// gen.bpf.c's struct gen_dst for `frame` sent to `dst`: the destination and
@@ -181,14 +245,18 @@ impl<'obj> Generator<'obj> {
         if flows == 0 || flows > MAX_FLOWS {
             bail!("flows must be 1..={MAX_FLOWS}");
         }
-        let frame = frame(size)?;
+        let v6 = t.family == topo::Family::V6;
+        if v6 && (dsts.is_some() || spring) {
+            bail!("the generator sends IPv6 only to the sink's one address, round the sink's loop");
+        }
+        let frame = frame_for(size, t.family)?;
         let mut open = GenSkelBuilder::default().open(storage).context("opening gen.bpf.o")?;
         let ro = open
             .maps
             .rodata_data
             .as_deref_mut()
             .context("gen.bpf.o has no .rodata")?;
-        for (i, w) in frame[..HDR_LEN].chunks(2).enumerate() {
+        for (i, w) in frame[..if v6 { HDR6_LEN } else { HDR_LEN }].chunks(2).enumerate() {
             // The program stores the words as they are in memory: keep wire order.
             ro.gen_hdr[i] = u16::from_ne_bytes([w[0], w[1]]);
         }
@@ -202,9 +270,11 @@ impl<'obj> Generator<'obj> {
         // Only the entry points in use are loaded: the default bench's start-up stays as it was,
         // and a kernel that refuses bpf_xdp_adjust_meta still loads the others.
         let (plain, per_dst) = (dsts.is_none() && !spring, dsts.is_some());
-        open.progs.fp_bench_gen.set_autoload(plain && !hint);
+        open.progs.fp_bench_gen.set_autoload(plain && !hint && !v6);
+        open.progs.fp_bench_gen6.set_autoload(plain && !hint && v6);
         open.progs.fp_bench_gen_dst.set_autoload(per_dst && !hint);
-        open.progs.fp_bench_gen_hint.set_autoload(plain && hint);
+        open.progs.fp_bench_gen_hint.set_autoload(plain && hint && !v6);
+        open.progs.fp_bench_gen6_hint.set_autoload(plain && hint && v6);
         open.progs.fp_bench_gen_dst_hint.set_autoload(per_dst && hint);
         open.progs.fp_bench_gen_spring.set_autoload(spring);
         open.progs.fp_bench_gen_bounce.set_autoload(spring);
@@ -236,11 +306,13 @@ impl<'obj> Generator<'obj> {
             });
         }
         let g1 = t.ifindex(&t.gen, topo::G1)?;
-        let prog = match (per_dst, hint) {
-            (false, false) => &skel.progs.fp_bench_gen,
-            (true, false) => &skel.progs.fp_bench_gen_dst,
-            (false, true) => &skel.progs.fp_bench_gen_hint,
-            (true, true) => &skel.progs.fp_bench_gen_dst_hint,
+        let prog = match (per_dst, hint, v6) {
+            (false, false, false) => &skel.progs.fp_bench_gen,
+            (false, false, true) => &skel.progs.fp_bench_gen6,
+            (true, false, _) => &skel.progs.fp_bench_gen_dst,
+            (false, true, false) => &skel.progs.fp_bench_gen_hint,
+            (false, true, true) => &skel.progs.fp_bench_gen6_hint,
+            (true, true, _) => &skel.progs.fp_bench_gen_dst_hint,
         };
         let pin = topo::in_netns(&t.gen, || prog.attach_xdp(g1 as i32))?
             .context("attaching the generator to g1")?;
@@ -578,6 +650,7 @@ impl<'obj> Sink<'obj> {
         if let Some(src) = source {
             ro.expect_saddr = u32::from_ne_bytes(src.octets());
         }
+        ro.sink_proto = u16::from_ne_bytes(topo.family.ethertype().to_be_bytes());
         ro.loop_ifindex = topo.ifindex(&topo.sink, topo::S1)?;
         let skel = open.load().context("loading sink.bpf.o")?;
         let ifindex = topo.ifindex(&topo.sink, topo::S0)?;
@@ -641,13 +714,15 @@ mod tests {
     fn open_gen<'o>(obj: &'o mut MaybeUninit<OpenObject>, tmpl: &[u8], flows: u32) -> OpenGenSkel<'o> {
         let mut open = GenSkelBuilder::default().open(obj).unwrap();
         let ro = open.maps.rodata_data.as_deref_mut().unwrap();
-        for (i, w) in tmpl[..HDR_LEN].chunks(2).enumerate() {
+        let hdr = if tmpl[12..14] == [0x86, 0xdd] { HDR6_LEN } else { HDR_LEN };
+        for (i, w) in tmpl[..hdr].chunks(2).enumerate() {
             ro.gen_hdr[i] = u16::from_ne_bytes([w[0], w[1]]);
         }
         ro.gen_sport_base = SPORT_BASE;
         ro.gen_flows = flows;
         open.progs.fp_bench_gen_hint.set_autoload(false);
         open.progs.fp_bench_gen_dst_hint.set_autoload(false);
+        open.progs.fp_bench_gen6_hint.set_autoload(false);
         open
     }
 
@@ -856,6 +931,67 @@ mod tests {
                 (sport, dport)
             );
         }
+    }
+
+    /// fp_bench_gen6: the IPv6 header restored on every frame, the ports
+    /// cycled as the IPv4 generator cycles them, and the UDP checksum right
+    /// for every flow (the destination port stepping too).
+    #[test]
+    fn gen6_cycles_ports_and_keeps_the_udp_checksum_valid() {
+        if !root("gen6_cycles_ports_and_keeps_the_udp_checksum_valid") {
+            return;
+        }
+        pin_to(0).unwrap();
+        let tmpl = frame6(84).unwrap();
+        assert_eq!(tmpl.len(), 80);
+        assert_eq!(udp6_checksum(&topo::IP6_G0, &topo::IP6_S0, &tmpl[54..]), u16::from_be_bytes([tmpl[60], tmpl[61]]));
+        let mut dirty = tmpl.clone();
+        dirty[..HDR6_LEN].fill(0xee);
+        let mut obj = MaybeUninit::uninit();
+        let skel = gen_skel(&mut obj, &tmpl, SPORTS + 2, false);
+        let prog = &skel.progs.fp_bench_gen6;
+        let check = |out: &[u8], sport: u16, dport: u16| {
+            let f = &out[HINT_LEN..];
+            assert_eq!(f.len(), tmpl.len());
+            let mut want = tmpl.clone();
+            want[54..56].copy_from_slice(&sport.to_be_bytes());
+            want[56..58].copy_from_slice(&dport.to_be_bytes());
+            let csum = udp6_checksum(&topo::IP6_G0, &topo::IP6_S0, &want[54..]);
+            want[60..62].copy_from_slice(&csum.to_be_bytes());
+            assert_eq!(f, &want[..], "ports {sport} {dport}");
+        };
+        for sport in [SPORT_BASE, SPORT_BASE + 1, SPORT_BASE + 2] {
+            let (ret, out) = gen_run(prog, &dirty, 1);
+            assert_eq!(ret, XDP_TX);
+            check(&out, sport, UDP_DPORT);
+        }
+        // On to the last flow with this destination port, then the next two.
+        gen_run(prog, &tmpl, SPORTS - 4);
+        for (sport, dport) in [(SPORT_BASE + (SPORTS - 1) as u16, UDP_DPORT), (SPORT_BASE, UDP_DPORT + 1), (SPORT_BASE + 1, UDP_DPORT + 1), (SPORT_BASE, UDP_DPORT)] {
+            let (_, out) = gen_run(prog, &dirty, 1);
+            check(&out, sport, dport);
+        }
+    }
+
+    /// A checksum that sums to zero goes as 0xffff, and the frame builder
+    /// refuses sizes an IPv6/UDP header does not fit in.
+    #[test]
+    fn frame6_sizes_and_checksum() {
+        assert!(frame6(65).is_err() && frame6(1519).is_err());
+        let f = frame6(66).unwrap();
+        assert_eq!((f.len(), &f[12..14], f[20], f[21]), (62, &[0x86u8, 0xdd][..], 17, 64));
+        assert_eq!(u16::from_be_bytes([f[18], f[19]]), 8);
+        // The sum of a valid segment and its pseudo-header, checksum included, is 0xffff.
+        let mut sum: u32 = 0;
+        for b in [&topo::IP6_G0[..], &topo::IP6_S0[..], &[0, 0, 0, 8, 0, 0, 0, 17], &f[54..]] {
+            for w in b.chunks(2) {
+                sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
+            }
+        }
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        assert_eq!(sum, 0xffff);
     }
 
     /// fp_bench_gen_dst: flow i carries dsts[i] with a valid header checksum,

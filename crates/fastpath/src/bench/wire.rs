@@ -141,7 +141,7 @@ fn hop<'obj>(obj: &'obj mut MaybeUninit<OpenObject>, t: &Topology, s: &Side<'_>)
     ctlab::run(ns, &[
         "ip", "neigh", "replace", s.gw, "lladdr", &crate::api::fmt_mac(&s.gw_mac), "dev", s.out, "nud", "permanent",
     ])?;
-    let fwd = RawFwd::attach_in(obj, ns, t.ifindex(ns, s.wire)?, t.ifindex(ns, s.lan)?, s.gw_mac, s.host_mac)?;
+    let fwd = RawFwd::attach_in(obj, ns, t.ifindex(ns, s.wire)?, t.ifindex(ns, s.lan)?, s.gw_mac, s.host_mac, topo::Family::V4)?;
     ctlab::run(ns, &["ip", "route", "replace", s.far, "via", s.gw, "dev", s.out, "onlink", "src", s.host])?;
     Ok(fwd)
 }
