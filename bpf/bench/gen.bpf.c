@@ -40,6 +40,8 @@
  * Ethernet/IPv6/UDP header (GEN6_*): the ports at their IPv6 offsets, and
  * since IPv6 forbids a zero UDP checksum, the template's checksum moved by
  * what the ports add to the sum (RFC 1624), so every frame stays valid.
+ * fp_bench_gen6_dst is its `fastpath bench fullrate --family 6` form,
+ * taking flow i's destination and UDP checksum from gen6_dsts[i].
  *
  * fp_bench_gen_dst (`fastpath bench fullrate`) is the same generator with a
  * destination address per flow: flow i also takes its IPv4 destination and
@@ -63,6 +65,7 @@
 #define GEN6_SPORT_WORD 27      /* UDP source port: byte 54 */
 #define GEN6_DPORT_WORD 28
 #define GEN6_UCSUM_WORD 30      /* UDP checksum: byte 60 */
+#define GEN6_DADDR_WORD 19      /* IPv6 destination: bytes 38..53 */
 
 /* Header template in wire order, built (and checksummed) by the bench; an
  * IPv4 one fills the first GEN_HDR_WORDS. */
@@ -87,6 +90,21 @@ struct {
 	__type(key, __u32);
 	__type(value, struct gen_dst);
 } gen_dsts SEC(".maps");
+
+/* The same for fp_bench_gen6_dst: the destination and flow i's whole UDP
+ * checksum (ports included), so the program adds nothing up. */
+struct gen6_dst {
+	__u16 daddr[8];
+	__u16 ucsum;
+	__u16 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct gen6_dst);
+} gen6_dsts SEC(".maps");
 
 /* Where the next frame goes: g0's ifindex (0: XDP_TX, for BPF_PROG_RUN). */
 const volatile __u32 gen_out_ifindex = 0;
@@ -167,7 +185,17 @@ static __always_inline int gen_frame(struct xdp_md *ctx, bool per_flow_dst, bool
 	ddport = f >> GEN_SPORT_BITS;
 	data[sport_w] = bpf_htons(gen_sport_base + dsport);
 	data[dport_w] = bpf_htons(bpf_ntohs(gen_hdr[dport_w]) + ddport);
-	if (v6) {
+	if (v6 && per_flow_dst) {
+		__u32 key = f;
+		struct gen6_dst *dst = bpf_map_lookup_elem(&gen6_dsts, &key);
+
+		if (!dst)
+			return XDP_ABORTED;
+#pragma unroll
+		for (i = 0; i < 8; i++)
+			data[GEN6_DADDR_WORD + i] = dst->daddr[i];
+		data[GEN6_UCSUM_WORD] = dst->ucsum;
+	} else if (v6) {
 		/* The template's ports are the base ones: the sum grows by the
 		 * two increments, end-around carry, and 0 goes as 0xffff. */
 		sum = (__u16)~bpf_ntohs(gen_hdr[GEN6_UCSUM_WORD]) + dsport + ddport;
@@ -176,7 +204,7 @@ static __always_inline int gen_frame(struct xdp_md *ctx, bool per_flow_dst, bool
 		sum = (__u16)~sum;
 		data[GEN6_UCSUM_WORD] = bpf_htons(sum ? sum : 0xFFFF);
 	}
-	if (per_flow_dst) {
+	if (per_flow_dst && !v6) {
 		/* A copy: taking f's own address changes fp_bench_gen's code
 		 * too (checked with llvm-objdump), and it must stay as it was. */
 		__u32 key = f;
@@ -229,6 +257,18 @@ SEC("xdp")
 int fp_bench_gen6_hint(struct xdp_md *ctx)
 {
 	return gen_frame(ctx, false, false, true, true);
+}
+
+SEC("xdp")
+int fp_bench_gen6_dst(struct xdp_md *ctx)
+{
+	return gen_frame(ctx, true, false, false, true);
+}
+
+SEC("xdp")
+int fp_bench_gen6_dst_hint(struct xdp_md *ctx)
+{
+	return gen_frame(ctx, true, false, true, true);
 }
 
 SEC("xdp")

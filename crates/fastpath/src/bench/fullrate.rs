@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::mem::MaybeUninit;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
@@ -29,7 +29,7 @@ use super::report::{self, Cell, Rep};
 use super::router::{self, Daemon, FibFwd, FpStats, Mode, RawFwd};
 use super::tablesync::{occupancy, path_str, run_ip, wait_mirrored, wait_stable};
 use super::topo::{self, Topology};
-use super::traffic::{Placement, Sink};
+use super::traffic::{Dsts, Placement, Sink};
 use super::{fastpath_problems, Bench, Plan};
 
 /// Issue #3: full table >= 85 % of the one-route rate (reported, never asserted).
@@ -46,9 +46,12 @@ pub struct FullrateArgs {
     /// IPv4 routes in the full table.
     #[arg(long, default_value_t = 1_000_000)]
     pub v4: usize,
-    /// IPv6 routes in the full table (no IPv6 traffic: they only fill the tables as a real router's are).
+    /// IPv6 routes in the full table (with IPv4 traffic they only fill the tables as a real router's are).
     #[arg(long, default_value_t = 100_000)]
     pub v6: usize,
+    /// IP version of the traffic: 4 (flows to the IPv4 routes), or 6 (to the IPv6 routes).
+    #[arg(long, value_enum, default_value_t = topo::Family::V4)]
+    pub family: topo::Family,
     /// Seed of the table and of the destinations.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -60,9 +63,9 @@ pub struct FullrateArgs {
         Mode::Kernel, Mode::FibFwd, Mode::FastpathNocache, Mode::Fastpath,
     ])]
     pub modes: Vec<Mode>,
-    /// Ethernet frame size in bytes, FCS included.
-    #[arg(long, default_value_t = 64)]
-    pub size: usize,
+    /// Ethernet frame size in bytes, FCS included. Default: 64 for IPv4, 84 for IPv6 (the same UDP payload).
+    #[arg(long)]
+    pub size: Option<usize>,
     /// Repetitions per mode and table; the median is reported.
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
@@ -131,6 +134,42 @@ pub fn destinations(prefixes: &[(Ipv4Addr, u8)], n: usize, seed: u64) -> Result<
     Ok(out)
 }
 
+/// As `destinations`, for IPv6: `n` addresses inside `prefixes`, no two
+/// with the same longest-matching prefix among them, none a prefix's
+/// all-zero host (the subnet-router anycast address).
+pub fn destinations6(prefixes: &[(Ipv6Addr, u8)], n: usize, seed: u64) -> Result<Vec<Ipv6Addr>> {
+    if prefixes.is_empty() {
+        bail!("no prefixes to send to");
+    }
+    let mask6 = |len: u8| if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len)) };
+    let table: HashSet<(u128, u8)> = prefixes.iter().map(|(a, l)| (u128::from(*a), *l)).collect();
+    let mut lens: Vec<u8> = prefixes.iter().map(|p| p.1).collect::<HashSet<_>>().into_iter().collect();
+    lens.sort_unstable_by(|a, b| b.cmp(a));
+    let lpm = |addr: u128| lens.iter().copied().find(|&l| table.contains(&(addr & mask6(l), l))).map(|l| (addr & mask6(l), l));
+    let mut rng = Rng::new(seed);
+    let mut used = HashSet::with_capacity(n);
+    let mut out = Vec::with_capacity(n);
+    let mut tries = 0usize;
+    while out.len() < n {
+        tries += 1;
+        if tries > n.saturating_mul(100).max(1000) {
+            bail!("only {} of {n} destinations with distinct routes in {} prefixes", out.len(), prefixes.len());
+        }
+        let (net, len) = prefixes[(rng.next_u64() % prefixes.len() as u64) as usize];
+        let host = ((u128::from(rng.next_u64()) << 64) | u128::from(rng.next_u64())) & !mask6(len);
+        if host == 0 && len < 128 {
+            continue;
+        }
+        let addr = u128::from(net) | host;
+        if let Some(route) = lpm(addr) {
+            if used.insert(route) {
+                out.push(Ipv6Addr::from(addr));
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Which table the router holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -175,6 +214,7 @@ struct Summary {
 #[derive(Serialize)]
 struct FullrateReport<'a> {
     bench: &'static str,
+    family: topo::Family,
     unix_time: u64,
     kernel_release: String,
     method: &'static str,
@@ -195,15 +235,25 @@ struct FullrateReport<'a> {
 }
 
 const METHOD: &str = "the main bench's loop of frames (generator on g1 -> router -> sink -> back to g1) with a \
-    per-flow IPv4 destination (fp_bench_gen_dst; fp_bench_gen_dst_hint with a metadata hint in fastpath-hint); flow i goes to a random address in the table's prefixes with its own longest-matching \
-    route; every route's next hop is the sink; one-route = only a default route via the sink; Mpps = frames at \
+    per-flow destination of the traffic's family (fp_bench_gen_dst / fp_bench_gen6_dst; the _hint ones with a metadata hint in fastpath-hint); flow i goes to a random address in the table's prefixes of that family with its own longest-matching \
+    route; every route's next hop is the sink; one-route = only a default route of that family via the sink; Mpps = frames at \
     the sink / generator run time, median of the repetitions, all on one CPU; one lab per table, each repetition \
     measuring both labs back to back (order alternating); paired = median of the per-repetition ratios";
 
 pub fn run(a: &FullrateArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Result<()> {
-    if a.flows == 0 || a.flows as usize > a.v4 {
-        bail!("--flows {}: must be 1..=--v4 ({}), one route per flow", a.flows, a.v4);
+    let family = a.family;
+    let (routes, routes_opt) = match family {
+        topo::Family::V4 => (a.v4, "--v4"),
+        topo::Family::V6 => (a.v6, "--v6"),
+    };
+    if a.flows == 0 || a.flows as usize > routes {
+        bail!("--flows {}: must be 1..={routes_opt} ({routes}), one route per flow", a.flows);
     }
+    let size = a.size.unwrap_or(match family {
+        topo::Family::V4 => 64,
+        topo::Family::V6 => 84,
+    });
+    super::traffic::frame_for(size, family)?;
     let mut modes = a.modes.clone();
     modes.sort();
     modes.dedup();
@@ -214,7 +264,7 @@ pub fn run(a: &FullrateArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         reps: a.reps,
         duration: Duration::try_from_secs_f64(a.duration).context("--duration")?,
         warmup: Duration::from_millis(300),
-        sizes: vec![a.size],
+        sizes: vec![size],
         flows: vec![a.flows],
         modes,
         flow_entries: None,
@@ -232,13 +282,21 @@ pub fn run(a: &FullrateArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         gw6: vec![SINK6.parse::<Gateway>()?],
     };
     let t = Instant::now();
-    let dsts = destinations(&fulltable::prefixes4(spec.seed, spec.v4), a.flows as usize, spec.seed ^ 0xD57)?;
+    let (dsts4, dsts6) = match family {
+        topo::Family::V4 => (destinations(&fulltable::prefixes4(spec.seed, spec.v4), a.flows as usize, spec.seed ^ 0xD57)?, Vec::new()),
+        topo::Family::V6 => (Vec::new(), destinations6(&fulltable::prefixes6(spec.seed, spec.v6), a.flows as usize, spec.seed ^ 0xD57)?),
+    };
+    let dsts = match family {
+        topo::Family::V4 => Dsts::V4(&dsts4),
+        topo::Family::V6 => Dsts::V6(&dsts6),
+    };
     let batch = work.join("full.batch");
     std::fs::write(&batch, fulltable::batch(&spec, "add")?).context("writing the route batch")?;
     println!(
-        "fastpath bench fullrate: {} B, {} flows to random destinations of a {} IPv4 + {} IPv6 route table \
+        "fastpath bench fullrate: {} B {} traffic, {} flows to random destinations of a {} IPv4 + {} IPv6 route table \
          (seed {}) vs one route; modes {}, {} x {:.1} s each, all on CPU {}{} (table and destinations in {:.1} s)",
-        a.size,
+        size,
+        family.name(),
         a.flows,
         spec.v4,
         spec.v6,
@@ -254,16 +312,22 @@ pub fn run(a: &FullrateArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
     // Two labs, one per table, so that every repetition measures both back
     // to back: on a shared VM the machine's speed drifts by a third between
     // minutes, which a table-after-table order put into the ratio.
-    let topo_one = Topology::create_tagged("a")?;
-    let topo_full = Topology::create_tagged("b")?;
-    for t in [&topo_one, &topo_full] {
-        // The IPv6 routes need their next hop's subnet on r1 (tablesync does the same).
-        for (addr, dev) in [("2001:db8:0:1::1/64", topo::R0), ("2001:db8:0:2::1/64", topo::R1)] {
-            run_ip(&["-n", &t.router, "addr", "add", addr, "dev", dev, "nodad"])?;
+    let topo_one = Topology::create_tagged_for("a", family)?;
+    let topo_full = Topology::create_tagged_for("b", family)?;
+    if family == topo::Family::V4 {
+        for t in [&topo_one, &topo_full] {
+            // The IPv6 routes need their next hop's subnet on r1 (tablesync does the same).
+            for (addr, dev) in [("2001:db8:0:1::1/64", topo::R0), ("2001:db8:0:2::1/64", topo::R1)] {
+                run_ip(&["-n", &t.router, "addr", "add", addr, "dev", dev, "nodad"])?;
+            }
         }
     }
-    println!("== one route (lab {}): default via 198.51.100.2 dev r1", topo_one.router);
-    run_ip(&["-n", &topo_one.router, "route", "add", "default", "via", "198.51.100.2", "dev", topo::R1])?;
+    let sink_addr = match family {
+        topo::Family::V4 => "198.51.100.2",
+        topo::Family::V6 => "2001:db8:0:2::2",
+    };
+    println!("== one route (lab {}): default via {sink_addr} dev r1", topo_one.router);
+    run_ip(&["-n", &topo_one.router, "route", "add", "default", "via", sink_addr, "dev", topo::R1])?;
     println!("== full table (lab {}): {} IPv4 + {} IPv6 routes via the sink, no default route", topo_full.router, spec.v4, spec.v6);
     let t0 = Instant::now();
     run_ip(&["-n", &topo_full.router, "-batch", &path_str(&batch)?])?;
@@ -276,12 +340,12 @@ pub fn run(a: &FullrateArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
     let labs = [
         Lab {
             table: Table::OneRoute,
-            bench: Bench { plan: &plan, topo: &topo_one, sink: &sink_one, stop, dsts: Some(&dsts) },
+            bench: Bench { plan: &plan, topo: &topo_one, sink: &sink_one, stop, dsts: Some(dsts) },
             dir: work.join("one-route"),
         },
         Lab {
             table: Table::Full,
-            bench: Bench { plan: &plan, topo: &topo_full, sink: &sink_full, stop, dsts: Some(&dsts) },
+            bench: Bench { plan: &plan, topo: &topo_full, sink: &sink_full, stop, dsts: Some(dsts) },
             dir: work.join("full"),
         },
     ];
@@ -315,7 +379,7 @@ pub fn run(a: &FullrateArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         }
     }
     let summary = summarise(&rows, &plan.modes);
-    print_table(&rows, &summary, a);
+    print_table(&rows, &summary, a, size);
     for row in &rows {
         if let Some(v) = &row.cell.fastpath_verdicts {
             println!("{} {}: fastpath {}", row.table.name(), row.cell.mode.name(), v.summary());
@@ -324,6 +388,7 @@ pub fn run(a: &FullrateArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
 
     let rep = FullrateReport {
         bench: "fullrate",
+        family,
         unix_time: report::unix_time(),
         kernel_release: report::kernel_release(),
         method: METHOD,
@@ -331,13 +396,13 @@ pub fn run(a: &FullrateArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         sched_fifo: plan.place.fifo,
         reps: plan.reps,
         duration_s: plan.duration.as_secs_f64(),
-        size: a.size,
+        size,
         flows: dsts.len(),
         seed: spec.seed,
         v4_routes: spec.v4,
         v6_routes: spec.v6,
         route_load_s: load_s,
-        destinations_sample: dsts.iter().take(8).map(|d| d.to_string()).collect(),
+        destinations_sample: dsts.sample(8),
         results: &rows,
         summary: &summary,
         target_full_to_one: TARGET_FULL_TO_ONE,
@@ -414,7 +479,10 @@ fn set_up<'o>(
                 }
                 (Table::Full, Some((f4, f6))) => {
                     // The lab's own routes, less the default route, plus the table.
-                    let want = (f4.saturating_sub(1) + spec.v4 as u64, f6 + spec.v6 as u64);
+                    let want = match bench.topo.family {
+                        topo::Family::V4 => (f4.saturating_sub(1) + spec.v4 as u64, f6 + spec.v6 as u64),
+                        topo::Family::V6 => (f4 + spec.v4 as u64, f6.saturating_sub(1) + spec.v6 as u64),
+                    };
                     let done = wait_mirrored(daemon.socket(), want, t0, timeout, bench.stop, &daemon)?;
                     mirror_s = Some(done.since.as_secs_f64());
                 }
@@ -537,12 +605,16 @@ fn fmt_opt(v: Option<f64>, digits: usize, suffix: &str) -> String {
     v.map(|x| format!("{x:.digits$}{suffix}")).unwrap_or_else(|| "-".into())
 }
 
-fn print_table(rows: &[Row], summary: &[Summary], a: &FullrateArgs) {
+fn print_table(rows: &[Row], summary: &[Summary], a: &FullrateArgs, size: usize) {
     let cell = |t: Table, m: Mode| rows.iter().find(|r| r.table == t && r.cell.mode == m);
     println!();
     println!(
-        "{} B, {} flows, each to its own route; one route vs {} IPv4 + {} IPv6 routes (Mpps: median [min-max] of {} reps)",
-        a.size, a.flows, a.v4, a.v6, a.reps
+        "{size} B {}, {} flows, each to its own route; one route vs {} IPv4 + {} IPv6 routes (Mpps: median [min-max] of {} reps)",
+        a.family.name(),
+        a.flows,
+        a.v4,
+        a.v6,
+        a.reps
     );
     println!("| mode | one route Mpps | full table Mpps | full/one | full/one paired | full/one per CPU-s | xkern one | xkern full | delivered | cpu% |");
     println!("|---|---|---|---|---|---|---|---|---|---|");
@@ -611,5 +683,29 @@ mod tests {
         let prefixes = vec![(Ipv4Addr::new(1, 0, 0, 0), 24), (Ipv4Addr::new(1, 0, 1, 0), 24)];
         assert!(destinations(&prefixes, 3, 1).is_err());
         assert_eq!(destinations(&prefixes, 2, 1).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn ipv6_destinations_are_inside_and_take_distinct_routes() {
+        let prefixes = fulltable::prefixes6(5, 20_000);
+        let d = destinations6(&prefixes, 2_000, 9).unwrap();
+        assert_eq!(d.len(), 2_000);
+        assert_eq!(d, destinations6(&prefixes, 2_000, 9).unwrap(), "deterministic");
+        let m = |l: u8| if l == 0 { 0 } else { u128::MAX << (128 - u32::from(l)) };
+        let mut routes = HashSet::new();
+        for a in &d {
+            let a = u128::from(*a);
+            let best = prefixes
+                .iter()
+                .filter(|(p, l)| a & m(*l) == u128::from(*p))
+                .max_by_key(|(_, l)| *l)
+                .copied()
+                .expect("inside some prefix");
+            assert!(a & !m(best.1) != 0, "{a:x}: the subnet-router anycast address of {best:?}");
+            assert!(routes.insert(best), "{best:?} taken twice");
+        }
+        let two = vec![("2001:db8::".parse().unwrap(), 64), ("2001:db8:0:1::".parse().unwrap(), 64)];
+        assert!(destinations6(&two, 3, 1).is_err());
+        assert_eq!(destinations6(&two, 2, 1).unwrap().len(), 2);
     }
 }

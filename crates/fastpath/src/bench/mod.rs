@@ -434,7 +434,7 @@ struct Bench<'a> {
     stop: &'a AtomicBool,
     /// Flow i goes to dsts[i] (`fastpath bench fullrate`); otherwise every
     /// flow goes to the sink's address and `plan.flows` says how many.
-    dsts: Option<&'a [std::net::Ipv4Addr]>,
+    dsts: Option<traffic::Dsts<'a>>,
 }
 
 impl Bench<'_> {

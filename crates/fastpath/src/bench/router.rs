@@ -167,7 +167,9 @@ impl<'obj> RawFwd<'obj> {
         for (i, w) in macs.chunks(2).enumerate() {
             ro.raw_macs[i] = u16::from_ne_bytes([w[0], w[1]]);
         }
-        ro.raw_proto = u16::from_ne_bytes(family.ethertype().to_be_bytes());
+        let v6 = family == topo::Family::V6;
+        open.progs.fp_bench_raw_fwd.set_autoload(!v6);
+        open.progs.fp_bench_raw_fwd6.set_autoload(v6);
         let skel = open.load().context("loading raw_fwd.bpf.o")?;
         // The kernel resolves a devmap's ifindex in the writer's namespace.
         topo::in_netns(ns, || {
@@ -176,7 +178,8 @@ impl<'obj> RawFwd<'obj> {
                 .update(&0u32.to_ne_bytes(), &egress.to_ne_bytes(), MapFlags::ANY)
         })?
         .with_context(|| format!("setting raw_tx[0] = ifindex {egress} in {ns}"))?;
-        let link = topo::in_netns(ns, || skel.progs.fp_bench_raw_fwd.attach_xdp(ingress as i32))?
+        let prog = if v6 { &skel.progs.fp_bench_raw_fwd6 } else { &skel.progs.fp_bench_raw_fwd };
+        let link = topo::in_netns(ns, || prog.attach_xdp(ingress as i32))?
             .with_context(|| format!("attaching raw_fwd to ifindex {ingress} in {ns}"))?;
         Ok(RawFwd {
             _skel: skel,

@@ -70,14 +70,6 @@ impl Family {
             Family::V6 => "IPv6",
         }
     }
-
-    /// The EtherType of the traffic.
-    pub fn ethertype(self) -> u16 {
-        match self {
-            Family::V4 => 0x0800,
-            Family::V6 => 0x86dd,
-        }
-    }
 }
 
 pub struct Topology {
@@ -110,6 +102,11 @@ impl Topology {
     /// As `create`, for one of several labs of one process: `suffix` tells them apart.
     pub fn create_tagged(suffix: &str) -> Result<Self> {
         Self::create_with(suffix, Family::V4)
+    }
+
+    /// As `create_tagged`, routing `family`'s traffic.
+    pub fn create_tagged_for(suffix: &str, family: Family) -> Result<Self> {
+        Self::create_with(suffix, family)
     }
 
     /// As `create`, routing `family`'s traffic.

@@ -6,7 +6,7 @@
 //! bench's spring too).
 
 use std::mem::MaybeUninit;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -127,6 +127,53 @@ pub(super) fn udp6_checksum(src: &[u8; 16], dst: &[u8; 16], udp: &[u8]) -> u16 {
     }
 }
 
+/// Per-flow destinations (`fastpath bench fullrate`): flow i goes to the
+/// i-th address, of the lab's family.
+#[derive(Clone, Copy, Debug)]
+pub enum Dsts<'a> {
+    V4(&'a [Ipv4Addr]),
+    V6(&'a [Ipv6Addr]),
+}
+
+impl Dsts<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            Dsts::V4(d) => d.len(),
+            Dsts::V6(d) => d.len(),
+        }
+    }
+
+    pub fn family(&self) -> topo::Family {
+        match self {
+            Dsts::V4(_) => topo::Family::V4,
+            Dsts::V6(_) => topo::Family::V6,
+        }
+    }
+
+    /// The first `n` as text (reports).
+    pub fn sample(&self, n: usize) -> Vec<String> {
+        match self {
+            Dsts::V4(d) => d.iter().take(n).map(|a| a.to_string()).collect(),
+            Dsts::V6(d) => d.iter().take(n).map(|a| a.to_string()).collect(),
+        }
+    }
+}
+
+/// gen.bpf.c's struct gen6_dst for flow `i` of the IPv6 `frame` sent to
+/// `dst`: the destination in wire order and the UDP checksum that flow's
+/// ports and that destination give.
+fn dst6_entry(frame: &[u8], i: u32, dst: Ipv6Addr) -> [u8; 20] {
+    let mut udp = frame[54..].to_vec();
+    udp[0..2].copy_from_slice(&(SPORT_BASE + (i % SPORTS) as u16).to_be_bytes());
+    udp[2..4].copy_from_slice(&(UDP_DPORT + (i / SPORTS) as u16).to_be_bytes());
+    let src: [u8; 16] = frame[22..38].try_into().expect("an IPv6 frame has a source address");
+    let csum = udp6_checksum(&src, &dst.octets(), &udp);
+    let mut e = [0u8; 20];
+    e[0..16].copy_from_slice(&dst.octets());
+    e[16..18].copy_from_slice(&csum.to_be_bytes());
+    e
+}
+
 /// gen.bpf.c's struct gen_dst for `frame` sent to `dst`: the destination and
 /// the header checksum that goes with it, both in wire order.
 fn dst_entry(frame: &[u8], dst: Ipv4Addr) -> [u8; 8] {
@@ -220,13 +267,14 @@ impl<'obj> Generator<'obj> {
     }
 
     /// As `load`, but flow i is sent to `dsts[i]` (one flow per address):
-    /// `fp_bench_gen_dst`, which takes the destination and header checksum
-    /// of each flow from the `gen_dsts` map filled here.
+    /// `fp_bench_gen_dst` (`fp_bench_gen6_dst`), which takes the destination
+    /// and header (UDP) checksum of each flow from the `gen_dsts`
+    /// (`gen6_dsts`) map filled here.
     pub fn load_dsts(
         storage: &'obj mut MaybeUninit<OpenObject>,
         t: &topo::Topology,
         size: usize,
-        dsts: &[Ipv4Addr],
+        dsts: Dsts<'_>,
         hint: bool,
     ) -> Result<Self> {
         let flows = u32::try_from(dsts.len()).context("too many destinations")?;
@@ -239,15 +287,20 @@ impl<'obj> Generator<'obj> {
         size: usize,
         flows: u32,
         hint: bool,
-        dsts: Option<&[Ipv4Addr]>,
+        dsts: Option<Dsts<'_>>,
         spring: bool,
     ) -> Result<Self> {
         if flows == 0 || flows > MAX_FLOWS {
             bail!("flows must be 1..={MAX_FLOWS}");
         }
         let v6 = t.family == topo::Family::V6;
-        if v6 && (dsts.is_some() || spring) {
-            bail!("the generator sends IPv6 only to the sink's one address, round the sink's loop");
+        if v6 && spring {
+            bail!("the generator's spring sends IPv4 only");
+        }
+        if let Some(d) = dsts {
+            if d.family() != t.family {
+                bail!("{} destinations in an {} lab", d.family().name(), t.family.name());
+            }
         }
         let frame = frame_for(size, t.family)?;
         let mut open = GenSkelBuilder::default().open(storage).context("opening gen.bpf.o")?;
@@ -272,23 +325,38 @@ impl<'obj> Generator<'obj> {
         let (plain, per_dst) = (dsts.is_none() && !spring, dsts.is_some());
         open.progs.fp_bench_gen.set_autoload(plain && !hint && !v6);
         open.progs.fp_bench_gen6.set_autoload(plain && !hint && v6);
-        open.progs.fp_bench_gen_dst.set_autoload(per_dst && !hint);
+        open.progs.fp_bench_gen_dst.set_autoload(per_dst && !hint && !v6);
+        open.progs.fp_bench_gen6_dst.set_autoload(per_dst && !hint && v6);
         open.progs.fp_bench_gen_hint.set_autoload(plain && hint && !v6);
         open.progs.fp_bench_gen6_hint.set_autoload(plain && hint && v6);
-        open.progs.fp_bench_gen_dst_hint.set_autoload(per_dst && hint);
+        open.progs.fp_bench_gen_dst_hint.set_autoload(per_dst && hint && !v6);
+        open.progs.fp_bench_gen6_dst_hint.set_autoload(per_dst && hint && v6);
         open.progs.fp_bench_gen_spring.set_autoload(spring);
         open.progs.fp_bench_gen_bounce.set_autoload(spring);
-        if dsts.is_some() {
-            open.maps.gen_dsts.set_max_entries(flows).context("sizing gen_dsts")?;
+        match dsts {
+            Some(Dsts::V4(_)) => open.maps.gen_dsts.set_max_entries(flows).context("sizing gen_dsts")?,
+            Some(Dsts::V6(_)) => open.maps.gen6_dsts.set_max_entries(flows).context("sizing gen6_dsts")?,
+            None => {}
         }
         let skel = open.load().context("loading gen.bpf.o")?;
-        if let Some(dsts) = dsts {
-            for (i, d) in dsts.iter().enumerate() {
-                skel.maps
-                    .gen_dsts
-                    .update(&(i as u32).to_ne_bytes(), &dst_entry(&frame, *d), MapFlags::ANY)
-                    .context("filling gen_dsts")?;
+        match dsts {
+            Some(Dsts::V4(dsts)) => {
+                for (i, d) in dsts.iter().enumerate() {
+                    skel.maps
+                        .gen_dsts
+                        .update(&(i as u32).to_ne_bytes(), &dst_entry(&frame, *d), MapFlags::ANY)
+                        .context("filling gen_dsts")?;
+                }
             }
+            Some(Dsts::V6(dsts)) => {
+                for (i, d) in dsts.iter().enumerate() {
+                    skel.maps
+                        .gen6_dsts
+                        .update(&(i as u32).to_ne_bytes(), &dst6_entry(&frame, i as u32, *d), MapFlags::ANY)
+                        .context("filling gen6_dsts")?;
+                }
+            }
+            None => {}
         }
         if spring {
             let links = attach_spring(
@@ -309,10 +377,12 @@ impl<'obj> Generator<'obj> {
         let prog = match (per_dst, hint, v6) {
             (false, false, false) => &skel.progs.fp_bench_gen,
             (false, false, true) => &skel.progs.fp_bench_gen6,
-            (true, false, _) => &skel.progs.fp_bench_gen_dst,
+            (true, false, false) => &skel.progs.fp_bench_gen_dst,
+            (true, false, true) => &skel.progs.fp_bench_gen6_dst,
             (false, true, false) => &skel.progs.fp_bench_gen_hint,
             (false, true, true) => &skel.progs.fp_bench_gen6_hint,
-            (true, true, _) => &skel.progs.fp_bench_gen_dst_hint,
+            (true, true, false) => &skel.progs.fp_bench_gen_dst_hint,
+            (true, true, true) => &skel.progs.fp_bench_gen6_dst_hint,
         };
         let pin = topo::in_netns(&t.gen, || prog.attach_xdp(g1 as i32))?
             .context("attaching the generator to g1")?;
@@ -650,11 +720,17 @@ impl<'obj> Sink<'obj> {
         if let Some(src) = source {
             ro.expect_saddr = u32::from_ne_bytes(src.octets());
         }
-        ro.sink_proto = u16::from_ne_bytes(topo.family.ethertype().to_be_bytes());
         ro.loop_ifindex = topo.ifindex(&topo.sink, topo::S1)?;
+        let v6 = topo.family == topo::Family::V6;
+        if v6 && source.is_some() {
+            bail!("the sink checks IPv4 sources only");
+        }
+        open.progs.fp_bench_sink.set_autoload(!v6);
+        open.progs.fp_bench_sink6.set_autoload(v6);
         let skel = open.load().context("loading sink.bpf.o")?;
         let ifindex = topo.ifindex(&topo.sink, topo::S0)?;
-        let link = topo::in_netns(&topo.sink, || skel.progs.fp_bench_sink.attach_xdp(ifindex as i32))?
+        let prog = if v6 { &skel.progs.fp_bench_sink6 } else { &skel.progs.fp_bench_sink };
+        let link = topo::in_netns(&topo.sink, || prog.attach_xdp(ifindex as i32))?
             .context("attaching the sink to s0")?;
         Ok(Sink { skel, _link: link })
     }
@@ -723,6 +799,7 @@ mod tests {
         open.progs.fp_bench_gen_hint.set_autoload(false);
         open.progs.fp_bench_gen_dst_hint.set_autoload(false);
         open.progs.fp_bench_gen6_hint.set_autoload(false);
+        open.progs.fp_bench_gen6_dst_hint.set_autoload(false);
         open
     }
 
@@ -970,6 +1047,40 @@ mod tests {
         for (sport, dport) in [(SPORT_BASE + (SPORTS - 1) as u16, UDP_DPORT), (SPORT_BASE, UDP_DPORT + 1), (SPORT_BASE + 1, UDP_DPORT + 1), (SPORT_BASE, UDP_DPORT)] {
             let (_, out) = gen_run(prog, &dirty, 1);
             check(&out, sport, dport);
+        }
+    }
+
+    /// fp_bench_gen6_dst: flow i carries dsts[i] and the UDP checksum its
+    /// ports and destination give; the rest is fp_bench_gen6's frame.
+    #[test]
+    fn gen6_dst_sends_each_flow_to_its_destination() {
+        if !root("gen6_dst_sends_each_flow_to_its_destination") {
+            return;
+        }
+        pin_to(0).unwrap();
+        let tmpl = frame6(84).unwrap();
+        let dsts: [Ipv6Addr; 3] = ["2001:db8:1::1".parse().unwrap(), "2a00:1450::77".parse().unwrap(), "3fff:ffff::1".parse().unwrap()];
+        let mut obj = MaybeUninit::uninit();
+        let mut open = open_gen(&mut obj, &tmpl, dsts.len() as u32);
+        open.maps.gen6_dsts.set_max_entries(dsts.len() as u32).unwrap();
+        let skel = open.load().unwrap();
+        for (i, d) in dsts.iter().enumerate() {
+            let e = dst6_entry(&tmpl, i as u32, *d);
+            skel.maps.gen6_dsts.update(&(i as u32).to_ne_bytes(), &e, MapFlags::ANY).unwrap();
+        }
+        let mut dirty = tmpl.clone();
+        dirty[..HDR6_LEN].fill(0xee);
+        for (i, d) in dsts.iter().chain(dsts.iter().take(1)).enumerate() {
+            let (ret, out) = gen_run(&skel.progs.fp_bench_gen6_dst, &dirty, 1);
+            assert_eq!(ret, XDP_TX);
+            let f = &out[HINT_LEN..];
+            let mut want = tmpl.clone();
+            want[38..54].copy_from_slice(&d.octets());
+            want[54..56].copy_from_slice(&(SPORT_BASE + (i % dsts.len()) as u16).to_be_bytes());
+            want[60..62].fill(0);
+            let csum = udp6_checksum(&topo::IP6_G0, &d.octets(), &want[54..]);
+            want[60..62].copy_from_slice(&csum.to_be_bytes());
+            assert_eq!(f, &want[..], "flow {i}");
         }
     }
 
