@@ -223,12 +223,12 @@ static __always_inline __u32 fp_express(struct xdp_md *ctx, const volatile struc
 /*
  * The same for an IPv6 TCP/UDP packet: the checks fp_fwd_ip6() makes in
  * front of the cache and on a hit (version, a datagram the frame holds, no
- * extension header, hop limit, MTU), the cache hit with its key built as
- * the general path builds it; in stateful mode the cached verdict, which
- * for IPv6 is in the way's fp_ct_flows line with its NAT. Called only for
- * IPv6 frames, after the IPv4 path declined: in a stateless instance as a
- * function of its own, so that its frame (the key on the stack) stays out
- * of the IPv4 path's; a stateful instance inlines it as it does the rest.
+ * extension header, hop limit, MTU), the cache hit with the key the general
+ * path builds, read as words from the headers; in stateful mode the cached
+ * verdict, which for IPv6 is in the way's fp_ct_flows line with its NAT.
+ * Called only for IPv6 frames, after the IPv4 path declined: in a stateless
+ * instance as a function of its own, so that its frame stays out of the
+ * IPv4 path's; a stateful instance inlines it as it does the rest.
  */
 static __always_inline __u32 fp_express6(struct xdp_md *ctx, const volatile struct fp_config *cfg,
 					 const struct fp_runtime *rt, __u32 hash, __u32 hash_src)
@@ -237,53 +237,56 @@ static __always_inline __u32 fp_express6(struct xdp_md *ctx, const volatile stru
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	struct ipv6hdr *ip6 = data + FP_ETH_HLEN;
-	struct fp_flow_key k __attribute__((aligned(8))) = {};
-	__u32 slot = cfg->ingress_slot, idx, len, ip_len, clock, r;
+	const __u8 *a = (const __u8 *)&ip6->saddr;
+	__u32 slot = cfg->ingress_slot, idx, len, ip_len, clock, ports, r;
+	__u64 x[6];
+	__u8 proto;
 	const struct fp_flow_way *f;
 	const struct fp_nat *nat = NULL;
 	struct fp_ct_way *cw = NULL;
 	struct fp_flow_set *s;
 	struct fp_ct_set *c;
 	struct fp_stats *st;
-	__u16 *ports;
 	int way;
 
 	if (cfg->afxdp || !cfg->flow_sets || !rt->flow_timeout)
 		return FP_XP_DECLINED;
 	/* Ethernet, the IPv6 header and the ports. */
-	ports = (void *)(ip6 + 1);
-	if ((void *)(ports + 2) > data_end || eth->h_proto != bpf_htons(FP_ETH_P_IPV6))
+	if ((void *)(ip6 + 1) + 4 > data_end || eth->h_proto != bpf_htons(FP_ETH_P_IPV6))
 		return FP_XP_DECLINED;
 	clock = rt->neigh_clock;
 	st = fp_express_ingress(ctx, cfg, rt, eth, clock, &slot);
 	if (!st)
 		return FP_XP_DECLINED;
-	if ((*(__u8 *)ip6 >> 4) != 6 || ip6->hop_limit <= 1 ||
-	    (ip6->nexthdr != IPPROTO_TCP && ip6->nexthdr != IPPROTO_UDP))
+	proto = ip6->nexthdr;
+	if ((*(__u8 *)ip6 >> 4) != 6 || ip6->hop_limit <= 1 || (proto != IPPROTO_TCP && proto != IPPROTO_UDP))
 		return FP_XP_DECLINED;
 	len = data_end - data;
 	ip_len = FP_IP6_HLEN + bpf_ntohs(ip6->payload_len);
 	if (ip_len < FP_IP6_HLEN + 4 || ip_len > len - FP_ETH_HLEN)
 		return FP_XP_DECLINED;
 
-	/* As fp_fwd_ip6() and fp_flow_key_l4() fill it. */
-	k.family = FP_AF_INET6;
-	k.proto = ip6->nexthdr;
-	k.ingress = slot;
-	if (fp_flow_ports(cfg, rt, FP_AF_INET6)) {
-		k.sport = ports[0];
-		k.dport = ports[1];
-	}
-	k.flowlabel = *(__be32 *)ip6 & bpf_htonl(0x000FFFFF);
-	__builtin_memcpy(k.saddr, &ip6->saddr, 16);
-	__builtin_memcpy(k.daddr, &ip6->daddr, 16);
+	/* struct fp_flow_key as fp_fwd_ip6() and fp_flow_key_l4() fill it,
+	 * as its words read straight from the headers (no key on the stack:
+	 * built there, its 8-byte words each spanned two of its stores, which
+	 * cost the hash and the compare a store-forwarding stall apiece):
+	 * family to dport; the flow label and the source's first 4 bytes; 8
+	 * bytes of source; the source's last 4 and the destination's first 4
+	 * (adjacent in the header); 8 of destination; its last 4. */
+	ports = fp_flow_ports(cfg, rt, FP_AF_INET6) ? *(__u32 *)(ip6 + 1) : 0;
+	x[0] = FP_AF_INET6 | (__u64)proto << 8 | (__u64)slot << 16 | (__u64)ports << 32;
+	x[1] = (*(__u32 *)ip6 & bpf_htonl(0x000FFFFF)) | (__u64)*(__u32 *)a << 32;
+	x[2] = *(__u64 *)(a + 4);
+	x[3] = *(__u64 *)(a + 12);
+	x[4] = *(__u64 *)(a + 20);
+	x[5] = *(__u32 *)(a + 28);
 	if (hash_src == FP_HS_SOFTWARE)
-		hash = fp_flow_hash_sw(&k);
+		hash = fp_flow_hash_sw6_words(x[0], x[1], x[2], x[3], x[4], (__u32)x[5]);
 	idx = fp_flow_index(hash, cfg->flow_sets);
 	s = bpf_map_lookup_elem(&fp_flows, &idx);
 	if (!s)
 		return FP_XP_DECLINED;
-	way = fp_flow_find(s, &k, hash);
+	way = fp_flow_find6(s, x, hash);
 	if (way < 0)
 		return FP_XP_DECLINED;
 	way &= FP_FLOW_WAYS - 1;
@@ -295,7 +298,7 @@ static __always_inline __u32 fp_express6(struct xdp_md *ctx, const volatile stru
 		if (!c)
 			return FP_XP_DECLINED;
 		cw = &c->way[way];
-		if (!fp_express_ct_ok(ctx, rt, &st->watch, &cw->hot, k.proto, FP_ETH_HLEN + FP_IP6_HLEN,
+		if (!fp_express_ct_ok(ctx, rt, &st->watch, &cw->hot, proto, FP_ETH_HLEN + FP_IP6_HLEN,
 				      ip_len - FP_IP6_HLEN))
 			return FP_XP_DECLINED;
 		if (cw->hot.state & FP_CTH_NAT)

@@ -138,6 +138,34 @@ static __always_inline int fp_flow_find4(const struct fp_flow_set *s, __u64 key0
 	return -1;
 }
 
+/*
+ * Way @w of @s holds the IPv6 key whose words are @x (fp_flow_hash_sw6_words()'s
+ * six, the last a half word): fp_flow_key_eq() without a key to compare.
+ */
+static __always_inline bool fp_flow_way6_is(const struct fp_flow_set *s, __u32 w, const __u64 *x)
+{
+	const __u64 *k = (const __u64 *)&s->way[w & (FP_FLOW_WAYS - 1)].key;
+	const __u32 *k4 = (const __u32 *)k;
+
+	return ((k[0] ^ x[0]) | (k[1] ^ x[1]) | (k[2] ^ x[2]) | (k[3] ^ x[3]) | (k[4] ^ x[4]) |
+		(k4[10] ^ (__u32)x[5])) == 0;
+}
+
+/* fp_flow_find() for an IPv6 key given as its words. */
+static __always_inline int fp_flow_find6(const struct fp_flow_set *s, const __u64 *x, __u32 tag)
+{
+	_Static_assert(FP_FLOW_WAYS == 4, "fp_flow_find6 is unrolled for 4 ways");
+	if (s->tag[0] == tag && fp_flow_way6_is(s, 0, x))
+		return 0;
+	if (s->tag[1] == tag && fp_flow_way6_is(s, 1, x))
+		return 1;
+	if (s->tag[2] == tag && fp_flow_way6_is(s, 2, x))
+		return 2;
+	if (s->tag[3] == tag && fp_flow_way6_is(s, 3, x))
+		return 3;
+	return -1;
+}
+
 /* Generation and last use of way @w: in the way itself for IPv4. */
 static __always_inline __u32 fp_flow_gen(struct fp_flow_set *s, __u32 w, bool v4)
 {

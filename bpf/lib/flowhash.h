@@ -11,21 +11,36 @@
 
 _Static_assert(sizeof(struct fp_flow_key) == 44, "fp_flow_key is hashed and compared as 5 u64 + 1 u32");
 
-/* Multiply-xorshift over the key words: cheap, and good enough to spread
- * sets; it is never trusted for identity. */
+/*
+ * Multiply-xorshift over the words of a key (what fp_flow_key holds at
+ * bytes 0, 8, 16, 24, 32 and, a half word, 40): cheap, and good enough to
+ * spread sets; it is never trusted for identity. Taken as words so that
+ * the IPv6 express path hashes them straight from the headers, with no key
+ * built; fp_flow_hash_sw() is the same hash of a key.
+ */
+static __always_inline __u32 fp_flow_hash_sw6_words(__u64 w0, __u64 w1, __u64 w2, __u64 w3, __u64 w4, __u32 w5)
+{
+	__u64 h;
+
+	h = w0 * 0x9E3779B97F4A7C15ULL;
+	h ^= h >> 29;
+	h = (h ^ w1) * 0x9E3779B97F4A7C15ULL;
+	h ^= h >> 29;
+	h = (h ^ w2) * 0x9E3779B97F4A7C15ULL;
+	h ^= h >> 29;
+	h = (h ^ w3) * 0x9E3779B97F4A7C15ULL;
+	h ^= h >> 29;
+	h = (h ^ w4) * 0x9E3779B97F4A7C15ULL;
+	h ^= h >> 29;
+	h = (h ^ w5) * 0x9E3779B97F4A7C15ULL;
+	return (__u32)(h >> 32);
+}
+
 static __always_inline __u32 fp_flow_hash_sw(const struct fp_flow_key *k)
 {
 	const __u64 *w = (const __u64 *)k;
-	__u64 h = 0;
-	__u32 i;
 
-#pragma unroll
-	for (i = 0; i < 5; i++) {
-		h = (h ^ w[i]) * 0x9E3779B97F4A7C15ULL;
-		h ^= h >> 29;
-	}
-	h = (h ^ ((const __u32 *)k)[10]) * 0x9E3779B97F4A7C15ULL;
-	return (__u32)(h >> 32);
+	return fp_flow_hash_sw6_words(w[0], w[1], w[2], w[3], w[4], ((const __u32 *)k)[10]);
 }
 
 /*

@@ -356,6 +356,62 @@ fn a_cached_ipv6_flow_still_gets_every_check() {
     }
 }
 
+/// An IPv6 flow that differs from a cached one in any single part of its
+/// key (a port, the flow label, a byte of either address in each of the
+/// words the express path reads from the headers) is a flow of its own: its
+/// first packet misses and is filled, its second hits. A key read wrongly
+/// from the headers would hit the cached flow's entry instead.
+#[test]
+fn ipv6_flows_that_differ_in_one_key_byte_are_not_the_same_flow() {
+    let Some((mut lab, w)) = lab("ipv6_flows_that_differ_in_one_key_byte_are_not_the_same_flow") else { return };
+    let l = lab.program(&w).expect("load");
+    let p = p6();
+    let f = p.frame(MAC_A, MAC_CLIENT);
+    forwards(l, &w, &f, &out6(&p));
+    forwards(l, &w, &f, &out6(&p));
+    assert_eq!(flow(l)[FP_FC_HIT as usize], 1);
+    let with = |edit: &dyn Fn(&mut Ip6)| {
+        let mut q = p.clone();
+        edit(&mut q);
+        q
+    };
+    let mut variants: Vec<(String, Ip6)> = vec![
+        ("source port".into(), with(&|q| q.payload = udp_ports(8, 9))),
+        ("destination port".into(), with(&|q| q.payload = udp_ports(7, 10))),
+    ];
+    // Bytes in every word: the source's first, middle and last (2001:db8:a::/64
+    // is routed from a), the destination's past its /48.
+    for i in [3usize, 7, 11, 13, 15] {
+        variants.push((format!("source byte {i}"), with(&|q| q.src[i] ^= 0x40)));
+    }
+    for i in [6usize, 9, 12, 15] {
+        variants.push((format!("destination byte {i}"), with(&|q| q.dst[i] ^= 0x40)));
+    }
+    for (name, q) in &variants {
+        let before = flow(l);
+        forwards(l, &w, &q.frame(MAC_A, MAC_CLIENT), &out6(q));
+        let after = flow(l);
+        assert_eq!(after[FP_FC_MISS as usize], before[FP_FC_MISS as usize] + 1, "{name}: not a flow of its own");
+        assert_eq!(after[FP_FC_HIT as usize], before[FP_FC_HIT as usize], "{name}: hit another flow's entry");
+        forwards(l, &w, &q.frame(MAC_A, MAC_CLIENT), &out6(q));
+        assert_eq!(flow(l)[FP_FC_HIT as usize], after[FP_FC_HIT as usize] + 1, "{name}: its own entry does not hit");
+    }
+    // The flow label: bytes 1-3 of the IPv6 header (its low 20 bits).
+    let mut labelled = f.clone();
+    labelled[17] ^= 0x01;
+    let mut want = out6(&p);
+    want[17] ^= 0x01;
+    let before = flow(l);
+    forwards(l, &w, &labelled, &want);
+    assert_eq!(flow(l)[FP_FC_MISS as usize], before[FP_FC_MISS as usize] + 1, "flow label: not a flow of its own");
+    forwards(l, &w, &labelled, &want);
+    assert_eq!(flow(l)[FP_FC_HIT as usize], before[FP_FC_HIT as usize] + 1);
+    // And the first flow still hits its own entry.
+    let before = flow(l)[FP_FC_HIT as usize];
+    forwards(l, &w, &f, &out6(&p));
+    assert_eq!(flow(l)[FP_FC_HIT as usize], before + 1);
+}
+
 /// A hit keeps the neighbour alive once per keep-alive tick, as the full
 /// path does for every packet.
 #[test]
