@@ -21,7 +21,7 @@ endif
 # rustup installs into ~/.cargo/bin, which non-login root shells often lack.
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: setup build build-tests test test-rust test-e2e soak demo bench bench-table1 bench-stateful bench-points bench-afxdp clean
+.PHONY: setup build build-tests test test-rust test-e2e soak demo bench bench-ipv6 bench-table1 bench-stateful bench-points bench-afxdp clean
 # `test` runs its layers in order (setup, build, Rust, end to end), also under make -j.
 .NOTPARALLEL:
 
@@ -71,6 +71,10 @@ bench: setup build
 
 bench-table1: setup build
 	$(BIN) bench table1
+
+# The forwarding bench with IPv6/UDP traffic (84 and 532 B), ~6 minutes.
+bench-ipv6: setup build
+	$(BIN) bench --family 6 --out bench/out/ipv6
 
 # Stateful firewall bench (issue #4), ~2 minutes: separate from `bench` to keep that one short.
 bench-stateful: setup build

@@ -147,6 +147,8 @@ def main():
     if crr:
         crr_panel(axes[2], crr)
     name = "fastpath bench stateful (nft ruleset + conntrack)" if base == "kernel-ct" else "fastpath bench"
+    if data.get("family") == "ipv6":
+        name += ", IPv6/UDP"
     fig.suptitle(f"{name}: generator - router - sink on one CPU "
                  f"(kernel {data.get('kernel_release', '?')}, {data.get('reps')} x {data.get('duration_s')} s)",
                  fontsize=11)
