@@ -98,18 +98,74 @@ fn mask(len: u8) -> u32 {
     }
 }
 
+/// An address family's addresses as the destination picker handles them:
+/// as the low bits of a u128.
+trait Addr: Copy {
+    const BITS: u32;
+    fn bits(self) -> u128;
+    fn from_bits(b: u128) -> Self;
+    /// A random host part: one draw for IPv4 (as the picker always took), two for IPv6.
+    fn draw(rng: &mut Rng) -> u128;
+    /// A host part no destination may have in a prefix of `len`: IPv4's
+    /// network and broadcast addresses, IPv6's subnet-router anycast one.
+    fn reserved(host: u128, len: u8) -> bool;
+}
+
+impl Addr for Ipv4Addr {
+    const BITS: u32 = 32;
+    fn bits(self) -> u128 {
+        u128::from(u32::from(self))
+    }
+    fn from_bits(b: u128) -> Self {
+        Ipv4Addr::from(b as u32)
+    }
+    fn draw(rng: &mut Rng) -> u128 {
+        u128::from(rng.next_u64() as u32)
+    }
+    fn reserved(host: u128, len: u8) -> bool {
+        len <= 30 && (host == 0 || host == u128::from(!mask(len)))
+    }
+}
+
+impl Addr for Ipv6Addr {
+    const BITS: u32 = 128;
+    fn bits(self) -> u128 {
+        u128::from(self)
+    }
+    fn from_bits(b: u128) -> Self {
+        Ipv6Addr::from(b)
+    }
+    fn draw(rng: &mut Rng) -> u128 {
+        (u128::from(rng.next_u64()) << 64) | u128::from(rng.next_u64())
+    }
+    fn reserved(host: u128, len: u8) -> bool {
+        host == 0 && len < 128
+    }
+}
+
+/// The prefix mask of `len` bits in an address of `bits` bits, as the low bits of a u128.
+fn mask_of(bits: u32, len: u8) -> u128 {
+    let all = if bits == 128 { u128::MAX } else { (1u128 << bits) - 1 };
+    if len == 0 {
+        0
+    } else {
+        (all << (bits - u32::from(len))) & all
+    }
+}
+
 /// `n` addresses inside `prefixes`, no two with the same longest-matching
 /// prefix among them (a random address in a /16 may fall into a /24 of the
-/// table too: it is that /24's route it takes), and none the network or
-/// broadcast address of its prefix, which a host would never be.
-pub fn destinations(prefixes: &[(Ipv4Addr, u8)], n: usize, seed: u64) -> Result<Vec<Ipv4Addr>> {
+/// table too: it is that /24's route it takes), and none an address a host
+/// would never be (`Addr::reserved`).
+fn pick<A: Addr>(prefixes: &[(A, u8)], n: usize, seed: u64) -> Result<Vec<A>> {
     if prefixes.is_empty() {
         bail!("no prefixes to send to");
     }
-    let table: HashSet<(u32, u8)> = prefixes.iter().map(|(a, l)| (u32::from(*a), *l)).collect();
+    let m = |len: u8| mask_of(A::BITS, len);
+    let table: HashSet<(u128, u8)> = prefixes.iter().map(|(a, l)| (a.bits(), *l)).collect();
     let mut lens: Vec<u8> = prefixes.iter().map(|p| p.1).collect::<HashSet<_>>().into_iter().collect();
     lens.sort_unstable_by(|a, b| b.cmp(a));
-    let lpm = |addr: u32| lens.iter().copied().find(|&l| table.contains(&(addr & mask(l), l))).map(|l| (addr & mask(l), l));
+    let lpm = |addr: u128| lens.iter().copied().find(|&l| table.contains(&(addr & m(l), l))).map(|l| (addr & m(l), l));
     let mut rng = Rng::new(seed);
     let mut used = HashSet::with_capacity(n);
     let mut out = Vec::with_capacity(n);
@@ -120,54 +176,29 @@ pub fn destinations(prefixes: &[(Ipv4Addr, u8)], n: usize, seed: u64) -> Result<
             bail!("only {} of {n} destinations with distinct routes in {} prefixes", out.len(), prefixes.len());
         }
         let (net, len) = prefixes[(rng.next_u64() % prefixes.len() as u64) as usize];
-        let host = (rng.next_u64() as u32) & !mask(len);
-        if len <= 30 && (host == 0 || host == !mask(len)) {
+        // A draw never has bits above the family's.
+        let host = A::draw(&mut rng) & !m(len);
+        if A::reserved(host, len) {
             continue;
         }
-        let addr = u32::from(net) | host;
+        let addr = net.bits() | host;
         if let Some(route) = lpm(addr) {
             if used.insert(route) {
-                out.push(Ipv4Addr::from(addr));
+                out.push(A::from_bits(addr));
             }
         }
     }
     Ok(out)
 }
 
-/// As `destinations`, for IPv6: `n` addresses inside `prefixes`, no two
-/// with the same longest-matching prefix among them, none a prefix's
-/// all-zero host (the subnet-router anycast address).
+/// IPv4 destinations (`pick`).
+pub fn destinations(prefixes: &[(Ipv4Addr, u8)], n: usize, seed: u64) -> Result<Vec<Ipv4Addr>> {
+    pick(prefixes, n, seed)
+}
+
+/// IPv6 destinations (`pick`).
 pub fn destinations6(prefixes: &[(Ipv6Addr, u8)], n: usize, seed: u64) -> Result<Vec<Ipv6Addr>> {
-    if prefixes.is_empty() {
-        bail!("no prefixes to send to");
-    }
-    let mask6 = |len: u8| if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len)) };
-    let table: HashSet<(u128, u8)> = prefixes.iter().map(|(a, l)| (u128::from(*a), *l)).collect();
-    let mut lens: Vec<u8> = prefixes.iter().map(|p| p.1).collect::<HashSet<_>>().into_iter().collect();
-    lens.sort_unstable_by(|a, b| b.cmp(a));
-    let lpm = |addr: u128| lens.iter().copied().find(|&l| table.contains(&(addr & mask6(l), l))).map(|l| (addr & mask6(l), l));
-    let mut rng = Rng::new(seed);
-    let mut used = HashSet::with_capacity(n);
-    let mut out = Vec::with_capacity(n);
-    let mut tries = 0usize;
-    while out.len() < n {
-        tries += 1;
-        if tries > n.saturating_mul(100).max(1000) {
-            bail!("only {} of {n} destinations with distinct routes in {} prefixes", out.len(), prefixes.len());
-        }
-        let (net, len) = prefixes[(rng.next_u64() % prefixes.len() as u64) as usize];
-        let host = ((u128::from(rng.next_u64()) << 64) | u128::from(rng.next_u64())) & !mask6(len);
-        if host == 0 && len < 128 {
-            continue;
-        }
-        let addr = u128::from(net) | host;
-        if let Some(route) = lpm(addr) {
-            if used.insert(route) {
-                out.push(Ipv6Addr::from(addr));
-            }
-        }
-    }
-    Ok(out)
+    pick(prefixes, n, seed)
 }
 
 /// Which table the router holds.
