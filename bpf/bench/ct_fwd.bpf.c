@@ -11,7 +11,8 @@
  * forwarder does not rewrite addresses), is TCP ESTABLISHED for TCP, and
  * carries all bits of ct_fwd_mark (set by the nftables ruleset). Then
  * bpf_fib_lookup() and a devmap redirect exactly as fib_fwd.bpf.c does.
- * Anything else is XDP_PASSed untouched. IPv4 only: the bench's traffic is.
+ * Anything else is XDP_PASSed untouched. fp_bench_ct_fwd6 does the same for
+ * IPv6 (`fastpath bench stateful --family 6`; no extension headers).
  *
  * Per-CPU counters by verdict let the bench prove the figure it prints is
  * this program forwarding, not the kernel behind it. Bench only.
@@ -22,7 +23,9 @@
 #include "csum.h"
 
 #define ETH_P_IP     0x0800
+#define ETH_P_IPV6   0x86DD
 #define AF_INET      2
+#define AF_INET6     10
 #define IPPROTO_TCP_ 6
 #define IPPROTO_UDP_ 17
 /* The ct opts layout this kernel takes (with the zone fields, 6.x). */
@@ -72,14 +75,14 @@ static __always_inline int verdict(__u32 v, int action)
 }
 
 /* The conntrack verdict for the packet's tuple, the entry released again. */
-static __always_inline __u32 ct_check(struct xdp_md *ctx, struct bpf_sock_tuple *t, __u8 proto)
+static __always_inline __u32 ct_check(struct xdp_md *ctx, struct bpf_sock_tuple *t, __u32 size, __u8 proto)
 {
 	struct bpf_ct_opts opts = { .netns_id = -1, .l4proto = proto };
 	struct nf_conn *ct;
 	unsigned long status;
 	__u32 v = CT_FWD_FORWARDED;
 
-	ct = bpf_xdp_ct_lookup(ctx, t, sizeof(t->ipv4), &opts, CT_OPTS_SZ);
+	ct = bpf_xdp_ct_lookup(ctx, t, size, &opts, CT_OPTS_SZ);
 	if (!ct)
 		return CT_FWD_CT_MISS;
 	status = ct->status;
@@ -130,7 +133,7 @@ int fp_bench_ct_fwd(struct xdp_md *ctx)
 	t.ipv4.sport = ports[0];
 	t.ipv4.dport = ports[1];
 
-	v = ct_check(ctx, &t, ip->protocol);
+	v = ct_check(ctx, &t, sizeof(t.ipv4), ip->protocol);
 	if (v != CT_FWD_FORWARDED)
 		return verdict(v, XDP_PASS);
 
@@ -149,6 +152,67 @@ int fp_bench_ct_fwd(struct xdp_md *ctx)
 		return verdict(CT_FWD_NO_ROUTE, XDP_PASS);
 
 	fp_ip4_dec_ttl(ip);
+	__builtin_memcpy(eth->h_dest, fib.dmac, 6);
+	__builtin_memcpy(eth->h_source, fib.smac, 6);
+	return verdict(CT_FWD_FORWARDED, bpf_redirect_map(&ct_tx, egress, 0));
+}
+
+SEC("xdp")
+int fp_bench_ct_fwd6(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct bpf_fib_lookup fib = {};
+	struct bpf_sock_tuple t = {};
+	struct ipv6hdr *ip6;
+	__u32 egress, v;
+	__u16 *ports;
+	__u8 proto;
+
+	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IPV6))
+		return verdict(CT_FWD_NOT_PARSED, XDP_PASS);
+	ip6 = (void *)(eth + 1);
+	if ((void *)(ip6 + 1) > data_end || ip6->hop_limit <= 1)
+		return verdict(CT_FWD_NOT_PARSED, XDP_PASS);
+	/* TCP or UDP right after the header: no extension headers. */
+	proto = ip6->nexthdr;
+	if (proto == IPPROTO_TCP_) {
+		struct tcphdr *th = (void *)(ip6 + 1);
+
+		if ((void *)(th + 1) > data_end)
+			return verdict(CT_FWD_NOT_PARSED, XDP_PASS);
+		if (th->syn || th->fin || th->rst)
+			return verdict(CT_FWD_TCP_FLAGS, XDP_PASS);
+	} else if (proto != IPPROTO_UDP_) {
+		return verdict(CT_FWD_NOT_PARSED, XDP_PASS);
+	}
+	ports = (void *)(ip6 + 1);
+	if ((void *)(ports + 2) > data_end)
+		return verdict(CT_FWD_NOT_PARSED, XDP_PASS);
+	__builtin_memcpy(t.ipv6.saddr, &ip6->saddr, 16);
+	__builtin_memcpy(t.ipv6.daddr, &ip6->daddr, 16);
+	t.ipv6.sport = ports[0];
+	t.ipv6.dport = ports[1];
+
+	v = ct_check(ctx, &t, sizeof(t.ipv6), proto);
+	if (v != CT_FWD_FORWARDED)
+		return verdict(v, XDP_PASS);
+
+	fib.family = AF_INET6;
+	fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0FFFFFFF);
+	fib.l4_protocol = proto;
+	fib.tot_len = bpf_ntohs(ip6->payload_len);
+	__builtin_memcpy(fib.ipv6_src, &ip6->saddr, 16);
+	__builtin_memcpy(fib.ipv6_dst, &ip6->daddr, 16);
+	fib.ifindex = ctx->ingress_ifindex;
+	if (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0) != BPF_FIB_LKUP_RET_SUCCESS)
+		return verdict(CT_FWD_NO_ROUTE, XDP_PASS);
+	egress = fib.ifindex;
+	if (!bpf_map_lookup_elem(&ct_tx, &egress))
+		return verdict(CT_FWD_NO_ROUTE, XDP_PASS);
+
+	ip6->hop_limit--;
 	__builtin_memcpy(eth->h_dest, fib.dmac, 6);
 	__builtin_memcpy(eth->h_source, fib.smac, 6);
 	return verdict(CT_FWD_FORWARDED, bpf_redirect_map(&ct_tx, egress, 0));

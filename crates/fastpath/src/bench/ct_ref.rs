@@ -72,7 +72,11 @@ impl<'obj> CtFwd<'obj> {
             .as_deref_mut()
             .context("ct_fwd.bpf.o has no .rodata")?
             .ct_fwd_mark = ct_mark;
+        let v6 = t.family == topo::Family::V6;
+        open.progs.fp_bench_ct_fwd.set_autoload(!v6);
+        open.progs.fp_bench_ct_fwd6.set_autoload(v6);
         let skel = open.load().context("loading ct_fwd.bpf.o (needs the conntrack kfuncs)")?;
+        let prog = if v6 { &skel.progs.fp_bench_ct_fwd6 } else { &skel.progs.fp_bench_ct_fwd };
         let r0 = t.ifindex(&t.router, topo::R0)?;
         let r1 = t.ifindex(&t.router, topo::R1)?;
         for dev in [r0, r1] {
@@ -84,7 +88,7 @@ impl<'obj> CtFwd<'obj> {
         }
         // The program looks conntrack up in the namespace it runs in: the router's.
         let attach = |dev: u32| {
-            topo::in_netns(&t.router, || skel.progs.fp_bench_ct_fwd.attach_xdp(dev as i32))?
+            topo::in_netns(&t.router, || prog.attach_xdp(dev as i32))?
                 .with_context(|| format!("attaching ct_fwd to ifindex {dev}"))
         };
         let links = [attach(r0)?, attach(r1)?];

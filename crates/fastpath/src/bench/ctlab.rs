@@ -20,6 +20,15 @@ const UDP_DPORT: u16 = 9;
 pub(super) const GEN: &str = "192.0.2.2";
 pub(super) const SINK: &str = "198.51.100.2";
 
+/// The generator's and the sink's addresses in a lab of `t`'s family (the
+/// packet generator's flows go from the one to the other).
+fn hosts(t: &Topology) -> (&'static str, &'static str) {
+    match t.family {
+        topo::Family::V4 => (GEN, SINK),
+        topo::Family::V6 => ("2001:db8:0:1::2", "2001:db8:0:2::2"),
+    }
+}
+
 /// The conntrack events the ruleset lets entries report, as the example
 /// ruleset does: destroy (1 << IPCT_DESTROY) and mark (1 << IPCT_MARK), all
 /// fastpath's revocations need (nft 1.0.6 lists it as `destroy,mark` but
@@ -137,9 +146,10 @@ pub fn load_ruleset(t: &Topology, mark: u32, reply: u32, snat: bool, strict_tcp:
 /// Source ports of the generator's flows that conntrack in the router
 /// holds: (established and carrying all bits of `mark`, any state).
 pub fn flow_entries(t: &Topology, mark: u32) -> Result<(BTreeSet<u16>, BTreeSet<u16>)> {
+    let (gen, sink) = hosts(t);
     let out = run(
         &t.router,
-        &["conntrack", "-L", "-p", "udp", "--orig-src", GEN, "--orig-dst", SINK])?;
+        &["conntrack", "-L", "-p", "udp", "--orig-src", gen, "--orig-dst", sink])?;
     let (mut good, mut any) = (BTreeSet::new(), BTreeSet::new());
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         // The first sport=/dport= are the original direction's.
@@ -176,6 +186,10 @@ pub fn flow_sports(flows: u32) -> impl Iterator<Item = u16> {
 /// (ports kept). Returns how many were created and how long that took.
 pub fn ensure_entries(t: &Topology, flows: u32, mark: u32, snat: bool, work: &Path) -> Result<(usize, Duration)> {
     let (good, any) = flow_entries(t, mark)?;
+    let (gen, sink) = hosts(t);
+    if snat && t.family != topo::Family::V4 {
+        bail!("the source NAT of the bench's ruleset is IPv4's");
+    }
     let mut missing: Vec<u16> = flow_sports(flows).filter(|p| !good.contains(p)).collect();
     if missing.is_empty() {
         return Ok((0, Duration::ZERO));
@@ -185,7 +199,7 @@ pub fn ensure_entries(t: &Topology, flows: u32, mark: u32, snat: bool, work: &Pa
     if missing.iter().any(|p| any.contains(p)) {
         let _ = run(
             &t.router,
-            &["conntrack", "-D", "-p", "udp", "--orig-src", GEN, "--orig-dst", SINK]);
+            &["conntrack", "-D", "-p", "udp", "--orig-src", gen, "--orig-dst", sink]);
         missing = flow_sports(flows).collect();
     }
     let mut batch = String::new();
@@ -194,12 +208,12 @@ pub fn ensure_entries(t: &Topology, flows: u32, mark: u32, snat: bool, work: &Pa
         if snat {
             format!("--src-nat {SNAT_TO}")
         } else {
-            format!("--reply-src {SINK} --reply-dst {GEN} --reply-port-src {UDP_DPORT} --reply-port-dst {p}")
+            format!("--reply-src {sink} --reply-dst {gen} --reply-port-src {UDP_DPORT} --reply-port-dst {p}")
         }
     };
     for p in &missing {
         batch.push_str(&format!(
-            "-I -p udp -s {GEN} -d {SINK} --sport {p} --dport {UDP_DPORT} {} \
+            "-I -p udp -s {gen} -d {sink} --sport {p} --dport {UDP_DPORT} {} \
              --status SEEN_REPLY,ASSURED --mark {mark} --timeout 3600\n",
             reply(*p)
         ));

@@ -66,9 +66,12 @@ pub struct StatefulArgs {
     /// Numbers of established flows (UDP source ports), comma-separated, at most 32768.
     #[arg(long, value_delimiter = ',', default_values_t = vec![1u32, 10_000])]
     pub flows: Vec<u32>,
-    /// Ethernet frame sizes in bytes, FCS included.
-    #[arg(long, value_delimiter = ',', default_values_t = vec![64usize])]
-    pub sizes: Vec<usize>,
+    /// IP version of the generator's flows: 4, or 6 (an IPv6 lab; no --snat, and the TCP connection part, IPv4's, is left out).
+    #[arg(long, value_enum, default_value_t = super::topo::Family::V4)]
+    pub family: super::topo::Family,
+    /// Ethernet frame sizes in bytes, FCS included. Default: 64 for IPv4, 84 for IPv6 (the same UDP payload).
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Option<Vec<usize>>,
     /// Repetitions per mode, size and flow count; the median is reported.
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
@@ -162,6 +165,7 @@ struct CtSetup {
 #[derive(Serialize)]
 struct StatefulReport<'a> {
     bench: &'static str,
+    family: super::topo::Family,
     unix_time: u64,
     kernel_release: String,
     method: &'static str,
@@ -196,6 +200,11 @@ const METHOD: &str = "the main bench's generator -> router -> sink on one pinned
     segments reach the router as XDP frames, as from a NIC (crr_ingress, wire.rs)";
 
 pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Result<()> {
+    let family = a.family;
+    let v6 = family == super::topo::Family::V6;
+    if v6 && a.snat {
+        bail!("--family 6: the bench's source NAT (--snat) is IPv4's");
+    }
     let mut modes = a.modes.clone();
     modes.sort();
     modes.dedup();
@@ -210,7 +219,7 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         reps: a.reps,
         duration: Duration::try_from_secs_f64(a.duration).context("--duration")?,
         warmup: Duration::from_millis(300),
-        sizes: a.sizes.clone(),
+        sizes: a.sizes.clone().unwrap_or_else(|| vec![if v6 { 84 } else { 64 }]),
         flows: flows.clone(),
         modes: modes.iter().map(|m| m.mode()).collect(),
         flow_entries: None,
@@ -227,10 +236,14 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         bail!("--flows must be 1..={}", traffic::SPORTS);
     }
     for &s in &plan.sizes {
-        traffic::frame(s)?;
+        traffic::frame_for(s, family)?;
     }
     let crr_duration = Duration::try_from_secs_f64(a.crr_duration).context("--crr-duration")?;
     let crr = !a.no_crr && a.crr_reps > 0 && a.crr_clients > 0 && !crr_duration.is_zero();
+    if crr && v6 {
+        println!("--family 6: the TCP connections/s part runs IPv4 clients and server, so it is left out");
+    }
+    let crr = crr && !v6;
     // Clients and server as the generator: the bench CPU, SCHED_FIFO unless
     // --no-rt, so other work on a shared box waits instead of taking a
     // different share of each mode's time. They block on every round trip,
@@ -238,8 +251,9 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
     let crr_place = plan.place;
 
     println!(
-        "fastpath bench stateful: modes {}, sizes {:?} B, established flows {:?}, {} x {:.1} s each, all on CPU {}{}; \
+        "fastpath bench stateful: {} traffic, modes {}, sizes {:?} B, established flows {:?}, {} x {:.1} s each, all on CPU {}{}; \
          ct mark {:#x}{}{}",
+        family.name(),
         plan.modes.iter().map(|m| m.name()).collect::<Vec<_>>().join(","),
         plan.sizes,
         flows,
@@ -265,7 +279,7 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         }
     );
 
-    let topo = Topology::create()?;
+    let topo = Topology::create_for(family)?;
     ctlab::load_ruleset(&topo, a.ct_mark, a.ct_mark_reply, a.snat, a.strict_tcp, work)?;
     ctlab::prepare_tcp_hosts(&topo)?;
     let t0 = Instant::now();
@@ -294,7 +308,8 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         // Every frame must come from the generator, or with --snat from
         // the translated address: a router that forwarded without
         // translating would otherwise be measured as if it had.
-        let sink = Sink::attach_expecting(&mut sink_obj, &topo, Some(sink_source(a.snat)?))?;
+        let expect = if v6 { None } else { Some(sink_source(a.snat)?) };
+        let sink = Sink::attach_expecting(&mut sink_obj, &topo, expect)?;
         let bench = Bench { plan: &plan, topo: &topo, sink: &sink, stop, dsts: None };
         let mut ctx = PacketCtx {
             exe,
@@ -353,13 +368,15 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         r.paired_ratio_to_kernel_ct_95 =
             base.as_ref().and_then(|b| report::paired_ratio_interval(&rates(r), &b.1, 0.95));
     }
-    print_table(&cells, &crr_rows, &not_measured);
+    // The target's size: 64 B, for IPv6 the frame with the same payload.
+    print_table(&cells, &crr_rows, &not_measured, if v6 { 84 } else { 64 });
     for (m, v) in &fp_verdicts {
         println!("{m} counters over its packet-rate runs: {}", v.summary());
     }
 
     let rep = StatefulReport {
         bench: "stateful",
+        family,
         unix_time: report::unix_time(),
         kernel_release: report::kernel_release(),
         method: METHOD,
@@ -535,7 +552,7 @@ fn interval(r: Option<(f64, f64)>) -> String {
     r.map(|(lo, hi)| format!("{lo:.2}-{hi:.2}x")).unwrap_or_else(|| "-".into())
 }
 
-fn print_table(cells: &[Cell], crr: &[CrrRow], not_measured: &BTreeMap<&'static str, String>) {
+fn print_table(cells: &[Cell], crr: &[CrrRow], not_measured: &BTreeMap<&'static str, String>, target_size: usize) {
     println!();
     println!(
         "{:<17} {:>4} {:>6} {:>7} {:>6} {:>6} {:>7} {:>5} {:>7} | {:>8} {:>7} {:>4}",
@@ -593,9 +610,9 @@ fn print_table(cells: &[Cell], crr: &[CrrRow], not_measured: &BTreeMap<&'static 
     for (m, why) in not_measured {
         println!("{m}: not measured: {}", why.lines().collect::<Vec<_>>().join(" | "));
     }
-    for c in cells.iter().filter(|c| c.mode == Mode::FastpathStateful && c.size == 64) {
+    for c in cells.iter().filter(|c| c.mode == Mode::FastpathStateful && c.size == target_size) {
         println!(
-            "fastpath-stateful 64 B {} flow(s): {} kernel-ct, {} of raw, {} ct-ref; paired by round {} / {} / {} (target >= {TARGET_RATIO}x kernel-ct)",
+            "fastpath-stateful {target_size} B {} flow(s): {} kernel-ct, {} of raw, {} ct-ref; paired by round {} / {} / {} (target >= {TARGET_RATIO}x kernel-ct)",
             c.flows,
             ratio(c.ratio_to_kernel),
             pct(c.share_of_raw),
