@@ -267,12 +267,11 @@ static __always_inline __u32 fp_express6(struct xdp_md *ctx, const volatile stru
 		return FP_XP_DECLINED;
 
 	/* struct fp_flow_key as fp_fwd_ip6() and fp_flow_key_l4() fill it,
-	 * as its words read straight from the headers (no key on the stack:
-	 * built there, its 8-byte words each spanned two of its stores, which
-	 * cost the hash and the compare a store-forwarding stall apiece):
-	 * family to dport; the flow label and the source's first 4 bytes; 8
-	 * bytes of source; the source's last 4 and the destination's first 4
-	 * (adjacent in the header); 8 of destination; its last 4. */
+	 * as its words read straight from the headers, with no key to build
+	 * on the stack and read back: family to dport; the flow label and the
+	 * source's first 4 bytes; 8 bytes of source; the source's last 4 and
+	 * the destination's first 4 (adjacent in the header); 8 of
+	 * destination; its last 4. */
 	ports = fp_flow_ports(cfg, rt, FP_AF_INET6) ? *(__u32 *)(ip6 + 1) : 0;
 	x[0] = FP_AF_INET6 | (__u64)proto << 8 | (__u64)slot << 16 | (__u64)ports << 32;
 	x[1] = (*(__u32 *)ip6 & bpf_htonl(0x000FFFFF)) | (__u64)*(__u32 *)a << 32;
