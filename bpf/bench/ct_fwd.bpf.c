@@ -97,6 +97,56 @@ static __always_inline __u32 ct_check(struct xdp_md *ctx, struct bpf_sock_tuple 
 	return v;
 }
 
+/*
+ * The L4 header at @l4 (IP protocol @proto): TCP without SYN/FIN/RST, or
+ * UDP, with the ports in the frame (*@ports). CT_FWD_FORWARDED when it may
+ * go on, else the verdict to pass it up with.
+ */
+static __always_inline __u32 l4_check(void *l4, void *data_end, __u8 proto, __u16 **ports)
+{
+	if (proto == IPPROTO_TCP_) {
+		struct tcphdr *th = l4;
+
+		if ((void *)(th + 1) > data_end)
+			return CT_FWD_NOT_PARSED;
+		if (th->syn || th->fin || th->rst)
+			return CT_FWD_TCP_FLAGS;
+	} else if (proto != IPPROTO_UDP_) {
+		return CT_FWD_NOT_PARSED;
+	}
+	*ports = l4;
+	if ((void *)(*ports + 2) > data_end)
+		return CT_FWD_NOT_PARSED;
+	return CT_FWD_FORWARDED;
+}
+
+/*
+ * The kernel's FIB for the filled-in @fib, then the redirect to its egress
+ * with the MACs it gave, TTL (@ip) or hop limit (@ip6) less one. Tests
+ * the egress before any edit: a failed redirect must leave the packet as
+ * it came.
+ */
+static __always_inline int fib_send(struct xdp_md *ctx, struct ethhdr *eth, struct bpf_fib_lookup *fib,
+				    struct iphdr *ip, struct ipv6hdr *ip6)
+{
+	__u32 egress;
+
+	fib->ifindex = ctx->ingress_ifindex;
+	if (bpf_fib_lookup(ctx, fib, sizeof(*fib), 0) != BPF_FIB_LKUP_RET_SUCCESS)
+		return verdict(CT_FWD_NO_ROUTE, XDP_PASS);
+	egress = fib->ifindex;
+	if (!bpf_map_lookup_elem(&ct_tx, &egress))
+		return verdict(CT_FWD_NO_ROUTE, XDP_PASS);
+
+	if (ip)
+		fp_ip4_dec_ttl(ip);
+	else
+		ip6->hop_limit--;
+	__builtin_memcpy(eth->h_dest, fib->dmac, 6);
+	__builtin_memcpy(eth->h_source, fib->smac, 6);
+	return verdict(CT_FWD_FORWARDED, bpf_redirect_map(&ct_tx, egress, 0));
+}
+
 SEC("xdp")
 int fp_bench_ct_fwd(struct xdp_md *ctx)
 {
@@ -106,8 +156,8 @@ int fp_bench_ct_fwd(struct xdp_md *ctx)
 	struct bpf_fib_lookup fib = {};
 	struct bpf_sock_tuple t = {};
 	struct iphdr *ip;
-	__u32 egress, v;
 	__u16 *ports;
+	__u32 v;
 
 	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
 		return verdict(CT_FWD_NOT_PARSED, XDP_PASS);
@@ -115,19 +165,9 @@ int fp_bench_ct_fwd(struct xdp_md *ctx)
 	if ((void *)(ip + 1) > data_end || ip->ihl != 5 || ip->ttl <= 1 ||
 	    (ip->frag_off & bpf_htons(IP_MF_OFFSET)))
 		return verdict(CT_FWD_NOT_PARSED, XDP_PASS);
-	if (ip->protocol == IPPROTO_TCP_) {
-		struct tcphdr *th = (void *)(ip + 1);
-
-		if ((void *)(th + 1) > data_end)
-			return verdict(CT_FWD_NOT_PARSED, XDP_PASS);
-		if (th->syn || th->fin || th->rst)
-			return verdict(CT_FWD_TCP_FLAGS, XDP_PASS);
-	} else if (ip->protocol != IPPROTO_UDP_) {
-		return verdict(CT_FWD_NOT_PARSED, XDP_PASS);
-	}
-	ports = (void *)(ip + 1);
-	if ((void *)(ports + 2) > data_end)
-		return verdict(CT_FWD_NOT_PARSED, XDP_PASS);
+	v = l4_check(ip + 1, data_end, ip->protocol, &ports);
+	if (v != CT_FWD_FORWARDED)
+		return verdict(v, XDP_PASS);
 	t.ipv4.saddr = ip->saddr;
 	t.ipv4.daddr = ip->daddr;
 	t.ipv4.sport = ports[0];
@@ -143,20 +183,10 @@ int fp_bench_ct_fwd(struct xdp_md *ctx)
 	fib.tot_len = bpf_ntohs(ip->tot_len);
 	fib.ipv4_src = ip->saddr;
 	fib.ipv4_dst = ip->daddr;
-	fib.ifindex = ctx->ingress_ifindex;
-	if (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0) != BPF_FIB_LKUP_RET_SUCCESS)
-		return verdict(CT_FWD_NO_ROUTE, XDP_PASS);
-	egress = fib.ifindex;
-	/* Test before the rewrite: a failed redirect must leave the packet as it came. */
-	if (!bpf_map_lookup_elem(&ct_tx, &egress))
-		return verdict(CT_FWD_NO_ROUTE, XDP_PASS);
-
-	fp_ip4_dec_ttl(ip);
-	__builtin_memcpy(eth->h_dest, fib.dmac, 6);
-	__builtin_memcpy(eth->h_source, fib.smac, 6);
-	return verdict(CT_FWD_FORWARDED, bpf_redirect_map(&ct_tx, egress, 0));
+	return fib_send(ctx, eth, &fib, ip, NULL);
 }
 
+/* The same for IPv6, TCP or UDP right after the header (no extension headers). */
 SEC("xdp")
 int fp_bench_ct_fwd6(struct xdp_md *ctx)
 {
@@ -166,56 +196,33 @@ int fp_bench_ct_fwd6(struct xdp_md *ctx)
 	struct bpf_fib_lookup fib = {};
 	struct bpf_sock_tuple t = {};
 	struct ipv6hdr *ip6;
-	__u32 egress, v;
 	__u16 *ports;
-	__u8 proto;
+	__u32 v;
 
 	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IPV6))
 		return verdict(CT_FWD_NOT_PARSED, XDP_PASS);
 	ip6 = (void *)(eth + 1);
 	if ((void *)(ip6 + 1) > data_end || ip6->hop_limit <= 1)
 		return verdict(CT_FWD_NOT_PARSED, XDP_PASS);
-	/* TCP or UDP right after the header: no extension headers. */
-	proto = ip6->nexthdr;
-	if (proto == IPPROTO_TCP_) {
-		struct tcphdr *th = (void *)(ip6 + 1);
-
-		if ((void *)(th + 1) > data_end)
-			return verdict(CT_FWD_NOT_PARSED, XDP_PASS);
-		if (th->syn || th->fin || th->rst)
-			return verdict(CT_FWD_TCP_FLAGS, XDP_PASS);
-	} else if (proto != IPPROTO_UDP_) {
-		return verdict(CT_FWD_NOT_PARSED, XDP_PASS);
-	}
-	ports = (void *)(ip6 + 1);
-	if ((void *)(ports + 2) > data_end)
-		return verdict(CT_FWD_NOT_PARSED, XDP_PASS);
+	v = l4_check(ip6 + 1, data_end, ip6->nexthdr, &ports);
+	if (v != CT_FWD_FORWARDED)
+		return verdict(v, XDP_PASS);
 	__builtin_memcpy(t.ipv6.saddr, &ip6->saddr, 16);
 	__builtin_memcpy(t.ipv6.daddr, &ip6->daddr, 16);
 	t.ipv6.sport = ports[0];
 	t.ipv6.dport = ports[1];
 
-	v = ct_check(ctx, &t, sizeof(t.ipv6), proto);
+	v = ct_check(ctx, &t, sizeof(t.ipv6), ip6->nexthdr);
 	if (v != CT_FWD_FORWARDED)
 		return verdict(v, XDP_PASS);
 
 	fib.family = AF_INET6;
 	fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0FFFFFFF);
-	fib.l4_protocol = proto;
+	fib.l4_protocol = ip6->nexthdr;
 	fib.tot_len = bpf_ntohs(ip6->payload_len);
 	__builtin_memcpy(fib.ipv6_src, &ip6->saddr, 16);
 	__builtin_memcpy(fib.ipv6_dst, &ip6->daddr, 16);
-	fib.ifindex = ctx->ingress_ifindex;
-	if (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0) != BPF_FIB_LKUP_RET_SUCCESS)
-		return verdict(CT_FWD_NO_ROUTE, XDP_PASS);
-	egress = fib.ifindex;
-	if (!bpf_map_lookup_elem(&ct_tx, &egress))
-		return verdict(CT_FWD_NO_ROUTE, XDP_PASS);
-
-	ip6->hop_limit--;
-	__builtin_memcpy(eth->h_dest, fib.dmac, 6);
-	__builtin_memcpy(eth->h_source, fib.smac, 6);
-	return verdict(CT_FWD_FORWARDED, bpf_redirect_map(&ct_tx, egress, 0));
+	return fib_send(ctx, eth, &fib, NULL, ip6);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
