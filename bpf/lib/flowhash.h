@@ -11,6 +11,15 @@
 
 _Static_assert(sizeof(struct fp_flow_key) == 44, "fp_flow_key is hashed and compared as 5 u64 + 1 u32");
 
+#define FP_FLOW_HASH_MUL 0x9E3779B97F4A7C15ULL
+
+/* One step of the hashes below: word @w into @h, mixed. */
+static __always_inline __u64 fp_flow_hash_step(__u64 h, __u64 w)
+{
+	h = (h ^ w) * FP_FLOW_HASH_MUL;
+	return h ^ (h >> 29);
+}
+
 /*
  * Multiply-xorshift over the words of a key (what fp_flow_key holds at
  * bytes 0, 8, 16, 24, 32 and, a half word, 40): cheap, and good enough to
@@ -20,20 +29,14 @@ _Static_assert(sizeof(struct fp_flow_key) == 44, "fp_flow_key is hashed and comp
  */
 static __always_inline __u32 fp_flow_hash_sw6_words(__u64 w0, __u64 w1, __u64 w2, __u64 w3, __u64 w4, __u32 w5)
 {
-	__u64 h;
+	__u64 h = 0;
 
-	h = w0 * 0x9E3779B97F4A7C15ULL;
-	h ^= h >> 29;
-	h = (h ^ w1) * 0x9E3779B97F4A7C15ULL;
-	h ^= h >> 29;
-	h = (h ^ w2) * 0x9E3779B97F4A7C15ULL;
-	h ^= h >> 29;
-	h = (h ^ w3) * 0x9E3779B97F4A7C15ULL;
-	h ^= h >> 29;
-	h = (h ^ w4) * 0x9E3779B97F4A7C15ULL;
-	h ^= h >> 29;
-	h = (h ^ w5) * 0x9E3779B97F4A7C15ULL;
-	return (__u32)(h >> 32);
+	h = fp_flow_hash_step(h, w0);
+	h = fp_flow_hash_step(h, w1);
+	h = fp_flow_hash_step(h, w2);
+	h = fp_flow_hash_step(h, w3);
+	h = fp_flow_hash_step(h, w4);
+	return (__u32)(((h ^ w5) * FP_FLOW_HASH_MUL) >> 32);
 }
 
 static __always_inline __u32 fp_flow_hash_sw(const struct fp_flow_key *k)
@@ -59,14 +62,11 @@ static __always_inline __u32 fp_flow_hash_sw(const struct fp_flow_key *k)
  */
 static __always_inline __u32 fp_flow_hash_sw4_words(__u64 w0, __u64 w1, __u32 daddr)
 {
-	__u64 h;
+	__u64 h = 0;
 
-	h = w0 * 0x9E3779B97F4A7C15ULL;
-	h ^= h >> 29;
-	h = (h ^ w1) * 0x9E3779B97F4A7C15ULL;
-	h ^= h >> 29;
-	h = (h ^ daddr) * 0x9E3779B97F4A7C15ULL;
-	return (__u32)(h >> 32);
+	h = fp_flow_hash_step(h, w0);
+	h = fp_flow_hash_step(h, w1);
+	return (__u32)(((h ^ daddr) * FP_FLOW_HASH_MUL) >> 32);
 }
 
 static __always_inline __u32 fp_flow_hash_sw4(const struct fp_flow_key *k)
