@@ -36,6 +36,23 @@ pub const MAX_FLOWS: u32 = SPORTS << 9;
 /// Bytes of struct fp_rx_hint the generator puts in front of every frame.
 pub const HINT_LEN: usize = std::mem::size_of::<fastpath_bpf::intf::fp_rx_hint>();
 
+/// A zeroed frame of `len` bytes (no FCS) from g0 to r0 of `ethertype`,
+/// with the generator's UDP header (first flow's ports, length) after an IP
+/// header of `ip_hlen` bytes; the IP header and UDP checksum are the
+/// caller's.
+fn udp_frame(len: usize, ethertype: u16, ip_hlen: usize) -> Vec<u8> {
+    let mut f = vec![0u8; len];
+    f[0..6].copy_from_slice(&topo::MAC_R0);
+    f[6..12].copy_from_slice(&topo::MAC_G0);
+    f[12..14].copy_from_slice(&ethertype.to_be_bytes());
+    let udp_len = (len - 14 - ip_hlen) as u16;
+    let udp = &mut f[14 + ip_hlen..14 + ip_hlen + 8];
+    udp[0..2].copy_from_slice(&SPORT_BASE.to_be_bytes());
+    udp[2..4].copy_from_slice(&UDP_DPORT.to_be_bytes());
+    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    f
+}
+
 /// A frame of `size` bytes as counted on Ethernet (FCS included, as RFC 2544
 /// sizes are): veth carries no FCS, so the generator emits `size - 4` bytes.
 pub fn frame(size: usize) -> Result<Vec<u8>> {
@@ -43,10 +60,8 @@ pub fn frame(size: usize) -> Result<Vec<u8>> {
         bail!("frame size {size} outside 64..=1518");
     }
     let len = size - FCS_LEN;
-    let mut f = vec![0u8; len];
-    f[0..6].copy_from_slice(&topo::MAC_R0);
-    f[6..12].copy_from_slice(&topo::MAC_G0);
-    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    // UDP checksum 0: "none" is legal for IPv4 and independent of the port.
+    let mut f = udp_frame(len, 0x0800, 20);
     let ip_len = (len - 14) as u16;
     let ip = &mut f[14..34];
     ip[0] = 0x45;
@@ -57,11 +72,6 @@ pub fn frame(size: usize) -> Result<Vec<u8>> {
     ip[16..20].copy_from_slice(&topo::IP_S0);
     let csum = ipv4_checksum(ip);
     ip[10..12].copy_from_slice(&csum.to_be_bytes());
-    let udp = &mut f[34..42];
-    udp[0..2].copy_from_slice(&SPORT_BASE.to_be_bytes());
-    udp[2..4].copy_from_slice(&UDP_DPORT.to_be_bytes());
-    udp[4..6].copy_from_slice(&(ip_len - 20).to_be_bytes());
-    // UDP checksum 0: "none" is legal for IPv4 and independent of the port.
     Ok(f)
 }
 
@@ -74,10 +84,7 @@ pub fn frame6(size: usize) -> Result<Vec<u8>> {
         bail!("IPv6 frame size {size} outside {min}..=1518 (Ethernet, IPv6 and UDP headers and the FCS take {min} B)");
     }
     let len = size - FCS_LEN;
-    let mut f = vec![0u8; len];
-    f[0..6].copy_from_slice(&topo::MAC_R0);
-    f[6..12].copy_from_slice(&topo::MAC_G0);
-    f[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+    let mut f = udp_frame(len, 0x86dd, 40);
     let payload_len = (len - 54) as u16;
     let ip = &mut f[14..54];
     ip[0] = 0x60;
@@ -86,10 +93,6 @@ pub fn frame6(size: usize) -> Result<Vec<u8>> {
     ip[7] = 64; // hop limit
     ip[8..24].copy_from_slice(&topo::IP6_G0);
     ip[24..40].copy_from_slice(&topo::IP6_S0);
-    let udp = &mut f[54..62];
-    udp[0..2].copy_from_slice(&SPORT_BASE.to_be_bytes());
-    udp[2..4].copy_from_slice(&UDP_DPORT.to_be_bytes());
-    udp[4..6].copy_from_slice(&payload_len.to_be_bytes());
     let csum = udp6_checksum(&topo::IP6_G0, &topo::IP6_S0, &f[54..]);
     f[60..62].copy_from_slice(&csum.to_be_bytes());
     Ok(f)
@@ -103,25 +106,28 @@ pub fn frame_for(size: usize, family: topo::Family) -> Result<Vec<u8>> {
     }
 }
 
-/// The UDP checksum of `udp` (header, checksum field 0, and payload) between
-/// `src` and `dst` (RFC 8200's pseudo-header); 0 is sent as 0xffff.
-pub(super) fn udp6_checksum(src: &[u8; 16], dst: &[u8; 16], udp: &[u8]) -> u16 {
+/// The Internet checksum of `parts` taken as one run of bytes (each part an
+/// even length but the last): the ones' complement of their 16-bit ones'
+/// complement sum.
+fn inet_checksum(parts: &[&[u8]]) -> u16 {
     let mut sum: u64 = 0;
-    let mut add = |b: &[u8]| {
-        for w in b.chunks(2) {
+    for p in parts {
+        for w in p.chunks(2) {
             sum += u64::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]));
         }
-    };
-    add(src);
-    add(dst);
-    add(&(udp.len() as u32).to_be_bytes());
-    add(&[0, 0, 0, 17]);
-    add(&udp[..6]);
-    add(&udp[8..]);
+    }
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
     }
-    match !(sum as u16) {
+    !(sum as u16)
+}
+
+/// The UDP checksum of `udp` (header and payload; its checksum field is
+/// skipped) between `src` and `dst` (RFC 8200's pseudo-header); 0 is sent
+/// as 0xffff.
+pub(super) fn udp6_checksum(src: &[u8; 16], dst: &[u8; 16], udp: &[u8]) -> u16 {
+    let len = (udp.len() as u32).to_be_bytes();
+    match inet_checksum(&[src, dst, &len, &[0, 0, 0, 17], &udp[..6], &udp[8..]]) {
         0 => 0xffff,
         c => c,
     }
@@ -189,11 +195,7 @@ fn dst_entry(frame: &[u8], dst: Ipv4Addr) -> [u8; 8] {
 }
 
 pub(super) fn ipv4_checksum(hdr: &[u8]) -> u16 {
-    let mut sum: u32 = hdr.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
+    inet_checksum(&[hdr])
 }
 
 /// The generator program, loaded with one frame template and flow count and
