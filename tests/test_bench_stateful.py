@@ -41,7 +41,8 @@ def test_bench_stateful_ipv6_flows_through_every_mode(fastpath_bin, tmp_path):
     reference and fastpath forward them themselves (their own counters say so), and the
     IPv4-only parts are refused or left out with a reason."""
     modes = ["kernel-ct", "ct-ref", "fastpath-stateful", "raw"]
-    cmd = [str(FASTPATH), "bench", "stateful", "--family", "6", "--no-rt", "--modes", ",".join(modes),
+    # On CPU 1: the connection-rate test above and the forward bench tests pin to CPU 0.
+    cmd = [str(FASTPATH), "bench", "stateful", "--family", "6", "--no-rt", "--cpu", "1", "--modes", ",".join(modes),
            "--flows", "1,50", "--reps", "1", "--duration", "0.2", "--out", str(tmp_path)]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, f"{' '.join(cmd)}\nstdout:\n{run.stdout}\nstderr:\n{run.stderr}"
