@@ -462,7 +462,12 @@ struct fp_watch {
  * full set, about one packet in FP_FLOW_GUARD_SAMPLE looks the cache up (and
  * may fill it) until a window of those sampled lookups says otherwise; the
  * gaps between samples are random, so a flood that repeats with a period
- * (a round-robin scan) does not sample the same flows every time. Misses
+ * (a round-robin scan) does not sample the same flows every time. Each
+ * further crowded window in a row doubles the gap, up to one packet in
+ * FP_FLOW_GUARD_SAMPLE << FP_FLOW_GUARD_DEEPEN: a sampled lookup in a
+ * thrashing cache is two memory misses and a fill that buy nothing, so a
+ * long flood pays for fewer of them, and a window that is not crowded
+ * still ends the bypass at once (later, in packets, the sparser it got). Misses
  * into free or idle ways (a cache warming up) never count. The bypass sent
  * flows by the full lookup, i.e. by the path the hash picks; once any flow
  * of this slot may have been kept off that path (a flow cached before an
@@ -476,7 +481,7 @@ struct fp_flow_guard {
 	__u32 left;              /* lookups left in this window; 0 = none yet */
 	__u32 crowded;           /* misses this window that found no free way */
 	__u32 skip;              /* packets still to send past the cache */
-	__u32 bypass;            /* the last window was crowded: sample */
+	__u32 bypass;            /* crowded windows in a row, up to FP_FLOW_GUARD_DEEPEN + 1 (0: none): sample */
 	__u32 since;             /* fp_runtime.neigh_clock when the latest bypass began; 0 = none */
 	__u32 sticky;            /* a flow cached before a group change kept its next hop (never cleared) */
 	__u32 rand;              /* xorshift32 state for sampling and admission (0: not seeded yet) */
@@ -485,6 +490,7 @@ struct fp_flow_guard {
 
 #define FP_FLOW_GUARD_WINDOW 256
 #define FP_FLOW_GUARD_SAMPLE 16
+#define FP_FLOW_GUARD_DEEPEN 4   /* sparsest sampling: one packet in 16 << 4 = 256 */
 
 /* fp_stats: per-CPU array indexed by fp_iface.slot (ingress interface). */
 struct fp_stats {

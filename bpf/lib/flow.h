@@ -294,13 +294,17 @@ static __always_inline void fp_flow_guard_probed(struct fp_flow_guard *g, __u32 
 		crowded = g->left && g->crowded * 2 > FP_FLOW_GUARD_WINDOW;
 		if (crowded && !g->bypass)
 			g->since = clock;
-		g->bypass = crowded;
+		if (!crowded)
+			g->bypass = 0;
+		else if (g->bypass <= FP_FLOW_GUARD_DEEPEN)
+			g->bypass++;
 		g->crowded = 0;
 		g->left = FP_FLOW_GUARD_WINDOW;
 	}
-	/* 0 to 2 * SAMPLE - 2 packets past the cache, SAMPLE - 1 on average. */
+	/* 0 to 2 * gap - 1 packets past the cache, gap - 1/2 on average, the
+	 * gap SAMPLE doubled for each crowded window in a row after the first. */
 	if (g->bypass)
-		g->skip = fp_flow_guard_rand(g, hash) % (2 * FP_FLOW_GUARD_SAMPLE - 1);
+		g->skip = fp_flow_guard_rand(g, hash) & ((2 * FP_FLOW_GUARD_SAMPLE << ((g->bypass - 1) & 7)) - 1);
 }
 
 _Static_assert(__builtin_offsetof(struct fp_flow_way4, dmac) % 8 == 0 &&

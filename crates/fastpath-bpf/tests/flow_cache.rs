@@ -498,7 +498,7 @@ fn admission_into_a_full_set_is_one_miss_in_eight() {
 }
 
 /// The thrash guard: new flows that keep missing into one set full of live
-/// flows make the program send 15 packets in 16 past the cache (still
+/// flows make the program send about 15 packets in 16 past the cache (still
 /// forwarded, byte for byte, by the full lookup); once the flood's entries
 /// have idled out, the sampled lookups fill free ways and hit, and the next
 /// window turns the bypass off again. A cache warming up (misses into free
@@ -564,6 +564,73 @@ fn thrashing_cache_is_bypassed_until_it_holds_again() {
         (after[FP_FC_HIT as usize] - before[FP_FC_HIT as usize], after[FP_FC_BYPASS as usize]),
         (sample, before[FP_FC_BYPASS as usize]),
         "once the bypass ended every packet of the flow hits: {after:?}"
+    );
+}
+
+/// A flood that goes on samples ever more sparsely: each crowded window in
+/// a row doubles the gap between sampled lookups, up to one packet in
+/// FP_FLOW_GUARD_SAMPLE << FP_FLOW_GUARD_DEEPEN, never none; every packet is
+/// still forwarded; and once the flood's entries idle out, one window of
+/// sampled lookups that hit ends the bypass as before.
+#[test]
+fn a_lasting_flood_is_sampled_ever_more_sparsely() {
+    let Some((mut lab, mut w)) = lab("a_lasting_flood_is_sampled_ever_more_sparsely") else { return };
+    let l = lab.program(&w).expect("load");
+    let deepest = FP_FLOW_GUARD_DEEPEN + 1;
+    let gap = u64::from(FP_FLOW_GUARD_SAMPLE << FP_FLOW_GUARD_DEEPEN);
+    let mut port = 20_000u16;
+    let mut flood = |l: &Loaded| {
+        port = port.wrapping_add(1).max(1024);
+        let q = p4(port);
+        let (v, out) = l.run_meta(w.a, &hint(7), &q.frame(MAC_A, MAC_CLIENT)).expect("run");
+        assert_eq!((v, out), (XDP_REDIRECT, out4(&q, MAC_GW4)), "port {port}");
+    };
+    let mut sent = 0u64;
+    let mut levels = vec![];
+    while l.flow_guard(SLOT_A).expect("guard").bypass < deepest {
+        flood(l);
+        sent += 1;
+        let b = l.flow_guard(SLOT_A).expect("guard").bypass;
+        if levels.last() != Some(&b) {
+            levels.push(b);
+        }
+        assert!(sent <= 4 * u64::from(FP_FLOW_GUARD_WINDOW) * gap, "the gap never reached its widest: {levels:?}");
+    }
+    assert_eq!(levels, (0..=deepest).collect::<Vec<_>>(), "one step per crowded window");
+
+    let before = flow(l);
+    let n = 40 * gap;
+    for _ in 0..n {
+        flood(l);
+    }
+    let after = flow(l);
+    let looked = after[FP_FC_HIT as usize] + after[FP_FC_MISS as usize] - before[FP_FC_HIT as usize] - before[FP_FC_MISS as usize];
+    // About 40 lookups (gaps uniform in 1..=2 * gap): 10 and 80 are far
+    // outside its spread, and 0 would be a cache never looked at again.
+    assert!((10..=80).contains(&looked), "{looked} of {n} flood packets looked the cache up: {after:?}");
+    assert_eq!(after[FP_FC_BYPASS as usize] - before[FP_FC_BYPASS as usize], n - looked, "the others went past it");
+    assert_eq!(l.flow_guard(SLOT_A).expect("guard").bypass, deepest, "the gap stops widening");
+
+    // The flood's entries idle out: a flow that hits ends the bypass.
+    w.rt.neigh_clock += TIMEOUT + 1;
+    l.set_rt(&w.rt).expect("bss");
+    let q = p4(30_000);
+    let mut sent = 0;
+    while l.flow_guard(SLOT_A).expect("guard").bypass != 0 {
+        let (v, out) = l.run_meta(w.a, &hint(9), &q.frame(MAC_A, MAC_CLIENT)).expect("run");
+        assert_eq!((v, out), (XDP_REDIRECT, out4(&q, MAC_GW4)));
+        sent += 1;
+        assert!(sent <= 3 * u64::from(FP_FLOW_GUARD_WINDOW) * gap, "the bypass never ended: {:?}", flow(l));
+    }
+    let before = flow(l);
+    for _ in 0..FP_FLOW_GUARD_SAMPLE {
+        let (v, _) = l.run_meta(w.a, &hint(9), &q.frame(MAC_A, MAC_CLIENT)).expect("run");
+        assert_eq!(v, XDP_REDIRECT);
+    }
+    assert_eq!(
+        flow(l)[FP_FC_HIT as usize] - before[FP_FC_HIT as usize],
+        u64::from(FP_FLOW_GUARD_SAMPLE),
+        "once the bypass ended every packet of the flow hits"
     );
 }
 
