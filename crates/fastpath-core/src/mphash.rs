@@ -33,10 +33,32 @@ pub const POLICY_L4: u32 = 1;
 /// word as it is) and the dissector's ip_proto.
 pub const POLICY_L3_INNER: u32 = 2;
 
-/// The `fib_multipath_hash_policy` values the data path hashes by (0, 1, 2);
-/// multipath routes under any other are punted.
+/// Custom fields (`fib_multipath_hash_fields`): `custom4` / `custom6`.
+pub const POLICY_CUSTOM: u32 = 3;
+
+/// `fib_multipath_hash_fields` bits (FIB_MULTIPATH_HASH_FIELD_*,
+/// include/net/ip_fib.h): the outer header's, then the inner one's.
+pub const FIELD_SRC_IP: u32 = 1 << 0;
+pub const FIELD_DST_IP: u32 = 1 << 1;
+pub const FIELD_IP_PROTO: u32 = 1 << 2;
+/// IPv6 only (IPv4 ignores it).
+pub const FIELD_FLOWLABEL: u32 = 1 << 3;
+pub const FIELD_SRC_PORT: u32 = 1 << 4;
+pub const FIELD_DST_PORT: u32 = 1 << 5;
+pub const FIELDS_OUTER: u32 = 0x3F;
+pub const FIELDS_INNER: u32 = 0xFC0;
+/// The kernel's default: addresses, protocol and ports of the outer header.
+pub const FIELDS_DEFAULT: u32 = FIELD_SRC_IP | FIELD_DST_IP | FIELD_IP_PROTO | FIELD_SRC_PORT | FIELD_DST_PORT;
+
+/// The `fib_multipath_hash_policy` values the data path hashes by (all four
+/// the kernel has: 0, 1, 2, 3); multipath routes under any other are punted.
 pub fn reproduced(policy: u8) -> bool {
-    u32::from(policy) <= POLICY_L3_INNER
+    u32::from(policy) <= POLICY_CUSTOM
+}
+
+/// Policy 3 takes the L4 ports under `fields` (a flow key must keep them).
+pub fn custom_uses_ports(fields: u32) -> bool {
+    fields & (FIELD_SRC_PORT | FIELD_DST_PORT) != 0
 }
 
 /// IP protocols the flow dissector walks into under policy 2 (or might: a
@@ -47,13 +69,21 @@ pub fn policy2_encap(proto: u8) -> bool {
 }
 
 fn siphash(seed: u32, bytes: &[u8]) -> u32 {
+    siphash_low(seed, bytes) >> 1
+}
+
+/// `fib_multipath_hash_from_keys()`: SipHash-2-4 keyed by the seed, stored
+/// in a u32 (the low half), 0 made 1.
+fn siphash_low(seed: u32, bytes: &[u8]) -> u32 {
     let k = (u64::from(seed) << 32) | u64::from(seed);
     let mut h = SipHasher24::new_with_keys(k, k);
     h.write(bytes);
-    // The kernel stores the u64 in a u32: the low half.
     let v = h.finish() as u32;
-    let v = if v == 0 { 1 } else { v };
-    v >> 1
+    if v == 0 {
+        1
+    } else {
+        v
+    }
 }
 
 /// Ports in the kernel's order: swapped when dst < src as host-order u16 of
@@ -130,6 +160,100 @@ pub fn hash6(
     b[ADDRS..ADDRS + 16].copy_from_slice(&s);
     b[ADDRS + 16..ADDRS + 32].copy_from_slice(&d);
     Some(siphash(seed, &b))
+}
+
+/// The kernel's `jhash_2words(a, b, 0)` (include/linux/jhash.h).
+fn jhash_2words(a: u32, b: u32) -> u32 {
+    let init = 0xdead_beef_u32.wrapping_add(2 << 2);
+    let (mut a, mut b, mut c) = (a.wrapping_add(init), b.wrapping_add(init), init);
+    c ^= b;
+    c = c.wrapping_sub(b.rotate_left(14));
+    a ^= c;
+    a = a.wrapping_sub(c.rotate_left(11));
+    b ^= a;
+    b = b.wrapping_sub(a.rotate_left(25));
+    c ^= b;
+    c = c.wrapping_sub(b.rotate_left(16));
+    a ^= c;
+    a = a.wrapping_sub(c.rotate_left(4));
+    b ^= a;
+    b = b.wrapping_sub(a.rotate_left(14));
+    c ^= b;
+    c.wrapping_sub(b.rotate_left(24))
+}
+
+/// Policy 3's last step (`fib_multipath_custom_hash_skb()` and its IPv6
+/// twin): the outer fields' flow hash (0 when no outer field is chosen) and
+/// the inner one's (0 here: no inner header, or no inner field chosen)
+/// through `jhash_2words()`, shifted right once. `keyed`: the outer hash.
+fn custom_finish(fields: u32, keyed: impl FnOnce() -> u32) -> u32 {
+    let outer = if fields & FIELDS_OUTER != 0 { keyed() } else { 0 };
+    jhash_2words(outer, 0) >> 1
+}
+
+/// The IPv4 hash under policy 3 with `fields`, for a packet with these L4
+/// ports (0, 0 where the dissector finds none, as for `hash4`). `None`
+/// when the kernel would hash an inner header: an inner field is chosen and
+/// the packet may encapsulate one (`policy2_encap()`).
+pub fn custom4(fields: u32, seed: u32, saddr: Ipv4Addr, daddr: Ipv4Addr, proto: u8, sport: u16, dport: u16) -> Option<u32> {
+    if fields & FIELDS_INNER != 0 && policy2_encap(proto) {
+        return None;
+    }
+    let pick = |bit: u32| fields & bit != 0;
+    let (mut s, mut d) = (
+        if pick(FIELD_SRC_IP) { saddr.octets() } else { [0; 4] },
+        if pick(FIELD_DST_IP) { daddr.octets() } else { [0; 4] },
+    );
+    if u32::from_ne_bytes(d) < u32::from_ne_bytes(s) {
+        std::mem::swap(&mut s, &mut d);
+    }
+    let (ps, pd) =
+        ordered_ports(if pick(FIELD_SRC_PORT) { sport } else { 0 }, if pick(FIELD_DST_PORT) { dport } else { 0 });
+    let mut b = [0u8; LEN4];
+    b[IP_PROTO] = if pick(FIELD_IP_PROTO) { proto } else { 0 };
+    b[PORTS..PORTS + 2].copy_from_slice(&ps);
+    b[PORTS + 2..PORTS + 4].copy_from_slice(&pd);
+    b[ADDRS..ADDRS + 4].copy_from_slice(&s);
+    b[ADDRS + 4..ADDRS + 8].copy_from_slice(&d);
+    Some(custom_finish(fields, || siphash_low(seed, &b)))
+}
+
+/// The IPv6 hash under policy 3 with `fields`: as `custom4`, plus the flow
+/// label (`flowlabel`, the 20 bits as a host-order number, higher bits
+/// ignored), which the dissector stores in host order as under policy 2.
+#[allow(clippy::too_many_arguments)]
+pub fn custom6(
+    fields: u32,
+    seed: u32,
+    saddr: Ipv6Addr,
+    daddr: Ipv6Addr,
+    flowlabel: u32,
+    proto: u8,
+    sport: u16,
+    dport: u16,
+) -> Option<u32> {
+    if fields & FIELDS_INNER != 0 && policy2_encap(proto) {
+        return None;
+    }
+    let pick = |bit: u32| fields & bit != 0;
+    let (mut s, mut d) = (
+        if pick(FIELD_SRC_IP) { saddr.octets() } else { [0; 16] },
+        if pick(FIELD_DST_IP) { daddr.octets() } else { [0; 16] },
+    );
+    if d < s {
+        std::mem::swap(&mut s, &mut d);
+    }
+    let (ps, pd) =
+        ordered_ports(if pick(FIELD_SRC_PORT) { sport } else { 0 }, if pick(FIELD_DST_PORT) { dport } else { 0 });
+    let mut b = [0u8; LEN6];
+    b[IP_PROTO] = if pick(FIELD_IP_PROTO) { proto } else { 0 };
+    let label = if pick(FIELD_FLOWLABEL) { flowlabel & 0x000F_FFFF } else { 0 };
+    b[FLOW_LABEL..FLOW_LABEL + 4].copy_from_slice(&label.to_ne_bytes());
+    b[PORTS..PORTS + 2].copy_from_slice(&ps);
+    b[PORTS + 2..PORTS + 4].copy_from_slice(&pd);
+    b[ADDRS..ADDRS + 16].copy_from_slice(&s);
+    b[ADDRS + 16..ADDRS + 32].copy_from_slice(&d);
+    Some(custom_finish(fields, || siphash_low(seed, &b)))
 }
 
 /// Upper bounds of a hash-threshold group with these weights, in path order:

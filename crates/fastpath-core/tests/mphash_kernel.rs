@@ -15,8 +15,9 @@
 //! permanent neighbour entries have distinct MACs, and a packet socket on
 //! r1p reads which MAC — which next hop — each flow went to. For every flow
 //! the Rust reference's hash plus the hash-threshold rule (`select` below)
-//! must name the same next hop: IPv4 and IPv6, policies 0, 1 and 2 (not
-//! for the encapsulations policy 2 would look into), weighted
+//! must name the same next hop: IPv4 and IPv6, policies 0, 1, 2 and 3
+//! with several hash field sets (not for the encapsulations policy 2, or
+//! policy 3 with inner fields, would look into), weighted
 //! multipath routes and `ip nexthop` groups, several protocols.
 //!
 //!   CARGO_TARGET_DIR=/work/tgt-mphash cargo test -p fastpath-core --test mphash_kernel -- --nocapture
@@ -29,7 +30,7 @@ mod support;
 
 use support::{have_root, in_new_netns, out, sh};
 
-use fastpath_core::mphash::{hash4, hash6, select, upper_bounds};
+use fastpath_core::mphash::{custom4, custom6, hash4, hash6, policy2_encap, select, upper_bounds, FIELDS_DEFAULT, FIELDS_INNER};
 
 const FLOWS: usize = 1200;
 const GW_MACS: [[u8; 6]; 3] = [[2, 0, 0, 0, 1, 1], [2, 0, 0, 0, 1, 2], [2, 0, 0, 0, 1, 3]];
@@ -81,12 +82,15 @@ impl Flow {
         }
     }
 
-    /// None: the reference declines (policy 2 over an encapsulation).
-    fn hash(&self, policy: u32, seed: u32) -> Option<u32> {
+    /// None: the reference declines (an encapsulation under policy 2, or
+    /// under policy 3 with inner fields). `fields`: policy 3's.
+    fn hash(&self, policy: u32, fields: u32, seed: u32) -> Option<u32> {
         let (sp, dp) = self.ports();
-        match self.addrs {
-            Addrs::V4(s, d) => hash4(policy, seed, s, d, self.proto, sp, dp),
-            Addrs::V6(s, d, fl) => hash6(policy, seed, s, d, fl, self.proto, sp, dp),
+        match (self.addrs, policy) {
+            (Addrs::V4(s, d), 3) => custom4(fields, seed, s, d, self.proto, sp, dp),
+            (Addrs::V6(s, d, fl), 3) => custom6(fields, seed, s, d, fl, self.proto, sp, dp),
+            (Addrs::V4(s, d), _) => hash4(policy, seed, s, d, self.proto, sp, dp),
+            (Addrs::V6(s, d, fl), _) => hash6(policy, seed, s, d, fl, self.proto, sp, dp),
         }
     }
 
@@ -310,7 +314,7 @@ fn flows(v6: bool, rng: &mut Rng) -> Vec<Flow> {
 }
 
 /// Sends every flow through the router and checks the next hop it took.
-fn check(tx: &PacketSocket, rx: &PacketSocket, flows: &[Flow], paths: &[(usize, u32)], policy: u32, seed: u32) -> [usize; 3] {
+fn check(tx: &PacketSocket, rx: &PacketSocket, flows: &[Flow], paths: &[(usize, u32)], (policy, fields, seed): (u32, u32, u32)) -> [usize; 3] {
     let weights: Vec<u32> = paths.iter().map(|p| p.1).collect();
     let mut buf = vec![0u8; 2048];
     let mut per_gw = [0usize; 3];
@@ -326,18 +330,43 @@ fn check(tx: &PacketSocket, rx: &PacketSocket, flows: &[Flow], paths: &[(usize, 
             }
         };
         let bounds = upper_bounds(&weights);
-        let Some(hash) = flow.hash(policy, seed) else {
-            assert!(policy == 2 && fastpath_core::mphash::policy2_encap(flow.proto), "no reference for {flow:?} (policy {policy})");
+        let Some(hash) = flow.hash(policy, fields, seed) else {
+            let inner = policy == 2 || (policy == 3 && fields & FIELDS_INNER != 0);
+            assert!(inner && policy2_encap(flow.proto), "no reference for {flow:?} (policy {policy}, fields {fields:#x})");
             per_gw[got] += 1;
             continue;
         };
         let path = select(&bounds, hash).unwrap_or_else(|| panic!("hash {hash:#x} above every bound of {weights:?}"));
         let want = paths[path].0;
-        assert_eq!(got, want, "flow {id} {flow:?}: kernel chose gateway {got}, reference {want} (policy {policy}, seed {seed:#x})");
+        assert_eq!(
+            got, want,
+            "flow {id} {flow:?}: kernel chose gateway {got}, reference {want} (policy {policy}, fields {fields:#x}, seed {seed:#x})"
+        );
         per_gw[got] += 1;
     }
     per_gw
 }
+
+/// (policy, fib_multipath_hash_fields, seed) per round. Fields matter to
+/// policy 3 only: the default (addresses, protocol, ports), one address,
+/// the ports alone, addresses with protocol and flow label (IPv4 ignores
+/// the label), the default plus an inner field (encapsulations declined),
+/// and an inner field alone (no outer field: one path for every flow
+/// that encapsulates nothing).
+const SETTINGS: [(u32, u32, u32); 12] = [
+    (0, FIELDS_DEFAULT, 0x1234_5678),
+    (1, FIELDS_DEFAULT, 0x1234_5678),
+    (0, FIELDS_DEFAULT, 0xdead_beef),
+    (1, FIELDS_DEFAULT, 7),
+    (2, FIELDS_DEFAULT, 0x1234_5678),
+    (2, FIELDS_DEFAULT, 7),
+    (3, FIELDS_DEFAULT, 0x1234_5678),
+    (3, 0x01, 7),
+    (3, 0x30, 0x1234_5678),
+    (3, 0x0F, 0xdead_beef),
+    (3, FIELDS_DEFAULT | 0x40, 7),
+    (3, 0x80, 0x1234_5678),
+];
 
 #[test]
 fn reference_matches_kernel_forwarding() {
@@ -352,13 +381,17 @@ fn reference_matches_kernel_forwarding() {
         for v6 in [false, true] {
             for kind in [Kind::Multipath, Kind::NexthopGroup] {
                 let paths = install(v6, kind);
-                for (policy, seed) in [(0u32, 0x1234_5678u32), (1, 0x1234_5678), (0, 0xdead_beef), (1, 7), (2, 0x1234_5678), (2, 7)] {
+                for (policy, fields, seed) in SETTINGS {
                     let fam = if v6 { "ipv6" } else { "ipv4" };
                     sh(&format!("sysctl -qw net.{fam}.fib_multipath_hash_policy={policy}"));
+                    sh(&format!("sysctl -qw net.{fam}.fib_multipath_hash_fields={fields:#x}"));
                     sh(&format!("sysctl -qw net.ipv4.fib_multipath_hash_seed={seed}"));
                     let fl = flows(v6, &mut rng);
-                    let per_gw = check(&tx, &rx, &fl, &paths, policy, seed);
-                    eprintln!("{fam} {kind:?} policy {policy} seed {seed:#x}: {} flows agree, per gateway {per_gw:?}, paths {paths:?}", fl.len());
+                    let per_gw = check(&tx, &rx, &fl, &paths, (policy, fields, seed));
+                    eprintln!(
+                        "{fam} {kind:?} policy {policy} fields {fields:#x} seed {seed:#x}: {} flows agree, per gateway {per_gw:?}, paths {paths:?}",
+                        fl.len()
+                    );
                 }
             }
         }
