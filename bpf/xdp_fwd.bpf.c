@@ -365,13 +365,15 @@ static __always_inline bool fp_icmp_not_echo(__u8 proto, __u16 type_code)
  * The next hop for route @rt: its own, or for a multipath route the path
  * the kernel's hash picks (a stale cached flow keeps its path while that
  * is still one). Returns FP_R_FORWARDED with *@nh_id set, or why not.
+ * @v4: @k is IPv4, a constant at each call, so that each family's path
+ * holds only its own hash.
  */
 static __always_inline __u32
 fp_route_nexthop(struct fp_pkt *p, const struct fp_route *rt, const struct fp_flow_key *k, __u32 prev_nh,
-		 __u32 *nh_id)
+		 __u32 *nh_id, bool v4)
 {
 	const struct fp_group *g;
-	__u32 policy, hash;
+	__u32 policy, fields, hash;
 	__u16 sport = 0, dport = 0;
 	int l4;
 
@@ -388,9 +390,10 @@ fp_route_nexthop(struct fp_pkt *p, const struct fp_route *rt, const struct fp_fl
 		*nh_id = prev_nh;
 		return FP_R_FORWARDED;
 	}
-	policy = k->family == FP_AF_INET ? fp_rt.mp_policy4 : fp_rt.mp_policy6;
+	policy = v4 ? fp_rt.mp_policy4 : fp_rt.mp_policy6;
+	fields = v4 ? fp_rt.mp_fields4 : fp_rt.mp_fields6;
 	if (policy) {
-		l4 = fp_mp_ports_proto(policy, k->proto);
+		l4 = fp_mp_ports_proto(policy, fields, k->proto);
 		if (l4 < 0)
 			return FP_R_ECMP;
 		if (l4 > 0) {
@@ -400,12 +403,12 @@ fp_route_nexthop(struct fp_pkt *p, const struct fp_route *rt, const struct fp_fl
 	}
 	if (policy == 1 && p->hash_src == FP_HS_NIC && p->hash_l4 && fp_cfg.nic_hash_is_skb_hash)
 		hash = p->hash >> 1;
-	else if (k->family == FP_AF_INET)
-		hash = fp_mp_hash4(policy, fp_rt.mp_seed, *(__be32 *)k->saddr, *(__be32 *)k->daddr, k->proto,
-				   sport, dport);
+	else if (v4)
+		hash = fp_mp_hash4(policy, fields, fp_rt.mp_seed, *(__be32 *)k->saddr, *(__be32 *)k->daddr,
+				   k->proto, sport, dport);
 	else
-		hash = fp_mp_hash6(policy, fp_rt.mp_seed, k->saddr, k->daddr, k->flowlabel, k->proto, sport,
-				   dport);
+		hash = fp_mp_hash6(policy, fields, fp_rt.mp_seed, k->saddr, k->daddr, k->flowlabel, k->proto,
+				   sport, dport);
 	*nh_id = fp_group_select(g, rt->nh_id, hash);
 	if (!*nh_id)
 		return FP_R_ROUTE_UNSUPPORTED;
@@ -530,7 +533,7 @@ full:
 	/* NAT: ECMP would hash the rewritten header; not done here. */
 	if (fp_cfg.stateful && (ctv.nat.flags & FP_NAT_DST) && rt->type != FP_RT_FORWARD)
 		return FP_R_CT_NAT;
-	r = fp_route_nexthop(p, rt, &k, pos.prev_nh, &nh_id);
+	r = fp_route_nexthop(p, rt, &k, pos.prev_nh, &nh_id, true);
 	if (r != FP_R_FORWARDED)
 		return r;
 	r = fp_tx_resolve(&tx, rt, nh_id, fp_cfg.ingress_slot, FP_AF_INET, dst, NULL, tot_len);
@@ -662,7 +665,7 @@ full:
 	/* NAT: ECMP would hash the rewritten header; not done here. */
 	if (fp_cfg.stateful && (ctv.nat.flags & FP_NAT_DST) && rt->type != FP_RT_FORWARD)
 		return FP_R_CT_NAT;
-	r = fp_route_nexthop(p, rt, &k, pos.prev_nh, &nh_id);
+	r = fp_route_nexthop(p, rt, &k, pos.prev_nh, &nh_id, false);
 	if (r != FP_R_FORWARDED)
 		return r;
 	r = fp_tx_resolve(&tx, rt, nh_id, fp_cfg.ingress_slot, FP_AF_INET6, 0, key.addr, ip_len);

@@ -524,8 +524,8 @@ struct fp_runtime {
 	 */
 	__u32 neigh_clock;
 	__u32 flow_timeout;      /* seconds a cached flow may stay idle; 0 = flow cache off */
-	__u8  mp_policy4;        /* net.ipv4.fib_multipath_hash_policy (0 or 1) */
-	__u8  mp_policy6;        /* net.ipv6.fib_multipath_hash_policy (0 or 1) */
+	__u8  mp_policy4;        /* net.ipv4.fib_multipath_hash_policy (0 to 3) */
+	__u8  mp_policy6;        /* net.ipv6.fib_multipath_hash_policy (0 to 3) */
 	__u16 _pad;
 	__u32 mp_seed;           /* net.ipv4.fib_multipath_hash_seed (user seed, non-zero) */
 	/* Stateful mode (fp_config.stateful); ignored otherwise. */
@@ -553,7 +553,7 @@ struct fp_runtime {
 	__u32 ct_tcp_liberal;
 	/*
 	 * generation (low 32 bits) from which the multipath hash settings
-	 * (mp_policy4/6, mp_seed) hold. A stale cached flow keeps its ECMP
+	 * (mp_policy4/6, mp_fields4/6, mp_seed) hold. A stale cached flow keeps its ECMP
 	 * path only if it was cached under them: the path stays when the
 	 * group changes, but a new hash policy or seed moves flows as it
 	 * moves them in the kernel.
@@ -574,6 +574,9 @@ struct fp_runtime {
 	 * guard must know (fp_flow_guard.sticky).
 	 */
 	__u32 group_generation;
+	/* net.ipv{4,6}.fib_multipath_hash_fields: what policy 3 hashes. */
+	__u32 mp_fields4;
+	__u32 mp_fields6;
 };
 
 /*

@@ -17,6 +17,7 @@
 #include "maps.h"
 #include "tx.h"
 #include "flowhash.h"
+#include "mphash.h"
 
 /*
  * The set of flow hash @hash in this CPU's slice of fp_flows (@sets sets,
@@ -31,18 +32,24 @@ static __always_inline __u32 fp_flow_index(__u32 hash, __u32 sets)
 /*
  * TCP/UDP ports belong in a flow key of @family (FP_AF_*): always, except
  * with `--flow-key addresses` (fp_config.flow_key_addrs), where only a
- * multipath hash policy of 1 for the family needs them: the kernel then
- * picks an ECMP path by them. Under policy 0 it hashes the addresses only,
+ * multipath hash policy of 1 for the family, or 3 with a port among its
+ * fields, needs them: the kernel then picks an ECMP path by them. Under
+ * policy 0 it hashes the addresses only,
  * and nothing else a stateless forward decides reads the ports. A change of
- * policy comes with a generation bump, so no entry keyed the other way is
+ * policy or fields comes with a generation bump, so no entry keyed the other way is
  * trusted after it.
  */
 static __always_inline bool fp_flow_ports(const volatile struct fp_config *cfg, const struct fp_runtime *rt,
 					  __u8 family)
 {
+	__u8 policy;
+	__u32 fields;
+
 	if (!cfg->flow_key_addrs)
 		return true;
-	return (family == FP_AF_INET ? rt->mp_policy4 : rt->mp_policy6) == 1;
+	policy = family == FP_AF_INET ? rt->mp_policy4 : rt->mp_policy6;
+	fields = family == FP_AF_INET ? rt->mp_fields4 : rt->mp_fields6;
+	return policy == 1 || (policy == 3 && (fields & (FP_MP_F_SRC_PORT | FP_MP_F_DST_PORT)));
 }
 
 _Static_assert(sizeof(struct fp_flow_way) == 64 && sizeof(struct fp_flow_way4) == 64, "a way is one cache line");

@@ -11,13 +11,13 @@ use std::mem::MaybeUninit;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use fastpath_bpf::skel::mphash_test::MphashTestSkelBuilder;
-use fastpath_core::mphash::{hash4, hash6};
+use fastpath_core::mphash::{custom4, custom6, hash4, hash6, policy2_encap, FIELDS_DEFAULT, FIELDS_INNER};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{OpenObject, ProgramInput};
 
 const CASES: usize = 4000;
 const XDP_PASS: u32 = 2;
-/// fp_mp_hash*() for a policy other than 0, 1 and 2.
+/// fp_mp_hash*() for a policy other than 0, 1, 2 and 3.
 const PUNT: u32 = 0xFFFF_FFFF;
 
 fn have_root() -> bool {
@@ -54,6 +54,8 @@ impl Rng {
 struct Input {
     v6: bool,
     policy: u8,
+    /// fib_multipath_hash_fields (policy 3's).
+    fields: u16,
     proto: u8,
     seed: u32,
     sport: u16,
@@ -68,9 +70,11 @@ impl Input {
     fn random(rng: &mut Rng) -> Self {
         let r = rng.next();
         let v6 = r & 1 == 1;
-        // The three policies fastpath hashes, sometimes an unsupported one;
-        // now and then a protocol policy 2 would look into.
-        let policy = [0, 1, 2, 0, 1, 2, 0, 3][(r >> 1) as usize & 7];
+        // The four policies fastpath hashes, sometimes an unsupported one
+        // (4); now and then a protocol policy 2 would look into. Policy 3
+        // with the default fields or any others, inner ones included.
+        let policy = [0, 1, 2, 3, 1, 2, 3, 4][(r >> 1) as usize & 7];
+        let fields = if (r >> 28) & 3 == 0 { FIELDS_DEFAULT as u16 } else { (r >> 32) as u16 & 0xFFF };
         let proto = match (r >> 4) & 7 {
             0 | 1 => 6,
             2 | 3 => 17,
@@ -95,7 +99,7 @@ impl Input {
             dport = sport;
         }
         let seed = if (r >> 24) & 7 == 0 { 0 } else { (p >> 32) as u32 };
-        Input { v6, policy, proto, seed, sport, dport, word0: rng.next() as u32, src, dst }
+        Input { v6, policy, fields, proto, seed, sport, dport, word0: rng.next() as u32, src, dst }
     }
 
     fn frame(&self) -> Vec<u8> {
@@ -106,6 +110,7 @@ impl Input {
         f[4..8].copy_from_slice(&self.seed.to_ne_bytes());
         f[8..10].copy_from_slice(&self.sport.to_be_bytes());
         f[10..12].copy_from_slice(&self.dport.to_be_bytes());
+        f[12..14].copy_from_slice(&self.fields.to_ne_bytes());
         if self.v6 {
             f[14..18].copy_from_slice(&self.word0.to_be_bytes());
             f[22..38].copy_from_slice(&self.src);
@@ -119,11 +124,16 @@ impl Input {
 
     fn reference(&self) -> u32 {
         let p = u32::from(self.policy);
-        let h = if self.v6 {
-            hash6(p, self.seed, Ipv6Addr::from(self.src), Ipv6Addr::from(self.dst), self.word0, self.proto, self.sport, self.dport)
-        } else {
-            let a = |b: &[u8; 16]| Ipv4Addr::new(b[0], b[1], b[2], b[3]);
-            hash4(p, self.seed, a(&self.src), a(&self.dst), self.proto, self.sport, self.dport)
+        let f = u32::from(self.fields);
+        let (s6, d6) = (Ipv6Addr::from(self.src), Ipv6Addr::from(self.dst));
+        let a = |b: &[u8; 16]| Ipv4Addr::new(b[0], b[1], b[2], b[3]);
+        // Policy 3's flow label: the header's 20 bits as a number.
+        let label = self.word0 & 0xF_FFFF;
+        let h = match (self.v6, p) {
+            (true, 3) => custom6(f, self.seed, s6, d6, label, self.proto, self.sport, self.dport),
+            (false, 3) => custom4(f, self.seed, a(&self.src), a(&self.dst), self.proto, self.sport, self.dport),
+            (true, _) => hash6(p, self.seed, s6, d6, self.word0, self.proto, self.sport, self.dport),
+            (false, _) => hash4(p, self.seed, a(&self.src), a(&self.dst), self.proto, self.sport, self.dport),
         };
         h.unwrap_or(PUNT)
     }
@@ -169,17 +179,21 @@ fn bpf_matches_reference() {
         let class = i32::from_ne_bytes(data[64..68].try_into().expect("4 bytes"));
         let asked = i32::from_ne_bytes(data[68..72].try_into().expect("4 bytes"));
         assert_eq!(class, ports_class(input.proto), "case {i}: proto {}", input.proto);
-        if input.policy == 2 && fastpath_core::mphash::policy2_encap(input.proto) {
+        let inner = input.policy == 2 || (input.policy == 3 && u32::from(input.fields) & FIELDS_INNER != 0);
+        if inner && policy2_encap(input.proto) {
             // The data path punts before it hashes (the reference declines).
             assert_eq!((asked, input.reference()), (-1, PUNT), "case {i}: {input:?}");
             seen[usize::from(input.v6) * 2 + 1] += 1;
             continue;
         }
         assert_eq!(bpf, input.reference(), "case {i}: {input:?}");
+        let ports = input.fields & 0x30 != 0;
         let want_asked = match input.policy {
             0 => 0,
             1 => ports_class(input.proto),
             2 => 0,
+            // Punts what policy 1 punts, asks for ports only when it hashes them.
+            3 => ports_class(input.proto).min(if ports { 1 } else { 0 }),
             _ => -1,
         };
         assert_eq!(asked, want_asked, "case {i}: policy {} proto {}", input.policy, input.proto);

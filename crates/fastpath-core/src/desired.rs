@@ -523,7 +523,7 @@ fn mp_block(fam: Family, state: &KernelState) -> Option<String> {
     }
     if !crate::mphash::reproduced(policy) {
         return Some(format!(
-            "{name} multipath routes punted: net.{proto}.fib_multipath_hash_policy is {policy}; only 0 (L3), 1 (L4) and 2 (L3 or inner L3) are implemented, set it to one of them to fast-path ECMP"
+            "{name} multipath routes punted: net.{proto}.fib_multipath_hash_policy is {policy}; only 0 (L3), 1 (L4), 2 (L3 or inner L3) and 3 (custom fields) are implemented, set it to one of them to fast-path ECMP"
         ));
     }
     None
@@ -1277,6 +1277,8 @@ pub fn compute_gated(
     d.offload = o;
     d.switches.mp_policy4 = state.sysctl.mp_policy4;
     d.switches.mp_policy6 = state.sysctl.mp_policy6;
+    d.switches.mp_fields4 = state.sysctl.mp_fields4;
+    d.switches.mp_fields6 = state.sysctl.mp_fields6;
     d.switches.mp_seed = state.sysctl.mp_seed;
     for (fam, fib_ecmp) in [
         (Family::V4, d.fib4.values().filter(|e| e.action == RouteAction::Punt { reason: reason::ECMP }).count()),
@@ -3135,15 +3137,22 @@ mod tests {
         assert!(d.problems.iter().all(|p| p.contains("set net.ipv4.fib_multipath_hash_seed to a non-zero value")));
         assert_eq!(d.switches.table_full | d.switches.policy_punt, 0);
 
+        // A policy past the four the kernel has now (a future kernel's)
+        // is punted; 2 and 3 are hashed.
         let mut pol = st.clone();
-        pol.sysctl.mp_policy6 = 3;
+        pol.sysctl.mp_policy6 = 4;
         pol.sysctl.mp_policy4 = 2;
         let d = run(&pol);
         assert!(matches!(act(&d, "198.51.100.0", 24), RouteAction::Multipath { .. }), "policy 2 is hashed");
         assert_eq!(act(&d, "2001:db8:1::", 64), p(reason::ECMP));
         assert_eq!(d.switches.mp_policy4, 2);
         assert_eq!(d.problems.len(), 1);
-        assert!(d.problems[0].starts_with("IPv6 multipath routes punted: net.ipv6.fib_multipath_hash_policy is 3"));
+        assert!(d.problems[0].starts_with("IPv6 multipath routes punted: net.ipv6.fib_multipath_hash_policy is 4"));
+        pol.sysctl.mp_policy4 = 3;
+        pol.sysctl.mp_fields4 = crate::mphash::FIELD_DST_IP;
+        let d = run(&pol);
+        assert!(matches!(act(&d, "198.51.100.0", 24), RouteAction::Multipath { .. }), "policy 3 is hashed");
+        assert_eq!((d.switches.mp_policy4, d.switches.mp_fields4), (3, crate::mphash::FIELD_DST_IP));
 
         // no multipath route: no problem line for a random seed
         let mut plain = ecmp_base();

@@ -215,6 +215,11 @@ pub struct GlobalSysctl {
     pub mp_policy4: u8,
     /// net.ipv6.fib_multipath_hash_policy.
     pub mp_policy6: u8,
+    /// net.ipv4.fib_multipath_hash_fields: what policy 3 hashes
+    /// (`mphash::FIELD_*`; the kernel's default when the sysctl is missing).
+    pub mp_fields4: u32,
+    /// net.ipv6.fib_multipath_hash_fields.
+    pub mp_fields6: u32,
     /// net.ipv4.fib_multipath_hash_seed, the user seed both families use;
     /// 0 = the kernel's random seed (also when the sysctl does not exist).
     pub mp_seed: u32,

@@ -142,6 +142,8 @@ impl Reconciler {
             src_lpm: old.switches.src_lpm | new_sw.src_lpm | if deny_tight { V4 } else { 0 },
             mp_policy4: mp_src.mp_policy4,
             mp_policy6: mp_src.mp_policy6,
+            mp_fields4: mp_src.mp_fields4,
+            mp_fields6: mp_src.mp_fields6,
             mp_seed: mp_src.mp_seed,
         };
         let mut written = old.switches;
@@ -1639,8 +1641,10 @@ mod tests {
         }
         st.sysctl.forwarding6_all = true;
         st.sysctl.mp_seed = if rng.chance(90) { 7 } else { 0 };
-        // Mostly hashed policies (0, 1, 2), now and then one that is punted (3).
-        st.sysctl.mp_policy6 = if rng.chance(10) { 3 } else { rng.below(3) as u8 };
+        // Mostly hashed policies (0 to 3), now and then one that is punted
+        // (4, which no kernel has yet).
+        st.sysctl.mp_policy6 = if rng.chance(10) { 4 } else { rng.below(4) as u8 };
+        st.sysctl.mp_fields6 = if rng.chance(50) { crate::mphash::FIELDS_DEFAULT } else { rng.below(0x40) as u32 };
         // Next-hop objects: 10..13 plain (both families), 20 hash-threshold, 21 resilient.
         for (id, gw) in [(10u32, "192.0.2.1"), (11, "198.51.100.1"), (12, "2001:db8::1"), (13, "fe80::1")] {
             st.nexthops.insert(

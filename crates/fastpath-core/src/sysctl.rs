@@ -41,6 +41,12 @@ impl SysctlReader {
         )
     }
 
+    /// A `fib_multipath_hash_fields` sysctl (proc_douintvec: one unsigned
+    /// decimal); the kernel's default where it does not exist.
+    fn fields(&self, p: &Path) -> u32 {
+        self.read(p).and_then(|v| u32::try_from(v).ok()).unwrap_or(crate::mphash::FIELDS_DEFAULT)
+    }
+
     pub fn global(&self) -> GlobalSysctl {
         GlobalSysctl {
             forwarding6_all: self.conf("ipv6", "all", "forwarding").unwrap_or(0) != 0,
@@ -50,6 +56,8 @@ impl SysctlReader {
                 != 0,
             mp_policy4: clamp_u8(self.read(Path::new("net/ipv4/fib_multipath_hash_policy")).unwrap_or(0)),
             mp_policy6: clamp_u8(self.read(Path::new("net/ipv6/fib_multipath_hash_policy")).unwrap_or(0)),
+            mp_fields4: self.fields(Path::new("net/ipv4/fib_multipath_hash_fields")),
+            mp_fields6: self.fields(Path::new("net/ipv6/fib_multipath_hash_fields")),
             // proc_douintvec: one unsigned decimal.
             mp_seed: self
                 .read(Path::new("net/ipv4/fib_multipath_hash_seed"))
@@ -137,6 +145,8 @@ mod tests {
         put("net/ipv4/ip_forward_use_pmtu", "0");
         put("net/ipv4/fib_multipath_hash_policy", "1");
         put("net/ipv6/fib_multipath_hash_policy", "2");
+        // proc_douintvec shows it in decimal.
+        put("net/ipv4/fib_multipath_hash_fields", "3");
         put("net/ipv4/fib_multipath_hash_seed", "4294967295");
         put("net/ipv4/conf/all/ignore_routes_with_linkdown", "1");
         put("net/ipv6/conf/eth0/ignore_routes_with_linkdown", "1");
@@ -154,6 +164,8 @@ mod tests {
                 ip_forward_use_pmtu: false,
                 mp_policy4: 1,
                 mp_policy6: 2,
+                mp_fields4: 3,
+                mp_fields6: crate::mphash::FIELDS_DEFAULT,
                 mp_seed: u32::MAX,
                 ignore_linkdown4_all: true,
             }

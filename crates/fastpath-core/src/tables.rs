@@ -122,6 +122,10 @@ pub struct Switches {
     pub mp_policy4: u8,
     /// net.ipv6.fib_multipath_hash_policy, as mp_policy4.
     pub mp_policy6: u8,
+    /// net.ipv4.fib_multipath_hash_fields (read by policy 3 only).
+    pub mp_fields4: u32,
+    /// net.ipv6.fib_multipath_hash_fields.
+    pub mp_fields6: u32,
     /// net.ipv4.fib_multipath_hash_seed (user seed; 0 = none, then every
     /// multipath route is punted).
     pub mp_seed: u32,

@@ -386,14 +386,40 @@ fn problem_families(p: &str) -> (bool, bool) {
 /// The kernel's multipath hash as the data path reproduces it, or why
 /// multipath routes of the family are punted (desired::mp_block says the same
 /// as a problem).
-fn multipath_hash(policy: u8, seed: u32) -> String {
+fn multipath_hash(policy: u8, fields: u32, seed: u32, v6: bool) -> String {
     match (seed, policy) {
         (0, _) => "punted (fib_multipath_hash_seed is 0: the kernel's random seed)".into(),
         (_, 0) => "L3 (policy 0)".into(),
         (_, 1) => "L4 (policy 1)".into(),
         (_, 2) => "L3 or inner L3 (policy 2; encapsulations punted)".into(),
+        (_, 3) => format!("custom fields {} (policy 3)", hash_fields(fields, v6)),
         (_, p) => format!("punted (policy {p} not implemented)"),
     }
+}
+
+/// fib_multipath_hash_fields by name, as ip-sysctl.rst lists them (IPv4
+/// ignores the flow label); an inner field also says that encapsulated
+/// packets are punted.
+fn hash_fields(fields: u32, v6: bool) -> String {
+    use fastpath_core::mphash::{FIELDS_INNER, FIELD_DST_IP, FIELD_DST_PORT, FIELD_FLOWLABEL, FIELD_IP_PROTO, FIELD_SRC_IP, FIELD_SRC_PORT};
+    let names = [
+        (FIELD_SRC_IP, "src-ip"),
+        (FIELD_DST_IP, "dst-ip"),
+        (FIELD_IP_PROTO, "proto"),
+        (FIELD_FLOWLABEL, "flowlabel"),
+        (FIELD_SRC_PORT, "src-port"),
+        (FIELD_DST_PORT, "dst-port"),
+    ];
+    let mut out: Vec<&str> =
+        names.iter().filter(|(bit, name)| fields & bit != 0 && (v6 || *name != "flowlabel")).map(|(_, n)| *n).collect();
+    if out.is_empty() {
+        out.push("none");
+    }
+    let mut s = format!("{} ({fields:#x})", out.join(","));
+    if fields & FIELDS_INNER != 0 {
+        s.push_str("; inner fields: encapsulations punted");
+    }
+    s
 }
 
 fn occ(used: usize, cap: u32) -> Occupancy {
@@ -429,12 +455,12 @@ pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
         ipv4: FamilyStatus {
             fast_path: punted & Family::V4.bit() == 0,
             problems: vec![],
-            multipath_hash: multipath_hash(a.switches.mp_policy4, a.switches.mp_seed),
+            multipath_hash: multipath_hash(a.switches.mp_policy4, a.switches.mp_fields4, a.switches.mp_seed, false),
         },
         ipv6: FamilyStatus {
             fast_path: punted & Family::V6.bit() == 0,
             problems: vec![],
-            multipath_hash: multipath_hash(a.switches.mp_policy6, a.switches.mp_seed),
+            multipath_hash: multipath_hash(a.switches.mp_policy6, a.switches.mp_fields6, a.switches.mp_seed, true),
         },
     };
     for p in &s.problems {

@@ -678,7 +678,9 @@ impl MapWriter {
     }
 
     fn set_switches(&mut self, s: &Switches) -> MapResult<()> {
-        if (s.mp_policy4, s.mp_policy6, s.mp_seed) != (self.rt.mp_policy4, self.rt.mp_policy6, self.rt.mp_seed) {
+        if (s.mp_policy4, s.mp_policy6, s.mp_fields4, s.mp_fields6, s.mp_seed)
+            != (self.rt.mp_policy4, self.rt.mp_policy6, self.rt.mp_fields4, self.rt.mp_fields6, self.rt.mp_seed)
+        {
             // Every plan that sets switches ends with a generation bump:
             // flows cached from that one on were hashed the new way.
             self.rt.mp_generation = (self.rt.generation as u32).wrapping_add(1);
@@ -688,6 +690,8 @@ impl MapWriter {
         self.rt.src_lpm = s.src_lpm;
         self.rt.mp_policy4 = s.mp_policy4;
         self.rt.mp_policy6 = s.mp_policy6;
+        self.rt.mp_fields4 = s.mp_fields4;
+        self.rt.mp_fields6 = s.mp_fields6;
         self.rt.mp_seed = s.mp_seed;
         self.write_runtime()
     }

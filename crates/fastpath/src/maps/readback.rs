@@ -158,6 +158,8 @@ impl Maps {
             src_lpm: rt.src_lpm,
             mp_policy4: rt.mp_policy4,
             mp_policy6: rt.mp_policy6,
+            mp_fields4: rt.mp_fields4,
+            mp_fields6: rt.mp_fields6,
             mp_seed: rt.mp_seed,
         };
         Ok(ReadBack { tables: t, rt, nh_slots })
