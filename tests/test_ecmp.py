@@ -134,6 +134,35 @@ def test_same_next_hop_as_the_kernel(ecmp_lab: Lab, family: int, policy: int, ke
     keeps the ports."""
     lab = ecmp_lab
     set_policy(lab, policy)
+    same_next_hop_as_the_kernel(lab, family, key, MULTIPATH_HASH[policy])
+
+
+def custom_hash(fields: int, family: int) -> str:
+    names = [(0x01, "src-ip"), (0x02, "dst-ip"), (0x04, "proto"), (0x08, "flowlabel"),
+             (0x10, "src-port"), (0x20, "dst-port")]
+    chosen = ",".join(n for b, n in names if fields & b and (family == 6 or n != "flowlabel"))
+    inner = "; inner fields: encapsulations punted" if fields & 0xFC0 else ""
+    return f"custom fields {chosen} ({fields:#x}){inner} (policy 3)"
+
+
+@pytest.mark.parametrize("fields,key", [(0x37, "ports"), (0x30, "addresses"), (0x0B, "addresses"),
+                                        (0x77, "ports")])
+@pytest.mark.parametrize("family", [4, 6])
+def test_policy_3_same_next_hop_as_the_kernel(ecmp_lab: Lab, family: int, fields: int, key: str):
+    """Policy 3 hashes the fields of fib_multipath_hash_fields: the
+    default (addresses, protocol, ports), the ports alone, the addresses
+    with the IPv6 flow label (IPv4 ignores the label), the default plus an
+    inner field (these flows encapsulate nothing, so the outer fields
+    decide). With `--flow-key addresses` the key keeps the ports only when
+    a port is hashed."""
+    lab = ecmp_lab
+    set_policy(lab, 3)
+    for fam in ("ipv4", "ipv6"):
+        lab.sysctl(lab.router, f"net.{fam}.fib_multipath_hash_fields", str(fields))
+    same_next_hop_as_the_kernel(lab, family, key, custom_hash(fields, family))
+
+
+def same_next_hop_as_the_kernel(lab: Lab, family: int, key: str, multipath_hash: str) -> None:
     ports = range(20000, 20000 + FLOWS)
     kernel = choices(lab, family, ports)
     # pinned: a flow's second packet must meet its first one's per-CPU cache
@@ -152,7 +181,7 @@ def test_same_next_hop_as_the_kernel(ecmp_lab: Lab, family: int, policy: int, ke
     # cache: 919 hits of 1000 in one CI run. Most second packets must hit.
     fc = st["flow_cache"]
     assert fc["hit"] + fc["stale"] >= 0.9 * FLOWS, fc
-    assert st["families"][f"ipv{family}"]["multipath_hash"] == MULTIPATH_HASH[policy], st["families"]
+    assert st["families"][f"ipv{family}"]["multipath_hash"] == multipath_hash, st["families"]
     differ = {p: (kernel[p], fast[p]) for p in ports if kernel[p] != fast[p]}
     assert not differ, f"{len(differ)} of {FLOWS} flows took another path, e.g. {list(differ.items())[:5]}"
     # The weights show in the split (1:2:3), within a few percent over 1000 flows.
