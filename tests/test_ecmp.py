@@ -21,7 +21,7 @@ from collections import Counter
 
 import pytest
 
-from lab import Capture, Daemon, Lab, Sender, counter_delta, one_cpu
+from lab import Capture, Daemon, Lab, Sender, counter_delta, one_cpu, wait_for
 from pkts import IP, IPv6, UDP, Ether, Raw
 from scapy.layers.inet import IPOption_NOP
 
@@ -160,6 +160,31 @@ def test_policy_3_same_next_hop_as_the_kernel(ecmp_lab: Lab, family: int, fields
     for fam in ("ipv4", "ipv6"):
         lab.sysctl(lab.router, f"net.{fam}.fib_multipath_hash_fields", str(fields))
     same_next_hop_as_the_kernel(lab, family, key, custom_hash(fields, family))
+
+
+def test_new_hash_fields_move_cached_flows_as_in_the_kernel(ecmp_lab: Lab):
+    """Policy 3's fields changed while fastpath runs: within the daemon's
+    sysctl poll the status names the new fields, and every flow, cached
+    under the old ones, now takes the kernel's new next hop."""
+    lab = ecmp_lab
+    set_policy(lab, 3)
+    ports = range(21000, 21000 + 300)
+
+    def fields(v: int) -> None:
+        for fam in ("ipv4", "ipv6"):
+            lab.sysctl(lab.router, f"net.{fam}.fib_multipath_hash_fields", str(v))
+
+    fields(0x30)
+    kernel_ports = choices(lab, 4, ports)
+    fields(0x37)
+    kernel_default = choices(lab, 4, ports)
+    assert kernel_ports != kernel_default, "the test needs flows the new fields move"
+    with Daemon(lab) as d, one_cpu():
+        assert choices(lab, 4, ports, repeat=2) == kernel_default
+        fields(0x30)
+        wait_for("the new fields in status",
+                 lambda: d.status()["families"]["ipv4"]["multipath_hash"] == custom_hash(0x30, 4), timeout=5)
+        assert choices(lab, 4, ports, repeat=2) == kernel_ports
 
 
 def same_next_hop_as_the_kernel(lab: Lab, family: int, key: str, multipath_hash: str) -> None:

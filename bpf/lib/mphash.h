@@ -179,9 +179,10 @@ static __always_inline __u32 fp_mp_jhash_2words(__u32 a, __u32 b)
 }
 
 /*
- * Policy 3 keeps field @bit of @fields: all ones if chosen, else 0. By
- * arithmetic, not a branch per field: the verifier would walk every
- * combination of them through the rest of the program.
+ * Field @bit of @fields (a run of contiguous bits: any of them) as a mask,
+ * all ones if chosen, else 0. By arithmetic, not a branch per field: the
+ * verifier would walk every combination of them through the rest of the
+ * program.
  */
 static __always_inline __u32 fp_mp_pick(__u32 fields, __u32 bit)
 {
@@ -205,7 +206,7 @@ static __always_inline __u32 fp_mp_custom_finish(__u32 fields, __u64 h64)
 /*
  * The last step for the effective fields @eff (fp_mp_effective()): policy
  * 3's when it says so, else the others'. Both are computed and one kept by
- * a mask: no branch for the compiler to duplicate the SipHash into.
+ * a mask, so that no branch on the policy follows the hash.
  */
 static __always_inline __u32 fp_mp_finish_custom(__u32 eff, __u64 h64)
 {
@@ -222,10 +223,10 @@ static __always_inline __u64 fp_mp_key(__u32 seed)
 
 /*
  * Every policy as the fields it hashes (FP_MP_F_* plus two private bits,
- * FP_MP_X_*), so that one straight path serves all four: the SipHash is
- * emitted once per caller and the verifier walks the rest of the program
- * once, not once per policy. Policy 3 is its @fields' outer ones. @v6 is
- * a constant at each call.
+ * FP_MP_X_*), so that one straight path of masks serves all four, with no
+ * branch per policy for the verifier to walk the rest of the program
+ * through. Policy 3 is its @fields' outer ones. @v6 is a constant at each
+ * call.
  */
 static __always_inline __u32 fp_mp_effective(__u32 policy, __u32 fields, bool v6)
 {

@@ -34,10 +34,14 @@ pub fn myself() -> Result<DaemonProcess> {
         procfs::process::LimitValue::Value(v) => Some(v),
         procfs::process::LimitValue::Unlimited => None,
     };
+    let resident_bytes = stat.rss * procfs::page_size();
     Ok(DaemonProcess {
         pid: me.pid,
-        resident_bytes: stat.rss * procfs::page_size(),
-        peak_resident_bytes: status.vmhwm.unwrap_or(0) * 1024,
+        resident_bytes,
+        // The kernel's RSS counters are per-CPU and read approximately, in
+        // stat and status apart: VmHWM read after the RSS came out a few
+        // pages below it in one CI run. The peak is at least the present.
+        peak_resident_bytes: (status.vmhwm.unwrap_or(0) * 1024).max(resident_bytes),
         virtual_bytes: stat.vsize,
         cpu_seconds: (stat.utime + stat.stime) as f64 / ticks,
         open_fds: me.fd_count().context("/proc/self/fd")? as u64,
