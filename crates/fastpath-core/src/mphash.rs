@@ -108,7 +108,12 @@ pub fn hash4(policy: u32, seed: u32, saddr: Ipv4Addr, daddr: Ipv4Addr, proto: u8
         POLICY_L3_INNER if !policy2_encap(proto) => (0, 0, 0),
         _ => return None,
     };
-    let (mut s, mut d) = (saddr.octets(), daddr.octets());
+    Some(siphash(seed, &keys4(saddr.octets(), daddr.octets(), proto, sport, dport)))
+}
+
+/// The hashed bytes of an IPv4 `struct flow_keys` holding these fields,
+/// addresses and ports ordered as `__flow_hash_consistentify()` orders them.
+fn keys4(mut s: [u8; 4], mut d: [u8; 4], proto: u8, sport: u16, dport: u16) -> [u8; LEN4] {
     if u32::from_ne_bytes(d) < u32::from_ne_bytes(s) {
         std::mem::swap(&mut s, &mut d);
     }
@@ -119,7 +124,24 @@ pub fn hash4(policy: u32, seed: u32, saddr: Ipv4Addr, daddr: Ipv4Addr, proto: u8
     b[PORTS + 2..PORTS + 4].copy_from_slice(&pd);
     b[ADDRS..ADDRS + 4].copy_from_slice(&s);
     b[ADDRS + 4..ADDRS + 8].copy_from_slice(&d);
-    Some(siphash(seed, &b))
+    b
+}
+
+/// The same for IPv6, with the flow label's 4 bytes as the policy stores them.
+fn keys6(mut s: [u8; 16], mut d: [u8; 16], label: [u8; 4], proto: u8, sport: u16, dport: u16) -> [u8; LEN6] {
+    // memcmp(dst, src) < 0: byte-wise, which is how arrays compare.
+    if d < s {
+        std::mem::swap(&mut s, &mut d);
+    }
+    let (ps, pd) = ordered_ports(sport, dport);
+    let mut b = [0u8; LEN6];
+    b[IP_PROTO] = proto;
+    b[FLOW_LABEL..FLOW_LABEL + 4].copy_from_slice(&label);
+    b[PORTS..PORTS + 2].copy_from_slice(&ps);
+    b[PORTS + 2..PORTS + 4].copy_from_slice(&pd);
+    b[ADDRS..ADDRS + 16].copy_from_slice(&s);
+    b[ADDRS + 16..ADDRS + 32].copy_from_slice(&d);
+    b
 }
 
 /// IPv6 ECMP hash as the forwarding path computes it; `None` as for
@@ -146,20 +168,7 @@ pub fn hash6(
         POLICY_L3_INNER if !policy2_encap(proto) => ((flowlabel & 0x000F_FFFF).to_ne_bytes(), 0, 0),
         _ => return None,
     };
-    let (mut s, mut d) = (saddr.octets(), daddr.octets());
-    // memcmp(dst, src) < 0: byte-wise, which is how arrays compare.
-    if d < s {
-        std::mem::swap(&mut s, &mut d);
-    }
-    let (ps, pd) = ordered_ports(sport, dport);
-    let mut b = [0u8; LEN6];
-    b[IP_PROTO] = proto;
-    b[FLOW_LABEL..FLOW_LABEL + 4].copy_from_slice(&label);
-    b[PORTS..PORTS + 2].copy_from_slice(&ps);
-    b[PORTS + 2..PORTS + 4].copy_from_slice(&pd);
-    b[ADDRS..ADDRS + 16].copy_from_slice(&s);
-    b[ADDRS + 16..ADDRS + 32].copy_from_slice(&d);
-    Some(siphash(seed, &b))
+    Some(siphash(seed, &keys6(saddr.octets(), daddr.octets(), label, proto, sport, dport)))
 }
 
 /// The kernel's `jhash_2words(a, b, 0)` (include/linux/jhash.h).
@@ -199,22 +208,14 @@ pub fn custom4(fields: u32, seed: u32, saddr: Ipv4Addr, daddr: Ipv4Addr, proto: 
     if fields & FIELDS_INNER != 0 && policy2_encap(proto) {
         return None;
     }
-    let pick = |bit: u32| fields & bit != 0;
-    let (mut s, mut d) = (
-        if pick(FIELD_SRC_IP) { saddr.octets() } else { [0; 4] },
-        if pick(FIELD_DST_IP) { daddr.octets() } else { [0; 4] },
+    let pick = |bit: u32, v: u16| if fields & bit != 0 { v } else { 0 };
+    let b = keys4(
+        if fields & FIELD_SRC_IP != 0 { saddr.octets() } else { [0; 4] },
+        if fields & FIELD_DST_IP != 0 { daddr.octets() } else { [0; 4] },
+        if fields & FIELD_IP_PROTO != 0 { proto } else { 0 },
+        pick(FIELD_SRC_PORT, sport),
+        pick(FIELD_DST_PORT, dport),
     );
-    if u32::from_ne_bytes(d) < u32::from_ne_bytes(s) {
-        std::mem::swap(&mut s, &mut d);
-    }
-    let (ps, pd) =
-        ordered_ports(if pick(FIELD_SRC_PORT) { sport } else { 0 }, if pick(FIELD_DST_PORT) { dport } else { 0 });
-    let mut b = [0u8; LEN4];
-    b[IP_PROTO] = if pick(FIELD_IP_PROTO) { proto } else { 0 };
-    b[PORTS..PORTS + 2].copy_from_slice(&ps);
-    b[PORTS + 2..PORTS + 4].copy_from_slice(&pd);
-    b[ADDRS..ADDRS + 4].copy_from_slice(&s);
-    b[ADDRS + 4..ADDRS + 8].copy_from_slice(&d);
     Some(custom_finish(fields, || siphash_low(seed, &b)))
 }
 
@@ -235,24 +236,16 @@ pub fn custom6(
     if fields & FIELDS_INNER != 0 && policy2_encap(proto) {
         return None;
     }
-    let pick = |bit: u32| fields & bit != 0;
-    let (mut s, mut d) = (
-        if pick(FIELD_SRC_IP) { saddr.octets() } else { [0; 16] },
-        if pick(FIELD_DST_IP) { daddr.octets() } else { [0; 16] },
+    let pick = |bit: u32, v: u16| if fields & bit != 0 { v } else { 0 };
+    let label = if fields & FIELD_FLOWLABEL != 0 { flowlabel & 0x000F_FFFF } else { 0 };
+    let b = keys6(
+        if fields & FIELD_SRC_IP != 0 { saddr.octets() } else { [0; 16] },
+        if fields & FIELD_DST_IP != 0 { daddr.octets() } else { [0; 16] },
+        label.to_ne_bytes(),
+        if fields & FIELD_IP_PROTO != 0 { proto } else { 0 },
+        pick(FIELD_SRC_PORT, sport),
+        pick(FIELD_DST_PORT, dport),
     );
-    if d < s {
-        std::mem::swap(&mut s, &mut d);
-    }
-    let (ps, pd) =
-        ordered_ports(if pick(FIELD_SRC_PORT) { sport } else { 0 }, if pick(FIELD_DST_PORT) { dport } else { 0 });
-    let mut b = [0u8; LEN6];
-    b[IP_PROTO] = if pick(FIELD_IP_PROTO) { proto } else { 0 };
-    let label = if pick(FIELD_FLOWLABEL) { flowlabel & 0x000F_FFFF } else { 0 };
-    b[FLOW_LABEL..FLOW_LABEL + 4].copy_from_slice(&label.to_ne_bytes());
-    b[PORTS..PORTS + 2].copy_from_slice(&ps);
-    b[PORTS + 2..PORTS + 4].copy_from_slice(&pd);
-    b[ADDRS..ADDRS + 16].copy_from_slice(&s);
-    b[ADDRS + 16..ADDRS + 32].copy_from_slice(&d);
     Some(custom_finish(fields, || siphash_low(seed, &b)))
 }
 
