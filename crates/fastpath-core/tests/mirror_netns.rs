@@ -328,9 +328,19 @@ fn ahead_sees_link_changes_before_the_route_redump() {
         return;
     }
     in_new_netns(|| {
-        sh("ip link add fpt0 type veth peer name fpt1 && ip link set fpt0 up && ip link set fpt1 up \
-            && ip addr add 192.0.2.1/24 dev fpt0 && ip route add 198.51.100.0/24 via 192.0.2.2 \
-            && sysctl -qw net.ipv4.conf.fpt0.forwarding=1");
+        // fpt1 lives in a peer namespace: its own messages (down, its IPv6
+        // addresses and routes gone) would make the mirror re-dump the
+        // routes, and when linkwatch had already taken fpt0's carrier by
+        // then, that re-dump caught the linkdown mark before fpt0's link
+        // message arrived, so `ahead` never had a chance to see it first.
+        let peer = PeerNs(format!("fpm-{}-ahead", std::process::id()));
+        let p = &peer.0;
+        sh(&format!(
+            "ip netns add {p} && ip link add fpt0 type veth peer name fpt1 netns {p} \
+             && ip link set fpt0 up && ip -n {p} link set fpt1 up \
+             && ip addr add 192.0.2.1/24 dev fpt0 && ip route add 198.51.100.0/24 via 192.0.2.2 \
+             && sysctl -qw net.ipv4.conf.fpt0.forwarding=1"
+        ));
         let mut m = Mirror::open(4 << 20).expect("open");
         let mut st = m.dump().expect("dump");
         let t0 = ifindex(&st, "fpt0");
@@ -339,13 +349,13 @@ fn ahead_sees_link_changes_before_the_route_redump() {
             RouteTarget::Single(h) => h.flags & 16 != 0,
             t => panic!("unexpected target {t:?}"),
         };
-        assert!(!linkdown(&st) && st.links[&t0].running);
+        poll_until(&mut m, &mut st, "fpt0 to have carrier", |s| s.links[&t0].running);
+        assert!(!linkdown(&st));
 
-        // Carrier loss: the kernel re-marks the route (RTNH_F_LINKDOWN) without a message.
-        // fpt1's own messages (down, its IPv6 addresses and routes gone)
-        // come first and may be polled alone: fpt0 loses carrier only when
+        // Carrier loss: the kernel re-marks the route (RTNH_F_LINKDOWN)
+        // without a message; fpt0's link message (carrier off) comes when
         // linkwatch runs, up to a second later.
-        sh("ip link set fpt1 down");
+        sh(&format!("ip -n {p} link set fpt1 down"));
         let mut seen: Option<bool> = None;
         poll_until_ahead(&mut m, &mut st, "the route to show linkdown", linkdown, &mut |s| {
             if !s.links[&t0].running {
@@ -362,7 +372,7 @@ fn ahead_sees_link_changes_before_the_route_redump() {
             && ip route add 203.0.113.0/24 nexthop via 192.0.2.3 nexthop via 192.0.2.4");
         let has = |s: &KernelState, dst: &str| s.routes.keys().any(|(_, k)| k.dst.to_string() == dst);
         poll_until(&mut m, &mut st, "the new routes", |s| has(s, "203.0.113.0") && has(s, "2001:db8:2::"));
-        sh("ip link set fpt1 up");
+        sh(&format!("ip -n {p} link set fpt1 up"));
         let mut seen: Option<(bool, bool)> = None;
         poll_until_ahead(&mut m, &mut st, "carrier back", |s| s.links[&t0].running && !linkdown(s), &mut |s| {
             seen.get_or_insert((s.links[&t0].running, linkdown(s)));
