@@ -9,6 +9,7 @@
 pub mod delta_base;
 pub mod desired;
 pub mod dir24;
+pub mod dir6;
 pub mod gone_ahead;
 #[cfg(test)]
 mod fixtures;
