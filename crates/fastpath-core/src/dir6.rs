@@ -430,6 +430,9 @@ impl<V: Eq + Hash + Clone> Dir6<V> {
     }
 }
 
+/// A block's longest painter (length, slot) and the routes inside it.
+type Kid = (Option<(u8, u16)>, Vec<(u64, u8, u16)>);
+
 /// The entry of a block at `parent` level holding `routes` (all inside it,
 /// longer than `parent`, sorted) whose lookups default to `d`; its
 /// children's entries go to `out`.
@@ -443,7 +446,7 @@ fn subtree(parent: u8, routes: &[(u64, u8, u16)], d: u16, ver: u32, out: &mut Ve
     };
     // Per block at `n`: its longest painter (a route of `n` or shorter
     // covering it) and the routes inside it.
-    let mut kids: BTreeMap<u64, (Option<(u8, u16)>, Vec<(u64, u8, u16)>)> = BTreeMap::new();
+    let mut kids: BTreeMap<u64, Kid> = BTreeMap::new();
     for &(hi, len, s) in routes {
         if len <= n {
             let first = hi & mask64(len);

@@ -170,8 +170,8 @@ fn a_reader_of_the_old_top_word_finds_the_old_answers() {
     let old_word = mem.tops[usize::from(t)];
     let old_routes = routes.clone();
     // A /40 in between and the /48 gone: a new shape (next level 40, not 48).
-    d.upsert(0x2001_0db8_00u128 << 88, 40, 4, now, &mut mem);
-    routes.insert((0x2001_0db8_00u128 << 88, 40), 4);
+    d.upsert(0x2001_0db8u128 << 96, 40, 4, now, &mut mem);
+    routes.insert((0x2001_0db8u128 << 96, 40), 4);
     d.delete(0x2001_0db8_0001u128 << 80, 48);
     routes.remove(&(0x2001_0db8_0001u128 << 80, 48));
     d.flush(now, &mut mem);
