@@ -577,6 +577,10 @@ class Daemon:
         fib4_index = os.environ.get("FASTPATH_FIB4_INDEX")
         if fib4_index and "--fib4-index" not in self.extra:
             self.extra += ["--fib4-index", fib4_index]
+        # The same for IPv6 (`--fib6-index`), e.g. FASTPATH_FIB6_INDEX=multibit.
+        fib6_index = os.environ.get("FASTPATH_FIB6_INDEX")
+        if fib6_index and "--fib6-index" not in self.extra:
+            self.extra += ["--fib6-index", fib6_index]
         self.proc: subprocess.Popen | None = None
 
     def cli(self, *args: str, check: bool = True, timeout: float = 10) -> subprocess.CompletedProcess:

@@ -180,6 +180,8 @@ struct fp_config {
 	__u32 flow_key_addrs;
 	/* 1 = `--fib4-index dir24`: IPv4 FIB lookups read fp_fib4_dir first (fp_fib4_lookup()). */
 	__u32 fib4_dir;
+	/* 1 = `--fib6-index multibit`: IPv6 FIB lookups walk fp_fib6_dir16/fp_fib6_dir first (fp_fib6_lookup()). */
+	__u32 fib6_dir;
 };
 
 /*
@@ -206,6 +208,32 @@ struct fp_config {
 
 struct fp_dir24_elem {
 	__u16 entry[FP_DIR24_PER_ELEM];
+};
+
+/*
+ * The IPv6 multibit index in front of fp_fib6 (fp_config.fib6_dir;
+ * crates/fastpath-core/src/dir6.rs keeps it). fp_fib6_dir16 holds one word
+ * per /16: an entry (low 32 bits) and the version of the /16's hash entries
+ * (high 32), written in one store. An entry is FP_DIR6_TRIE (ask fp_fib6),
+ * VAL(slot) (the fp_fib6_vals slot of the answer; FP_DIR6_NONE: no route)
+ * or DESCEND(level, default): look up the address's block at that level
+ * in fp_fib6_dir, and if it has no entry the answer is the default. Slot
+ * FP_DIR6_INHERIT below the first level means the /16's own slot.
+ */
+#define FP_DIR6_TRIE       0
+#define FP_DIR6_VAL        1
+#define FP_DIR6_DESCEND    2
+#define FP_DIR6_NONE       0
+#define FP_DIR6_INHERIT    0xFFFF
+#define FP_DIR6_VALS       0xFFFF   /* fp_fib6_vals entries; slot 0 unused */
+#define FP_DIR6_TOPS       (1U << 16)
+#define FP_DIR6_HOPS       6        /* hash levels: /24, /32, ... /64 */
+
+struct fp_dir6_key {             /* fp_fib6_dir */
+	__u64 hi;                /* the address's upper 64 bits, host order, masked to level */
+	__u32 ver;               /* the version in its /16's word */
+	__u8  level;
+	__u8  _pad[3];
 };
 
 /* fp_fib4 key: LPM trie, prefixlen first as the trie requires. */

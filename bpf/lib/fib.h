@@ -43,10 +43,62 @@ static __always_inline struct fp_route *fp_fib4_lookup(__be32 addr)
 	return bpf_map_lookup_elem(&fp_fib4, &key);
 }
 
+/*
+ * The multibit index's answer for the address whose upper half is @hi:
+ * the route, NULL for none, or FP_DIR6_ASK_TRIE. A full table's trie walk
+ * costs a cache miss per level; this is the /16's word and, for most
+ * addresses, one to three hash lookups.
+ */
+#define FP_DIR6_ASK_TRIE ((struct fp_route *)1)
+
+static __always_inline struct fp_route *fp_fib6_dir_lookup(__u64 hi)
+{
+	struct fp_dir6_key k = {};
+	__u32 top = hi >> 48, e, lv, *n, cover, slot, i;
+	__u64 *w, word;
+
+	w = bpf_map_lookup_elem(&fp_fib6_dir16, &top);
+	if (!w)
+		return FP_DIR6_ASK_TRIE;
+	word = *w;      /* one load: entry and version together */
+	e = (__u32)word;
+	k.ver = word >> 32;
+	cover = e & 0xFFFF;
+	for (i = 0; i < FP_DIR6_HOPS; i++) {
+		if ((e >> 24) != FP_DIR6_DESCEND)
+			break;
+		lv = (e >> 16) & 0xFF;
+		if (lv < 24 || lv > 64)
+			return FP_DIR6_ASK_TRIE;
+		k.level = lv;
+		k.hi = hi & (~0ULL << (64 - lv));
+		n = bpf_map_lookup_elem(&fp_fib6_dir, &k);
+		e = n ? *n : (FP_DIR6_VAL << 24) | (e & 0xFFFF);
+	}
+	if ((e >> 24) != FP_DIR6_VAL)
+		return FP_DIR6_ASK_TRIE;
+	slot = e & 0xFFFF;
+	if (slot == FP_DIR6_INHERIT)
+		slot = cover;
+	if (slot == FP_DIR6_NONE || slot == FP_DIR6_INHERIT)
+		return NULL;
+	return bpf_map_lookup_elem(&fp_fib6_vals, &slot);
+}
+
 /* The key doubles as the caller's stack copy of the address. */
 static __always_inline struct fp_route *fp_fib6_lookup(struct fp_lpm6_key *key)
 {
+	struct fp_route *rt;
+	__u32 a0, a1;
+
 	key->prefixlen = 128;
+	if (fp_cfg.fib6_dir) {
+		__builtin_memcpy(&a0, key->addr, 4);
+		__builtin_memcpy(&a1, key->addr + 4, 4);
+		rt = fp_fib6_dir_lookup(((__u64)bpf_ntohl(a0) << 32) | bpf_ntohl(a1));
+		if (rt != FP_DIR6_ASK_TRIE)
+			return rt;
+	}
 	return bpf_map_lookup_elem(&fp_fib6, key);
 }
 

@@ -60,6 +60,34 @@ struct {
 	__type(value, struct fp_route);
 } fp_fib4_vals SEC(".maps");
 
+/*
+ * The IPv6 multibit index in front of fp_fib6 (struct fp_dir6_key). One
+ * entry each when the index is off. The first level is mapped into the
+ * daemon, which switches a /16 to its new entries with one 8-byte store.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FP_DIR6_TOPS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);
+} fp_fib6_dir16 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct fp_dir6_key);
+	__type(value, __u32);
+} fp_fib6_dir SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FP_DIR6_VALS);
+	__type(key, __u32);
+	__type(value, struct fp_route);
+} fp_fib6_vals SEC(".maps");
+
 /* IPv6 FIB: same as fp_fib4. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);

@@ -116,6 +116,8 @@ pub struct Snapshot {
     pub admission: Option<fastpath_core::resources::AdmissionStatus>,
     /// The /24 index's occupancy (None: off).
     pub fib4_dir24: Option<crate::maps::DirUsage>,
+    /// The IPv6 multibit index's occupancy (None: off).
+    pub fib6_multibit: Option<crate::maps::Dir6Usage>,
     /// --resource-target sim-asic: the device, for `resources`.
     pub device: Option<Device>,
 }
@@ -298,6 +300,9 @@ pub struct Status {
     /// `--fib4-index dir24`: the /24 index's occupancy (absent: trie only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fib4_dir24: Option<crate::maps::DirUsage>,
+    /// `--fib6-index multibit`: the IPv6 index's occupancy (absent: trie only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fib6_multibit: Option<crate::maps::Dir6Usage>,
     /// The daemon's own memory, CPU and descriptors (absent if /proc said nothing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub daemon: Option<crate::procstat::DaemonProcess>,
@@ -511,6 +516,7 @@ pub fn status(s: &Snapshot, maps: &Maps) -> Result<Status> {
         afxdp: s.afxdp.as_ref().map(|a| a.stats()),
         admission: s.admission.clone(),
         fib4_dir24: s.fib4_dir24,
+        fib6_multibit: s.fib6_multibit,
         daemon: crate::procstat::myself().map_err(|e| log::debug!("daemon process stats: {e:#}")).ok(),
     })
 }

@@ -119,6 +119,7 @@ pub fn run(loaded: Loaded) -> Result<()> {
         flow_key_addrs: args.flow_key == crate::FlowKey::Addresses,
         ct_icmp_keys: if stateful { args.ct_icmp_entries.saturating_mul(2) } else { 1 },
         fib4_dir: args.fib4_dir(),
+        fib6_dir: args.fib6_dir(),
     };
     // --pin: what a previous daemon left (maps to adopt, links to take over).
     let mut pins = if args.pin { Some(pin::Pins::open(&args, &mut ifaces, &caps, &opts)?) } else { None };
@@ -159,6 +160,9 @@ pub fn run(loaded: Loaded) -> Result<()> {
             w.set_orphan_grace(args.orphan_grace);
             if opts.fib4_dir {
                 w.enable_fib4_dir()?;
+            }
+            if opts.fib6_dir {
+                w.enable_fib6_dir()?;
             }
             w
         },
@@ -1165,6 +1169,7 @@ impl Loop {
             afxdp: self.afxdp.clone(),
             admission: self.admission.as_ref().map(|a| a.status()),
             fib4_dir24: self.writer.fib4_dir_usage(),
+            fib6_multibit: self.writer.fib6_dir_usage(),
             device: self.admission.as_ref().filter(|a| a.kind() == fastpath_core::resources::TargetKind::SimAsic).map(|a| {
                 crate::api::Device { target: Arc::clone(a.target()), model: Arc::clone(a.model()) }
             }),

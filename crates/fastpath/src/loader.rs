@@ -70,6 +70,15 @@ pub struct LoadOpts {
     pub ct_icmp_keys: u32,
     /// The /24 index in front of fp_fib4 (fp_config.fib4_dir; `--fib4-index`).
     pub fib4_dir: bool,
+    /// The multibit index in front of fp_fib6 (fp_config.fib6_dir; `--fib6-index`).
+    pub fib6_dir: bool,
+}
+
+/// fp_fib6_dir's capacity for an IPv6 FIB of `fib6` routes: a full table
+/// takes about two entries a route (a /44 is 16 /48 blocks, a /36 16 /40s);
+/// a /16 whose entries do not fit sends its lookups to the trie.
+pub fn fib6_dir_entries(fib6: u32) -> u32 {
+    fib6.saturating_mul(4).max(4096)
 }
 
 /// Sets per CPU for at least `entries` flows: FP_FLOW_WAYS per set, a
@@ -211,6 +220,10 @@ fn size_maps(open: &mut fastpath_bpf::skel::xdp_fwd::OpenXdpFwdSkel<'_>, caps: &
         (&mut open.maps.fp_fib4_dir, if opts.fib4_dir { intf::FP_DIR24_ELEMS } else { 1 }, "fp_fib4_dir"),
         (&mut open.maps.fp_fib4_dir16, if opts.fib4_dir { intf::FP_DIR16_ELEMS } else { 1 }, "fp_fib4_dir16"),
         (&mut open.maps.fp_fib4_vals, if opts.fib4_dir { intf::FP_DIR24_VALS } else { 1 }, "fp_fib4_vals"),
+        // 512 KiB, 768 KiB, and hash entries allocated as used.
+        (&mut open.maps.fp_fib6_dir16, if opts.fib6_dir { intf::FP_DIR6_TOPS } else { 1 }, "fp_fib6_dir16"),
+        (&mut open.maps.fp_fib6_vals, if opts.fib6_dir { intf::FP_DIR6_VALS } else { 1 }, "fp_fib6_vals"),
+        (&mut open.maps.fp_fib6_dir, if opts.fib6_dir { fib6_dir_entries(caps.fib6) } else { 1 }, "fp_fib6_dir"),
     ];
     for (map, n, name) in sizes {
         if n == 0 {
@@ -238,6 +251,7 @@ fn open_one(iface: &Iface, caps: &Capacities, opts: &LoadOpts, variant: HashVari
     cfg.afxdp = u32::from(opts.afxdp);
     cfg.flow_key_addrs = u32::from(opts.flow_key_addrs);
     cfg.fib4_dir = u32::from(opts.fib4_dir);
+    cfg.fib6_dir = u32::from(opts.fib6_dir);
     cfg.nic_hash_is_skb_hash = u32::from(hash_is_skb_hash(&iface.name));
     cfg.nic_rx_hash = u32::from(variant == HashVariant::NicRxHash);
     // Only the one entry point this instance attaches: each load is a full

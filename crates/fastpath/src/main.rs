@@ -122,6 +122,12 @@ pub struct RunArgs {
     /// Capacity of the IPv6 FIB.
     #[arg(long, value_name = "N", default_value_t = intf::FP_DEFAULT_FIB6_ENTRIES)]
     pub fib6_entries: u32,
+    /// IPv6 FIB lookups: `trie` alone, or `multibit`, an index in front of
+    /// it (a /16 array and hash entries at /24../64; a full table's trie
+    /// walk costs a cache miss per level); `auto` takes multibit when
+    /// --fib6-entries is 65536 or more.
+    #[arg(long, value_enum, default_value_t = Fib6Index::Auto)]
+    pub fib6_index: Fib6Index,
     /// Capacity of the next-hop table (id 0 is never used).
     #[arg(long, value_name = "N", default_value_t = intf::FP_DEFAULT_NEXTHOP_ENTRIES)]
     pub nexthop_entries: u32,
@@ -307,6 +313,17 @@ impl RunArgs {
     }
 }
 
+impl RunArgs {
+    /// Whether IPv6 lookups go through the multibit index.
+    pub fn fib6_dir(&self) -> bool {
+        match self.fib6_index {
+            Fib6Index::Auto => self.fib6_entries >= FIB6_DIR_AUTO,
+            Fib6Index::Trie => false,
+            Fib6Index::Multibit => true,
+        }
+    }
+}
+
 fn parse_u32_mask(s: &str) -> Result<u32, String> {
     let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(hex) => u32::from_str_radix(hex, 16),
@@ -329,6 +346,17 @@ pub enum Fib4Index {
 /// `--fib4-index auto` turns the /24 index on from this IPv4 FIB capacity:
 /// a table that size makes the trie deep, and its 32 MiB small beside it.
 pub const FIB4_DIR24_AUTO: u32 = 262_144;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Fib6Index {
+    Auto,
+    Trie,
+    Multibit,
+}
+
+/// `--fib6-index auto` turns the multibit index on from this IPv6 FIB
+/// capacity: a table that size makes the trie deep.
+pub const FIB6_DIR_AUTO: u32 = 65_536;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum FlowKey {

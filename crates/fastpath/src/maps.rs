@@ -16,9 +16,11 @@ use fastpath_core::tables::{GroupEntry, GroupKind, IfaceEntry, NeighEntry, Neigh
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
 mod dir24;
+mod dir6;
 mod readback;
 
 pub use dir24::DirUsage;
+pub use dir6::Dir6Usage;
 pub use readback::ReadBack;
 
 pub const NREASONS: usize = intf::fp_reason::FP_R__COUNT as usize;
@@ -61,6 +63,9 @@ pub struct Maps {
     fib4_dir16: MapHandle,
     fib4_vals: MapHandle,
     fib6: MapHandle,
+    fib6_dir16: MapHandle,
+    fib6_dir: MapHandle,
+    fib6_vals: MapHandle,
     nexthops: MapHandle,
     groups: MapHandle,
     res_buckets: MapHandle,
@@ -145,6 +150,9 @@ impl Maps {
             fib4_dir16: handle("fp_fib4_dir16", &m.fp_fib4_dir16)?,
             fib4_vals: handle("fp_fib4_vals", &m.fp_fib4_vals)?,
             fib6: handle("fp_fib6", &m.fp_fib6)?,
+            fib6_dir16: handle("fp_fib6_dir16", &m.fp_fib6_dir16)?,
+            fib6_dir: handle("fp_fib6_dir", &m.fp_fib6_dir)?,
+            fib6_vals: handle("fp_fib6_vals", &m.fp_fib6_vals)?,
             nexthops: handle("fp_nexthops", &m.fp_nexthops)?,
             groups: handle("fp_groups", &m.fp_groups)?,
             res_buckets: handle("fp_res_buckets", &m.fp_res_buckets)?,
@@ -168,6 +176,9 @@ impl Maps {
             fib4_dir16: dup("fp_fib4_dir16", &self.fib4_dir16)?,
             fib4_vals: dup("fp_fib4_vals", &self.fib4_vals)?,
             fib6: dup("fp_fib6", &self.fib6)?,
+            fib6_dir16: dup("fp_fib6_dir16", &self.fib6_dir16)?,
+            fib6_dir: dup("fp_fib6_dir", &self.fib6_dir)?,
+            fib6_vals: dup("fp_fib6_vals", &self.fib6_vals)?,
             nexthops: dup("fp_nexthops", &self.nexthops)?,
             groups: dup("fp_groups", &self.groups)?,
             res_buckets: dup("fp_res_buckets", &self.res_buckets)?,
@@ -455,6 +466,8 @@ pub struct MapWriter {
     groups_dirty: bool,
     /// The /24 index kept beside fp_fib4 (`--fib4-index dir24`).
     dir: Option<dir24::Fib4Dir>,
+    /// The multibit index kept beside fp_fib6 (`--fib6-index multibit`).
+    dir6: Option<dir6::Fib6Dir>,
 }
 
 impl MapWriter {
@@ -471,6 +484,7 @@ impl MapWriter {
             batching: true,
             groups_dirty: false,
             dir: None,
+            dir6: None,
         }
     }
 
@@ -484,6 +498,31 @@ impl MapWriter {
         Ok(())
     }
 
+    /// Keeps the IPv6 multibit index from now on (before the first route
+    /// is written, or `adopt` seeds it from the routes already there).
+    pub fn enable_fib6_dir(&mut self) -> anyhow::Result<()> {
+        use anyhow::Context;
+        self.dir6 = Some(
+            dir6::Fib6Dir::new(&self.maps.fib6_dir16, &self.maps.fib6_dir, &self.maps.fib6_vals)
+                .context("mapping the IPv6 index fp_fib6_dir16")?,
+        );
+        Ok(())
+    }
+
+    /// The IPv6 index's occupancy (None: it is off).
+    pub fn fib6_dir_usage(&self) -> Option<Dir6Usage> {
+        self.dir6.as_ref().map(|d| d.usage())
+    }
+
+    /// The IPv6 index takes what changed since the last flush. Before every
+    /// generation bump: a flow cached after the bump must be computed
+    /// from the new table, index included.
+    fn flush_dir6(&mut self) {
+        if let Some(d) = self.dir6.as_mut() {
+            d.flush();
+        }
+    }
+
     /// The /24 index's occupancy (None: it is off).
     pub fn fib4_dir_usage(&self) -> Option<DirUsage> {
         self.dir.as_ref().map(|d| d.usage())
@@ -491,6 +530,13 @@ impl MapWriter {
 
     /// A route write to fp_fib4 landed: the index follows.
     fn paint(&mut self, op: &Op) {
+        if let Some(d) = self.dir6.as_mut() {
+            match op {
+                Op::UpsertRoute6(a, l, e) => d.upsert(*a, *l, &route(e)),
+                Op::DeleteRoute6(a, l) => d.delete(*a, *l),
+                _ => {}
+            }
+        }
         let Some(d) = self.dir.as_mut() else {
             return;
         };
@@ -553,6 +599,9 @@ impl MapWriter {
         self.retired = retired;
         if let Some(d) = self.dir.as_mut() {
             d.adopt(old.tables.fib4.iter().map(|((a, l), e)| (*a, *l, route(e))));
+        }
+        if let Some(d) = self.dir6.as_mut() {
+            d.adopt(old.tables.fib6.iter().map(|((a, l), e)| (*a, *l, route(e))));
         }
     }
 
@@ -757,11 +806,20 @@ impl TableWriter for MapWriter {
                 self.paint(op);
                 Ok(())
             }
-            Op::UpsertRoute6(a, l, e) => ctx("fp_fib6", m.fib6.update(bytes(&lpm6(*a, *l)), bytes(&route(e)), any)),
-            Op::DeleteRoute6(a, l) => ignore_missing(ctx("fp_fib6", m.fib6.delete(bytes(&lpm6(*a, *l))))),
+            Op::UpsertRoute6(a, l, e) => {
+                ctx("fp_fib6", m.fib6.update(bytes(&lpm6(*a, *l)), bytes(&route(e)), any))?;
+                self.paint(op);
+                Ok(())
+            }
+            Op::DeleteRoute6(a, l) => {
+                ignore_missing(ctx("fp_fib6", m.fib6.delete(bytes(&lpm6(*a, *l)))))?;
+                self.paint(op);
+                Ok(())
+            }
             Op::UpsertSrcDeny4(a, reason) => self.upsert_deny(*a, *reason),
             Op::DeleteSrcDeny4(a) => self.delete_deny(*a),
             Op::BumpGeneration => {
+                self.flush_dir6();
                 self.rt.generation += 1;
                 self.groups_dirty = false;
                 self.write_runtime()
@@ -798,10 +856,12 @@ impl TableWriter for MapWriter {
                 }
             }
             if let Err(e) = self.apply(&ops[done]) {
+                self.flush_dir6();
                 return (done, Err(e));
             }
             done += 1;
         }
+        self.flush_dir6();
         (done, Ok(()))
     }
 }

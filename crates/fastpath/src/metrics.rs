@@ -350,6 +350,25 @@ impl Collector for Scrape {
             }
         }
 
+        if let Some(d) = &s.fib6_multibit {
+            let mut m = e.encode_descriptor(
+                "fastpath_fib6_multibit",
+                "The IPv6 multibit index: route values held and their capacity, hash entries and their capacity, /16s sent to the trie, values without a slot.",
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            for (what, v) in [
+                ("values", d.vals),
+                ("values_capacity", d.vals_capacity),
+                ("entries", d.entries),
+                ("entries_capacity", d.entries_capacity),
+                ("trie_tops", d.trie_tops),
+                ("unslotted", d.unslotted),
+            ] {
+                ConstGauge::new(v as i64).encode(m.encode_family(&[("what", what)])?)?;
+            }
+        }
+
         let mut m = e.encode_descriptor(
             "fastpath_family_fast_path",
             "1 while the family is fast-pathed, 0 while all of it is punted (table full, policy, netfilter).",
@@ -461,6 +480,7 @@ mod tests {
             afxdp: None,
             admission: None,
             fib4_dir24: None,
+            fib6_multibit: None,
             daemon: Some(crate::procstat::DaemonProcess {
                 pid: 7,
                 resident_bytes: 300 << 20,

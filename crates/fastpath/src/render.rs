@@ -184,6 +184,13 @@ pub fn status(s: &Status, all: bool) -> String {
         )),
         None => out.push_str("fib4 index: trie\n"),
     }
+    match &s.fib6_multibit {
+        Some(d) => out.push_str(&format!(
+            "fib6 index: multibit, {} of {} route values, {} of {} hash entries, {} /16s sent to the trie, {} route values without a slot\n",
+            d.vals, d.vals_capacity, d.entries, d.entries_capacity, d.trie_tops, d.unslotted
+        )),
+        None => out.push_str("fib6 index: trie\n"),
+    }
     if let Some(p) = &s.daemon {
         let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
         let _ = writeln!(
