@@ -443,6 +443,7 @@ static __always_inline __u32 fp_fwd_ip4(struct fp_pkt *p)
 	struct fp_flow_key k __attribute__((aligned(8))) = {};
 	struct fp_flow_pos pos;
 	const struct fp_route *rt;
+	struct fp_route rtv;
 	const struct fp_flow_way *f = NULL;
 	const __u8 *dmac, *smac;
 	struct fp_tx tx;
@@ -519,6 +520,9 @@ full:
 	rt = fp_fib4_lookup(dst);
 	if (!rt)
 		return FP_R_NO_ROUTE;
+	/* A stack copy, as for IPv6 (fp_fib4_vals and fp_fib4 are two maps). */
+	rtv = *rt;
+	rt = &rtv;
 	r = fp_route_reason(rt);
 	if (r != FP_R_FORWARDED)
 		return r;
@@ -586,6 +590,7 @@ static __always_inline __u32 fp_fwd_ip6(struct fp_pkt *p)
 	struct fp_lpm6_key key;
 	struct fp_flow_pos pos;
 	const struct fp_route *rt;
+	struct fp_route rtv;
 	const struct fp_flow_way *f = NULL;
 	const __u8 *dmac, *smac;
 	struct fp_tx tx;
@@ -654,6 +659,13 @@ full:
 	rt = fp_fib6_lookup(&key);
 	if (!rt)
 		return FP_R_NO_ROUTE;
+	/*
+	 * A stack copy: the trie's and the index's values lie in different
+	 * maps, which to the verifier are different pointers, so it would
+	 * check everything below once for each (past its limit in stateful mode).
+	 */
+	rtv = *rt;
+	rt = &rtv;
 	r = fp_route_reason(rt);
 	if (r != FP_R_FORWARDED)
 		return r;

@@ -180,7 +180,11 @@ struct fp_config {
 	__u32 flow_key_addrs;
 	/* 1 = `--fib4-index dir24`: IPv4 FIB lookups read fp_fib4_dir first (fp_fib4_lookup()). */
 	__u32 fib4_dir;
-	/* 1 = `--fib6-index multibit`: IPv6 FIB lookups walk fp_fib6_dir16/fp_fib6_dir first (fp_fib6_lookup()). */
+	/*
+	 * `--fib6-index multibit`: fp_fib6_dir's bucket count (a power of two);
+	 * IPv6 FIB lookups walk fp_fib6_dir16/fp_fib6_dir first (fp_fib6_lookup()).
+	 * 0 = trie only.
+	 */
 	__u32 fib6_dir;
 };
 
@@ -229,11 +233,24 @@ struct fp_dir24_elem {
 #define FP_DIR6_TOPS       (1U << 16)
 #define FP_DIR6_HOPS       6        /* hash levels: /24, /32, ... /64 */
 
-struct fp_dir6_key {             /* fp_fib6_dir */
-	__u64 hi;                /* the address's upper 64 bits, host order, masked to level */
-	__u32 ver;               /* the version in its /16's word */
-	__u8  level;
-	__u8  _pad[3];
+/*
+ * fp_fib6_dir: the index's entries in a two-choice hash table of 64-byte
+ * buckets (fp_config.fib6_dir of them, a power of two). A key (the
+ * address's upper 64 bits masked to the level, host order; the level; its
+ * /16's version) lives in one of the two buckets fp_dir6_hash() names, in
+ * a slot whose tag is version << 8 | level (0: empty).
+ */
+#define FP_DIR6_WAYS       4
+#define FP_DIR6_VER_MASK   0xFFFFFF
+
+struct fp_dir6_slot {
+	__u64 hi;
+	__u32 tag;
+	__u32 entry;
+};
+
+struct fp_dir6_bucket {
+	struct fp_dir6_slot s[FP_DIR6_WAYS];
 };
 
 /* fp_fib4 key: LPM trie, prefixlen first as the trie requires. */

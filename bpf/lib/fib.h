@@ -43,18 +43,84 @@ static __always_inline struct fp_route *fp_fib4_lookup(__be32 addr)
 	return bpf_map_lookup_elem(&fp_fib4, &key);
 }
 
+/* The index's hash of a key (crates/fastpath-core/src/dir6/table.rs). */
+static __always_inline __u64 fp_dir6_hash(__u64 hi, __u32 tag)
+{
+	__u64 x = (hi ^ ((__u64)tag * 0x9E3779B97F4A7C15ULL)) * 0xBF58476D1CE4E5B9ULL;
+
+	return x ^ (x >> 29);
+}
+
+/*
+ * Entry of (@hi, @tag) in bucket @b: 1 if there, with *@e set. The tag is
+ * read again after the entry: the daemon moves an entry to its second
+ * bucket (copy first) and then clears the slot before writing another
+ * entry into it, so an unchanged tag means the entry read was this key's.
+ */
+static __always_inline int fp_dir6_in(const struct fp_dir6_bucket *b, __u64 hi, __u32 tag, __u32 *e)
+{
+	const volatile struct fp_dir6_slot *s;
+	__u32 v;
+	int w;
+
+#pragma unroll
+	for (w = 0; w < FP_DIR6_WAYS; w++) {
+		s = &b->s[w];
+		if (s->tag == tag && s->hi == hi) {
+			v = s->entry;
+			asm volatile("" ::: "memory");
+			if (s->tag == tag) {
+				*e = v;
+				return 1;
+			}
+		}
+	}
+	return 0;
+}
+
+/*
+ * One step of the index walk: @e is a DESCEND entry of a block of the
+ * /16 whose version is @ver; returns the entry of the address's block at
+ * the level @e names, or VAL(@e's default) when that level has none, or
+ * TRIE for a level out of range. Global, so the verifier checks it once:
+ * inlined, its probes multiplied the paths of every caller past the
+ * verifier's limit.
+ */
+__noinline __u32 fp_dir6_step(__u64 hi, __u32 ver, __u32 e)
+{
+	struct fp_dir6_bucket *b1, *b2;
+	__u32 lv = (e >> 16) & 0xFF, mask = fp_cfg.fib6_dir - 1, i1, i2, tag, next;
+	__u64 h, key;
+
+	if (lv < 24 || lv > 64)
+		return FP_DIR6_TRIE;
+	key = hi & (~0ULL << (64 - lv));
+	tag = (ver & FP_DIR6_VER_MASK) << 8 | lv;
+	h = fp_dir6_hash(key, tag);
+	i1 = h & mask;
+	i2 = (h >> 32) & mask;
+	/* Both lines asked for before either is searched. */
+	b1 = bpf_map_lookup_elem(&fp_fib6_dir, &i1);
+	b2 = bpf_map_lookup_elem(&fp_fib6_dir, &i2);
+	if (b1 && fp_dir6_in(b1, key, tag, &next))
+		return next;
+	if (b2 && fp_dir6_in(b2, key, tag, &next))
+		return next;
+	return (FP_DIR6_VAL << 24) | (e & 0xFFFF);
+}
+
 /*
  * The multibit index's answer for the address whose upper half is @hi:
- * the route, NULL for none, or FP_DIR6_ASK_TRIE. A full table's trie walk
- * costs a cache miss per level; this is the /16's word and, for most
- * addresses, one to three hash lookups.
+ * the fp_fib6_vals slot of its route, FP_DIR6_NONE for none, or
+ * FP_DIR6_ASK_TRIE. A full table's trie walk costs a cache miss per level;
+ * this is the /16's word and, for most addresses, one to three probes of
+ * two independent cache lines each.
  */
-#define FP_DIR6_ASK_TRIE ((struct fp_route *)1)
+#define FP_DIR6_ASK_TRIE 0x10000
 
-static __always_inline struct fp_route *fp_fib6_dir_lookup(__u64 hi)
+static __always_inline __u32 fp_fib6_dir_slot(__u64 hi)
 {
-	struct fp_dir6_key k = {};
-	__u32 top = hi >> 48, e, lv, *n, cover, slot, i;
+	__u32 top = hi >> 48, e, cover, slot, ver, i;
 	__u64 *w, word;
 
 	w = bpf_map_lookup_elem(&fp_fib6_dir16, &top);
@@ -62,42 +128,32 @@ static __always_inline struct fp_route *fp_fib6_dir_lookup(__u64 hi)
 		return FP_DIR6_ASK_TRIE;
 	word = *w;      /* one load: entry and version together */
 	e = (__u32)word;
-	k.ver = word >> 32;
+	ver = word >> 32;
 	cover = e & 0xFFFF;
-	for (i = 0; i < FP_DIR6_HOPS; i++) {
-		if ((e >> 24) != FP_DIR6_DESCEND)
-			break;
-		lv = (e >> 16) & 0xFF;
-		if (lv < 24 || lv > 64)
-			return FP_DIR6_ASK_TRIE;
-		k.level = lv;
-		k.hi = hi & (~0ULL << (64 - lv));
-		n = bpf_map_lookup_elem(&fp_fib6_dir, &k);
-		e = n ? *n : (FP_DIR6_VAL << 24) | (e & 0xFFFF);
-	}
+	for (i = 0; i < FP_DIR6_HOPS && (e >> 24) == FP_DIR6_DESCEND; i++)
+		e = fp_dir6_step(hi, ver, e);
 	if ((e >> 24) != FP_DIR6_VAL)
 		return FP_DIR6_ASK_TRIE;
 	slot = e & 0xFFFF;
 	if (slot == FP_DIR6_INHERIT)
 		slot = cover;
-	if (slot == FP_DIR6_NONE || slot == FP_DIR6_INHERIT)
-		return NULL;
-	return bpf_map_lookup_elem(&fp_fib6_vals, &slot);
+	return slot == FP_DIR6_INHERIT ? FP_DIR6_NONE : slot;
 }
 
 /* The key doubles as the caller's stack copy of the address. */
 static __always_inline struct fp_route *fp_fib6_lookup(struct fp_lpm6_key *key)
 {
-	struct fp_route *rt;
-	__u32 a0, a1;
+	__u32 a0, a1, slot;
 
 	key->prefixlen = 128;
 	if (fp_cfg.fib6_dir) {
 		__builtin_memcpy(&a0, key->addr, 4);
 		__builtin_memcpy(&a1, key->addr + 4, 4);
-		rt = fp_fib6_dir_lookup(((__u64)bpf_ntohl(a0) << 32) | bpf_ntohl(a1));
-		if (rt != FP_DIR6_ASK_TRIE)
-			return rt;
+		slot = fp_fib6_dir_slot(((__u64)bpf_ntohl(a0) << 32) | bpf_ntohl(a1));
+		if (slot == FP_DIR6_NONE)
+			return NULL;
+		if (slot != FP_DIR6_ASK_TRIE)
+			return bpf_map_lookup_elem(&fp_fib6_vals, &slot);
 	}
 	return bpf_map_lookup_elem(&fp_fib6, key);
 }

@@ -61,9 +61,9 @@ struct {
 } fp_fib4_vals SEC(".maps");
 
 /*
- * The IPv6 multibit index in front of fp_fib6 (struct fp_dir6_key). One
- * entry each when the index is off. The first level is mapped into the
- * daemon, which switches a /16 to its new entries with one 8-byte store.
+ * The IPv6 multibit index in front of fp_fib6 (struct fp_dir6_bucket). One
+ * entry each when the index is off. Both are mapped into the daemon, which
+ * switches a /16 to its new entries with one 8-byte store.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -74,11 +74,11 @@ struct {
 } fp_fib6_dir16 SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct fp_dir6_key);
-	__type(value, __u32);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct fp_dir6_bucket);
 } fp_fib6_dir SEC(".maps");
 
 struct {

@@ -204,7 +204,7 @@ impl<V: Eq + Hash + Clone> Dir6<V> {
     /// The next version `flush` gives a rebuilt top (after `adopt_versions`
     /// past every version a dead daemon's entries use).
     pub fn skip_versions(&mut self, past: u32) {
-        self.next_ver = self.next_ver.max(past.wrapping_add(1)).max(1);
+        self.next_ver = next_version(self.next_ver.max(past));
     }
 
     /// Keys another process wrote (an adopted index): deleted once the
@@ -407,7 +407,7 @@ impl<V: Eq + Hash + Clone> Dir6<V> {
             Shape::Trie
         } else {
             let ver = self.next_ver;
-            self.next_ver = self.next_ver.wrapping_add(1).max(1);
+            self.next_ver = next_version(ver);
             let mut out = Vec::new();
             let e = subtree(16, &routes, SLOT_INHERIT, ver, &mut out);
             if kind(e) != KIND_DESCEND {
@@ -428,6 +428,13 @@ impl<V: Eq + Hash + Clone> Dir6<V> {
         self.tops[usize::from(t)].word = u64::MAX;
         self.rewrite_word(t, sink);
     }
+}
+
+/// Versions are 24 bits and never 0 (an empty slot's tag). A key holds
+/// its /16's bits, so two /16s may share a version; one /16 would need 16M
+/// rebuilds within a quarantine to meet an old one of its own.
+fn next_version(v: u32) -> u32 {
+    ((v & table::VER_MASK) + 1) & table::VER_MASK | u32::from(v & table::VER_MASK == table::VER_MASK)
 }
 
 /// A block's longest painter (length, slot) and the routes inside it.
@@ -496,6 +503,8 @@ pub fn walk(top_word: u64, addr: u128, get: impl Fn(&Key) -> Option<u32>) -> Opt
         _ => None,
     }
 }
+
+pub mod table;
 
 #[cfg(test)]
 mod tests;

@@ -498,6 +498,9 @@ pub fn run(loaded: Loaded) -> Result<()> {
                 lp.route_source = Some(Arc::new(f.published()));
             }
             lp.keepalives += keepalive::refresh(&maps, &state, KEEPALIVE_WINDOW);
+            // Entries of replaced IPv6 index versions go once they rested,
+            // also when no route change comes to flush them.
+            lp.writer.tidy();
             lp.publish(&shared, &state, &mirror, &ifaces, &attachments);
         }
     }

@@ -74,11 +74,14 @@ pub struct LoadOpts {
     pub fib6_dir: bool,
 }
 
-/// fp_fib6_dir's capacity for an IPv6 FIB of `fib6` routes: a full table
-/// takes about two entries a route (a /44 is 16 /48 blocks, a /36 16 /40s);
-/// a /16 whose entries do not fit sends its lookups to the trie.
-pub fn fib6_dir_entries(fib6: u32) -> u32 {
-    fib6.saturating_mul(4).max(4096)
+/// fp_fib6_dir's buckets for an IPv6 FIB of `fib6` routes: eight slots a
+/// route, a power of two (a full table's mix takes about five entries a
+/// route: a /44 is 16 /48 blocks, a /33 128 /40s; two-choice buckets fill
+/// well past half before one refuses). A /16 whose entries do not fit
+/// sends its lookups to the trie.
+pub fn fib6_dir_buckets(fib6: u32) -> u32 {
+    let slots = u64::from(fib6) * 8;
+    (slots / intf::FP_DIR6_WAYS as u64).next_power_of_two().clamp(1024, 1 << 26) as u32
 }
 
 /// Sets per CPU for at least `entries` flows: FP_FLOW_WAYS per set, a
@@ -223,7 +226,7 @@ fn size_maps(open: &mut fastpath_bpf::skel::xdp_fwd::OpenXdpFwdSkel<'_>, caps: &
         // 512 KiB, 768 KiB, and hash entries allocated as used.
         (&mut open.maps.fp_fib6_dir16, if opts.fib6_dir { intf::FP_DIR6_TOPS } else { 1 }, "fp_fib6_dir16"),
         (&mut open.maps.fp_fib6_vals, if opts.fib6_dir { intf::FP_DIR6_VALS } else { 1 }, "fp_fib6_vals"),
-        (&mut open.maps.fp_fib6_dir, if opts.fib6_dir { fib6_dir_entries(caps.fib6) } else { 1 }, "fp_fib6_dir"),
+        (&mut open.maps.fp_fib6_dir, if opts.fib6_dir { fib6_dir_buckets(caps.fib6) } else { 1 }, "fp_fib6_dir"),
     ];
     for (map, n, name) in sizes {
         if n == 0 {
@@ -251,7 +254,7 @@ fn open_one(iface: &Iface, caps: &Capacities, opts: &LoadOpts, variant: HashVari
     cfg.afxdp = u32::from(opts.afxdp);
     cfg.flow_key_addrs = u32::from(opts.flow_key_addrs);
     cfg.fib4_dir = u32::from(opts.fib4_dir);
-    cfg.fib6_dir = u32::from(opts.fib6_dir);
+    cfg.fib6_dir = if opts.fib6_dir { fib6_dir_buckets(caps.fib6) } else { 0 };
     cfg.nic_hash_is_skb_hash = u32::from(hash_is_skb_hash(&iface.name));
     cfg.nic_rx_hash = u32::from(variant == HashVariant::NicRxHash);
     // Only the one entry point this instance attaches: each load is a full

@@ -504,7 +504,7 @@ impl MapWriter {
         use anyhow::Context;
         self.dir6 = Some(
             dir6::Fib6Dir::new(&self.maps.fib6_dir16, &self.maps.fib6_dir, &self.maps.fib6_vals)
-                .context("mapping the IPv6 index fp_fib6_dir16")?,
+                .context("mapping the IPv6 index fp_fib6_dir16 and fp_fib6_dir")?,
         );
         Ok(())
     }
@@ -521,6 +521,12 @@ impl MapWriter {
         if let Some(d) = self.dir6.as_mut() {
             d.flush();
         }
+    }
+
+    /// Deletes what rested long enough (between reconciles nothing is
+    /// pending, so this changes no answer).
+    pub fn tidy(&mut self) {
+        self.flush_dir6();
     }
 
     /// The /24 index's occupancy (None: it is off).

@@ -88,6 +88,10 @@ pub struct FullrateArgs {
     /// dir24 at this bench's capacities. Run once with `trie` to compare.
     #[arg(long, value_enum, default_value_t = crate::Fib4Index::Auto)]
     pub fib4_index: crate::Fib4Index,
+    /// The daemons' IPv6 lookup (`fastpath run --fib6-index`); `auto` takes
+    /// multibit at this bench's capacities. Run once with `trie` to compare.
+    #[arg(long, value_enum, default_value_t = crate::Fib6Index::Auto)]
+    pub fib6_index: crate::Fib6Index,
 }
 
 fn mask(len: u8) -> u32 {
@@ -391,6 +395,8 @@ pub fn run(a: &FullrateArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         (spec.v6 + spec.v6 / 10 + 1024).to_string(),
         "--fib4-index".into(),
         clap::ValueEnum::to_possible_value(&a.fib4_index).expect("no skipped values").get_name().into(),
+        "--fib6-index".into(),
+        clap::ValueEnum::to_possible_value(&a.fib6_index).expect("no skipped values").get_name().into(),
     ];
     let timeout = Duration::from_secs(a.timeout);
     let mut rows = Vec::new();

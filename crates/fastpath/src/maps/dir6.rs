@@ -9,7 +9,8 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
-use fastpath_bpf::intf::{self, fp_dir6_key, fp_route};
+use fastpath_bpf::intf::{self, fp_dir6_bucket, fp_route};
+use fastpath_core::dir6::table::{self, Buckets, Slot, WAYS};
 use fastpath_core::dir6::{self, Dir6, Dir6Sink, Key};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
@@ -30,55 +31,95 @@ fn val(v: &fp_route) -> Val {
     bytes(v).try_into().expect("an fp_route's bytes")
 }
 
-fn key(k: &Key) -> fp_dir6_key {
-    fp_dir6_key { hi: k.hi, ver: k.ver, level: k.level, ..Default::default() }
-}
+const _: () = assert!(size_of::<fp_dir6_bucket>() == WAYS * size_of::<Slot>() && table::VER_MASK == intf::FP_DIR6_VER_MASK);
+const _: () = assert!(WAYS == intf::FP_DIR6_WAYS as usize);
 
-/// fp_fib6_dir16 mapped read-write into this process.
-struct Tops {
-    base: NonNull<u64>,
+/// An array map mapped read-write into this process: `len` elements of T.
+struct Mapped<T> {
+    base: NonNull<T>,
+    len: usize,
 }
 
 // SAFETY: the mapping belongs to this value alone; the data path only reads it.
-unsafe impl Send for Tops {}
+unsafe impl<T> Send for Mapped<T> {}
 
-const TOPS_LEN: usize = dir6::TOPS * size_of::<u64>();
-
-impl Tops {
-    fn new(map: &MapHandle) -> std::io::Result<Tops> {
+impl<T: Copy> Mapped<T> {
+    fn new(map: &MapHandle, len: usize) -> std::io::Result<Mapped<T>> {
         // SAFETY: maps the whole array map (its size exactly) shared; the
         // pointer is checked before use and unmapped on drop.
         let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), TOPS_LEN, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, map.as_fd().as_raw_fd(), 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len * size_of::<T>(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                map.as_fd().as_raw_fd(),
+                0,
+            )
         };
         if p == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
-        Ok(Tops { base: NonNull::new(p.cast()).expect("mmap returned NULL") })
+        Ok(Mapped { base: NonNull::new(p.cast()).expect("mmap returned NULL"), len })
     }
 
-    fn store(&self, top: u16, word: u64) {
-        // SAFETY: top < 65536 entries of a live mapping of that many u64s,
-        // page-aligned so each is aligned: one volatile 8-byte store.
-        unsafe { self.base.as_ptr().add(usize::from(top)).write_volatile(word) }
-    }
-
-    fn load(&self, top: u16) -> u64 {
-        // SAFETY: as in `store`.
-        unsafe { self.base.as_ptr().add(usize::from(top)).read_volatile() }
+    fn ptr(&self, i: usize) -> *mut T {
+        assert!(i < self.len);
+        // SAFETY: in bounds (asserted) of a live mapping.
+        unsafe { self.base.as_ptr().add(i) }
     }
 }
 
-impl Drop for Tops {
+impl<T> Drop for Mapped<T> {
     fn drop(&mut self) {
         // SAFETY: exactly the region mmap returned.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), TOPS_LEN) };
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len * size_of::<T>()) };
+    }
+}
+
+/// The first level: each word one aligned volatile 8-byte store.
+fn store_top(tops: &Mapped<u64>, top: u16, word: u64) {
+    // SAFETY: a live, page-aligned mapping of u64s; volatile so every store
+    // happens, as the data path reads the memory concurrently.
+    unsafe { tops.ptr(usize::from(top)).write_volatile(word) }
+}
+
+fn load_top(tops: &Mapped<u64>, top: u16) -> u64 {
+    // SAFETY: as in `store_top`.
+    unsafe { tops.ptr(usize::from(top)).read_volatile() }
+}
+
+impl Buckets for Mapped<[Slot; WAYS]> {
+    fn n_buckets(&self) -> usize {
+        self.len
+    }
+
+    fn slot(&self, bucket: usize, way: usize) -> Slot {
+        // SAFETY: a live mapping of buckets, `way` < WAYS by the array type; only this process writes it.
+        unsafe { std::ptr::addr_of!((*self.ptr(bucket))[way]).read_volatile() }
+    }
+
+    fn fill(&mut self, bucket: usize, way: usize, s: Slot) {
+        let p = self.ptr(bucket);
+        // SAFETY: as in `slot`. Volatile stores in this order, which x86
+        // keeps for other CPUs: a reader that sees the tag sees the rest
+        // (and no reader asks for the tag before its /16's word names it).
+        unsafe {
+            std::ptr::addr_of_mut!((*p)[way].entry).write_volatile(s.entry);
+            std::ptr::addr_of_mut!((*p)[way].hi).write_volatile(s.hi);
+            std::ptr::addr_of_mut!((*p)[way].tag).write_volatile(s.tag);
+        }
+    }
+
+    fn clear(&mut self, bucket: usize, way: usize) {
+        // SAFETY: as in `slot`.
+        unsafe { std::ptr::addr_of_mut!((*self.ptr(bucket))[way].tag).write_volatile(0) }
     }
 }
 
 struct Sink<'a> {
-    tops: &'a Tops,
-    dir: &'a MapHandle,
+    tops: &'a Mapped<u64>,
+    dir: &'a mut Mapped<[Slot; WAYS]>,
     vals: &'a MapHandle,
 }
 
@@ -94,42 +135,25 @@ impl Dir6Sink<Val> for Sink<'_> {
     }
 
     fn put(&mut self, entries: &[(Key, u32)]) -> bool {
-        for chunk in entries.chunks(BATCH) {
-            let keys: Vec<u8> = chunk.iter().flat_map(|(k, _)| bytes(&key(k)).to_vec()).collect();
-            let vals: Vec<u8> = chunk.iter().flat_map(|(_, e)| e.to_ne_bytes()).collect();
-            let out = crate::batch::update(self.dir, &keys, &vals, chunk.len());
-            if out.landed < chunk.len() {
-                // The batch call may be refused as a whole (old kernel): one by one then.
-                for (k, e) in &chunk[out.landed..] {
-                    if self.dir.update(bytes(&key(k)), &e.to_ne_bytes(), MapFlags::ANY).is_err() {
-                        return false;
-                    }
-                }
-            }
-        }
-        true
+        entries.iter().all(|(k, e)| table::insert(self.dir, k, *e))
     }
 
     fn del(&mut self, keys: &[Key]) {
-        // Missing keys (a refused put) stop a batch delete: one by one.
         for k in keys {
-            let _ = self.dir.delete(bytes(&key(k)));
+            table::remove(self.dir, k);
         }
     }
 
     fn set_top(&mut self, top: u16, word: u64) {
-        self.tops.store(top, word);
+        store_top(self.tops, top, word);
     }
 }
-
-/// Entries per batch call.
-const BATCH: usize = 4096;
 
 /// The index and where it is written.
 pub(super) struct Fib6Dir {
     index: Dir6<Val>,
-    tops: Tops,
-    dir: MapHandle,
+    tops: Mapped<u64>,
+    dir: Mapped<[Slot; WAYS]>,
     vals: MapHandle,
 }
 
@@ -139,7 +163,7 @@ pub struct Dir6Usage {
     /// Distinct route values holding a slot, of `vals_capacity`.
     pub vals: usize,
     pub vals_capacity: usize,
-    /// Hash entries of the current versions, of `entries_capacity`.
+    /// Entries of the current versions, of `entries_capacity` slots.
     pub entries: usize,
     pub entries_capacity: usize,
     /// /16s whose lookups all go to the trie (a value without a slot, a full map).
@@ -150,8 +174,13 @@ pub struct Dir6Usage {
 
 impl Fib6Dir {
     pub(super) fn new(dir16: &MapHandle, dir: &MapHandle, vals: &MapHandle) -> std::io::Result<Fib6Dir> {
-        let dup = |m: &MapHandle| MapHandle::try_from(m).map_err(|e| std::io::Error::other(e.to_string()));
-        Ok(Fib6Dir { index: Dir6::new(QUARANTINE), tops: Tops::new(dir16)?, dir: dup(dir)?, vals: dup(vals)? })
+        let buckets = dir.info().map_err(|e| std::io::Error::other(e.to_string()))?.info.max_entries as usize;
+        Ok(Fib6Dir {
+            index: Dir6::new(QUARANTINE),
+            tops: Mapped::new(dir16, dir6::TOPS)?,
+            dir: Mapped::new(dir, buckets)?,
+            vals: MapHandle::try_from(vals).map_err(|e| std::io::Error::other(e.to_string()))?,
+        })
     }
 
     /// After fp_fib6 took the route (in effect at the next `flush`).
@@ -188,11 +217,15 @@ impl Fib6Dir {
         let now = Instant::now();
         self.index.adopt_slots(old_vals, now);
         let mut old_keys = Vec::new();
-        let mut max_ver = (0..=u16::MAX).map(|t| (self.tops.load(t) >> 32) as u32).max().unwrap_or(0);
-        for k in self.dir.keys() {
-            let k = from_bytes::<fp_dir6_key>(&k);
-            max_ver = max_ver.max(k.ver);
-            old_keys.push(Key { hi: k.hi, level: k.level, ver: k.ver });
+        let mut max_ver = (0..=u16::MAX).map(|t| (load_top(&self.tops, t) >> 32) as u32).max().unwrap_or(0);
+        for b in 0..self.dir.n_buckets() {
+            for w in 0..WAYS {
+                let s = self.dir.slot(b, w);
+                if s.tag != 0 {
+                    max_ver = max_ver.max(s.tag >> 8);
+                    old_keys.push(Key { hi: s.hi, level: s.tag as u8, ver: s.tag >> 8 });
+                }
+            }
         }
         self.index.skip_versions(max_ver);
         {
@@ -213,7 +246,7 @@ impl Fib6Dir {
             vals: u.vals,
             vals_capacity: usize::from(dir6::MAX_VALS),
             entries: u.entries,
-            entries_capacity: self.dir.info().map_or(0, |i| i.info.max_entries as usize),
+            entries_capacity: self.dir.n_buckets() * WAYS,
             trie_tops: u.trie_tops,
             unslotted: u.unslotted,
         }
