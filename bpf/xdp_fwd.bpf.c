@@ -443,7 +443,7 @@ static __always_inline __u32 fp_fwd_ip4(struct fp_pkt *p)
 	struct fp_flow_key k __attribute__((aligned(8))) = {};
 	struct fp_flow_pos pos;
 	const struct fp_route *rt;
-	struct fp_route rtv;
+	struct fp_fwd_scratch *sc;
 	const struct fp_flow_way *f = NULL;
 	const __u8 *dmac, *smac;
 	struct fp_tx tx;
@@ -520,9 +520,12 @@ full:
 	rt = fp_fib4_lookup(dst);
 	if (!rt)
 		return FP_R_NO_ROUTE;
-	/* A stack copy, as for IPv6 (fp_fib4_vals and fp_fib4 are two maps). */
-	rtv = *rt;
-	rt = &rtv;
+	/* A copy, as for IPv6 (fp_fib4_vals and fp_fib4 are two maps). */
+	sc = bpf_map_lookup_elem(&fp_fwd_scratch, &fp_zero_key);
+	if (!sc)
+		return FP_R_NO_ROUTE;
+	sc->rt = *rt;
+	rt = &sc->rt;
 	r = fp_route_reason(rt);
 	if (r != FP_R_FORWARDED)
 		return r;
@@ -587,10 +590,9 @@ static __always_inline __u32 fp_fwd_ip6(struct fp_pkt *p)
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ipv6hdr *ip6 = data + FP_ETH_HLEN;
 	struct fp_flow_key k __attribute__((aligned(8))) = {};
-	struct fp_lpm6_key key;
+	struct fp_fwd_scratch *sc;
 	struct fp_flow_pos pos;
 	const struct fp_route *rt;
-	struct fp_route rtv;
 	const struct fp_flow_way *f = NULL;
 	const __u8 *dmac, *smac;
 	struct fp_tx tx;
@@ -648,24 +650,22 @@ full:
 			return r;
 	}
 
-	__builtin_memcpy(key.addr, &ip6->daddr, sizeof(key.addr));
+	sc = bpf_map_lookup_elem(&fp_fwd_scratch, &fp_zero_key);
+	if (!sc)
+		return FP_R_NO_ROUTE;
+	__builtin_memcpy(sc->key.addr, &ip6->daddr, sizeof(sc->key.addr));
 	/* NAT: the kernel routes what PREROUTING's destination NAT made. */
 	if (fp_cfg.stateful && (ctv.nat.flags & FP_NAT_DST)) {
-		__builtin_memcpy(key.addr, ctv.nat.daddr, sizeof(key.addr));
-		r = fp_ip6_addr_reason(&ip6->saddr, (const struct in6_addr *)key.addr);
+		__builtin_memcpy(sc->key.addr, ctv.nat.daddr, sizeof(sc->key.addr));
+		r = fp_ip6_addr_reason(&ip6->saddr, (const struct in6_addr *)sc->key.addr);
 		if (r)
 			return r;
 	}
-	rt = fp_fib6_lookup(&key);
+	rt = fp_fib6_lookup(&sc->key);
 	if (!rt)
 		return FP_R_NO_ROUTE;
-	/*
-	 * A stack copy: the trie's and the index's values lie in different
-	 * maps, which to the verifier are different pointers, so it would
-	 * check everything below once for each (past its limit in stateful mode).
-	 */
-	rtv = *rt;
-	rt = &rtv;
+	sc->rt = *rt;
+	rt = &sc->rt;
 	r = fp_route_reason(rt);
 	if (r != FP_R_FORWARDED)
 		return r;
@@ -680,7 +680,7 @@ full:
 	r = fp_route_nexthop(p, rt, &k, pos.prev_nh, &nh_id, false);
 	if (r != FP_R_FORWARDED)
 		return r;
-	r = fp_tx_resolve(&tx, rt, nh_id, fp_cfg.ingress_slot, FP_AF_INET6, 0, key.addr, ip_len);
+	r = fp_tx_resolve(&tx, rt, nh_id, fp_cfg.ingress_slot, FP_AF_INET6, 0, sc->key.addr, ip_len);
 	if (r != FP_R_FORWARDED)
 		return r;
 	slot = tx.slot;
@@ -809,9 +809,11 @@ static __always_inline int fp_run(struct fp_pkt *p)
  * The general path as a BPF function of its own, for every packet the
  * express path declines (express.h says why it is apart). It finds the
  * hint again itself, so the entry point keeps nothing across the express
- * path: the entry's frame (the express path's, 64 bytes with clang-19)
- * and this one's (448) must fit the 512-byte BPF stack together. A load
- * failing with "combined stack size of 2 calls" means one of them grew.
+ * path: the entry's frame (the express path's, 64 bytes with clang-19),
+ * this one's (432) and that of the IPv6 index's step below it
+ * (fp_dir6_step, 16) must fit the 512-byte BPF stack together. A load
+ * failing with "combined stack size of 3 calls" means one of them grew
+ * (fp_fwd_scratch holds what no longer fits).
  */
 static __always_inline int fp_run_plain(struct xdp_md *ctx)
 {

@@ -46,9 +46,13 @@ static __always_inline struct fp_route *fp_fib4_lookup(__be32 addr)
 /* The index's hash of a key (crates/fastpath-core/src/dir6/table.rs). */
 static __always_inline __u64 fp_dir6_hash(__u64 hi, __u32 tag)
 {
-	__u64 x = (hi ^ ((__u64)tag * 0x9E3779B97F4A7C15ULL)) * 0xBF58476D1CE4E5B9ULL;
+	__u64 x = hi ^ ((__u64)tag * 0x9E3779B97F4A7C15ULL);
 
-	return x ^ (x >> 29);
+	x ^= x >> 33;
+	x *= 0xFF51AFD7ED558CCDULL;
+	x ^= x >> 33;
+	x *= 0xC4CEB9FE1A85EC53ULL;
+	return x ^ (x >> 33);
 }
 
 /*

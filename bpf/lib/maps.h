@@ -88,6 +88,29 @@ struct {
 	__type(value, struct fp_route);
 } fp_fib6_vals SEC(".maps");
 
+/*
+ * The forward paths' copy of their route (and IPv6's FIB key). The copy:
+ * the trie's and an index's values lie in different maps, which to the
+ * verifier are different pointers, so it checked everything after the
+ * lookup once for each (past its limit in stateful mode). Not on the
+ * stack: the general path's frames fill the 512 bytes, and the IPv6
+ * index's step (fp_dir6_step) needs a frame of its own below them.
+ */
+/* A key in .rodata: no stack slot for it. */
+static const __u32 fp_zero_key = 0;
+
+struct fp_fwd_scratch {
+	struct fp_lpm6_key key;
+	struct fp_route rt;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct fp_fwd_scratch);
+} fp_fwd_scratch SEC(".maps");
+
 /* IPv6 FIB: same as fp_fib4. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);

@@ -149,6 +149,10 @@ fn configs() -> Vec<(&'static str, fp_config)> {
         ("stateful", fp_config { stateful: 1, ..cache }),
         ("afxdp", fp_config { afxdp: 1, ..cache }),
         ("fib4 dir24", fp_config { fib4_dir: 1, ..cache }),
+        // fib6_dir: fp_fib6_dir's bucket count, the daemon's smallest.
+        ("fib6 multibit", fp_config { fib6_dir: 1024, ..cache }),
+        // The most the verifier walks: both indexes' lookups ahead of conntrack.
+        ("stateful, both indexes", fp_config { stateful: 1, fib4_dir: 1, fib6_dir: 1024, ..cache }),
         ("nic rx hash", fp_config { nic_rx_hash: 1, nic_hash_is_skb_hash: 1, ..cache }),
     ]
 }

@@ -280,7 +280,18 @@ fn forward_ipv4_cases(test: &str, dir24: bool) {
 
 #[test]
 fn forward_ipv6() {
-    let Some((_lab, world)) = lab("forward_ipv6") else { return };
+    forward_ipv6_cases("forward_ipv6", false);
+}
+
+/// The same with the multibit index in front of the trie (`--fib6-index multibit`).
+#[test]
+fn forward_ipv6_multibit() {
+    forward_ipv6_cases("forward_ipv6_multibit", true);
+}
+
+fn forward_ipv6_cases(test: &str, multibit: bool) {
+    let Some((_lab, mut world)) = lab(test) else { return };
+    world.fib6_dir = multibit;
     let (a, b) = (world.a, world.b);
     let p = c6();
     let esp = with6(|p| p.nexthdr = 50);
@@ -291,8 +302,54 @@ fn forward_ipv6() {
     let onlink = Ip6::new(v6("2001:db8:a::10"), v6("2001:db8:b::7"));
     let hop2 = with6(|p| p.hop = 2);
     let min_mtu = with6(|p| p.payload = vec![0x5A; 1280 - 40]);
+    let elsewhere = with6(|p| p.dst = v6("2001:db8:3::1"));
+    let host_b = move |w: &mut World| w.neigh.push((neigh_key(b, AF_INET6, &v6("2001:db8:2::20")), neigh(MAC_HOST_B)));
     let cases = vec![
         Case::forward("via gateway", same, f6(&p), out6(&p, MAC_GW6)),
+        // Routes of every depth of the index around the /48: its top
+        // word, a level's entry, a default, and the trie past /64.
+        Case::forward(
+            "default route",
+            |w| w.set_route6(lpm6("::", 0), route(fp_route_type::FP_RT_FORWARD, NH_GW6)),
+            f6(&elsewhere),
+            out6(&elsewhere, MAC_GW6),
+        ),
+        Case::forward(
+            "a /20 around the /48 does not win",
+            |w| w.set_route6(lpm6("2001::", 20), route(fp_route_type::FP_RT_BLACKHOLE, 0)),
+            f6(&p),
+            out6(&p, MAC_GW6),
+        ),
+        Case::forward(
+            "a /56 inside the /48 wins",
+            move |w| {
+                host_b(w);
+                w.set_route6(lpm6("2001:db8:2::", 56), route(fp_route_type::FP_RT_FORWARD, NH_ONLINK_B));
+            },
+            f6(&p),
+            out6(&p, MAC_HOST_B),
+        ),
+        Case::forward(
+            "a /56 beside the destination's leaves it to the /48",
+            |w| w.set_route6(lpm6("2001:db8:2:100::", 56), route(fp_route_type::FP_RT_BLACKHOLE, 0)),
+            f6(&p),
+            out6(&p, MAC_GW6),
+        ),
+        Case::forward(
+            "a /128 inside the /48 wins",
+            move |w| {
+                host_b(w);
+                w.set_route6(lpm6("2001:db8:2::20", 128), route(fp_route_type::FP_RT_FORWARD, NH_ONLINK_B));
+            },
+            f6(&p),
+            out6(&p, MAC_HOST_B),
+        ),
+        Case::forward(
+            "a /128 beside the destination leaves it to the /48",
+            |w| w.set_route6(lpm6("2001:db8:2::21", 128), route(fp_route_type::FP_RT_BLACKHOLE, 0)),
+            f6(&p),
+            out6(&p, MAC_GW6),
+        ),
         Case::forward("ESP is not punted as an extension header", same, f6(&esp), out6(&esp, MAC_GW6)),
         Case::forward("no next header, padding trimmed", same, pad_to(f6(&nonext), 60, 0), out6(&nonext, MAC_GW6)),
         Case::forward(
@@ -886,19 +943,26 @@ const IN_STATEFUL_RS: &[fp_reason] =
 
 #[test]
 fn punt_reasons() {
-    punt_reason_cases("punt_reasons", false);
+    punt_reason_cases("punt_reasons", false, false);
 }
 
 /// Every punt with the /24 index in front of the trie: no route, local,
 /// blackhole and the rest come out of the index as out of the trie.
 #[test]
 fn punt_reasons_dir24() {
-    punt_reason_cases("punt_reasons_dir24", true);
+    punt_reason_cases("punt_reasons_dir24", true, false);
 }
 
-fn punt_reason_cases(test: &str, dir24: bool) {
+/// The same with both indexes, the IPv6 one's answers as the trie's.
+#[test]
+fn punt_reasons_multibit() {
+    punt_reason_cases("punt_reasons_multibit", true, true);
+}
+
+fn punt_reason_cases(test: &str, dir24: bool, multibit: bool) {
     let Some((_lab, mut world)) = lab(test) else { return };
     world.fib4_dir = dir24;
+    world.fib6_dir = multibit;
     let cases = punt_cases(&world);
     let covered: BTreeSet<usize> = cases
         .iter()

@@ -156,6 +156,9 @@ pub struct Dir6<V> {
     next_ver: u32,
     quarantine: Duration,
     entries: usize,
+    /// No word written yet: the first flush writes all 65,536, so a /16
+    /// without routes says NONE instead of sending lookups to the trie.
+    fresh: bool,
 }
 
 impl<V: Eq + Hash + Clone> Dir6<V> {
@@ -180,6 +183,7 @@ impl<V: Eq + Hash + Clone> Dir6<V> {
             next_ver: 1,
             quarantine,
             entries: 0,
+            fresh: true,
         }
     }
 
@@ -341,6 +345,9 @@ impl<V: Eq + Hash + Clone> Dir6<V> {
     /// Applies what changed: rebuilt tops get their new words, replaced
     /// entries are retired, and what rested long enough is deleted.
     pub fn flush(&mut self, now: Instant, sink: &mut impl Dir6Sink<V>) {
+        if std::mem::take(&mut self.fresh) {
+            self.cover_dirty.extend(0..=u16::MAX);
+        }
         let inside = std::mem::take(&mut self.inside_dirty);
         let mut cover = std::mem::take(&mut self.cover_dirty);
         for t in inside {

@@ -353,7 +353,7 @@ impl Collector for Scrape {
         if let Some(d) = &s.fib6_multibit {
             let mut m = e.encode_descriptor(
                 "fastpath_fib6_multibit",
-                "The IPv6 multibit index: route values held and their capacity, hash entries and their capacity, /16s sent to the trie, values without a slot.",
+                "The IPv6 multibit index: route values held and their capacity, entries and slots, /16s sent to the trie, values without a slot.",
                 None,
                 prometheus_client::metrics::MetricType::Gauge,
             )?;

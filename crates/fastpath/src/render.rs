@@ -186,7 +186,7 @@ pub fn status(s: &Status, all: bool) -> String {
     }
     match &s.fib6_multibit {
         Some(d) => out.push_str(&format!(
-            "fib6 index: multibit, {} of {} route values, {} of {} hash entries, {} /16s sent to the trie, {} route values without a slot\n",
+            "fib6 index: multibit, {} of {} route values, {} entries in {} slots, {} /16s sent to the trie, {} route values without a slot\n",
             d.vals, d.vals_capacity, d.entries, d.entries_capacity, d.trie_tops, d.unslotted
         )),
         None => out.push_str("fib6 index: trie\n"),

@@ -80,6 +80,7 @@ impl Loaded {
         rodata.fp_cfg.stateful = u32::from(world.stateful);
         rodata.fp_cfg.flow_key_addrs = u32::from(world.flow_key_addrs);
         rodata.fp_cfg.fib4_dir = u32::from(world.fib4_dir);
+        rodata.fp_cfg.fib6_dir = if world.fib6_dir { super::world::DIR6_BUCKETS } else { 0 };
         let flows = fastpath_bpf::flow_cache_entries(FLOW_SETS).map_err(anyhow::Error::msg)?;
         open.maps.fp_flows.set_max_entries(flows).context("sizing fp_flows")?;
         open.maps.fp_ct_flows.set_max_entries(flows).context("sizing fp_ct_flows")?;
@@ -89,6 +90,15 @@ impl Loaded {
         let dir16 = if world.fib4_dir { fastpath_bpf::intf::FP_DIR16_ELEMS } else { 1 };
         open.maps.fp_fib4_dir16.set_max_entries(dir16).context("sizing fp_fib4_dir16")?;
         open.maps.fp_fib4_vals.set_max_entries(vals).context("sizing fp_fib4_vals")?;
+        // The IPv6 index likewise.
+        let (tops, dir, vals) = if world.fib6_dir {
+            (fastpath_bpf::intf::FP_DIR6_TOPS, super::world::DIR6_BUCKETS, super::world::DIR6_VALS)
+        } else {
+            (1, 1, 1)
+        };
+        open.maps.fp_fib6_dir16.set_max_entries(tops).context("sizing fp_fib6_dir16")?;
+        open.maps.fp_fib6_dir.set_max_entries(dir).context("sizing fp_fib6_dir")?;
+        open.maps.fp_fib6_vals.set_max_entries(vals).context("sizing fp_fib6_vals")?;
         let skel = open.load().context("load xdp_fwd (verifier)")?;
         world.apply(&skel)?;
         Ok(Loaded { skel, full: world.stateful, _obj: obj })
@@ -110,6 +120,13 @@ impl Loaded {
                 // already holds what it would write; zeroing it was most of
                 // a case's time.
                 _ if name == "fp_fib4_dir" => {}
+                // Through a mapping where the map allows one: a batch update
+                // of the IPv6 index's 65536 top words, or of the flow
+                // caches, took milliseconds a map.
+                MapType::Array if map.info().is_ok_and(|i| i.info.map_flags & libbpf_rs::libbpf_sys::BPF_F_MMAPABLE != 0) => {
+                    let len = map.value_size().next_multiple_of(8) as usize * map.max_entries() as usize;
+                    super::world::with_mapped(&map, len, |d: &mut [u8]| d.fill(0)).with_context(|| format!("zeroing {name}"))?;
+                }
                 // One batch per map: the flow-cache arrays have tens of
                 // thousands of slots, and a syscall per slot made the reset
                 // most of a table case's time.
@@ -256,10 +273,10 @@ thread_local! {
 
 /// Everything `Loaded::new` puts into .rodata: cases that agree on it can
 /// share one load.
-type LoadKey = (u32, u32, bool, bool, bool);
+type LoadKey = (u32, u32, bool, bool, bool, bool);
 
 fn load_key(w: &World) -> LoadKey {
-    (w.a, ingress_slot(w), w.stateful, w.flow_key_addrs, w.fib4_dir)
+    (w.a, ingress_slot(w), w.stateful, w.flow_key_addrs, w.fib4_dir, w.fib6_dir)
 }
 
 /// The instance keeps its slot even when the test unmanages it.

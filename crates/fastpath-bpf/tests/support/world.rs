@@ -12,6 +12,8 @@ use std::mem::size_of;
 use anyhow::{Context, Result};
 use fastpath_bpf::intf::*;
 use fastpath_bpf::skel::xdp_fwd::XdpFwdSkel;
+use fastpath_core::dir6::table::{self, Buckets, Slot, VecBuckets, WAYS};
+use fastpath_core::dir6::{Dir6, Dir6Sink, Key, TOPS, TRIE};
 use libbpf_rs::{MapCore, MapFlags};
 
 use super::packet::{v4, v6, Mac};
@@ -125,6 +127,9 @@ pub struct World {
     /// The /24 index in front of fp_fib4 (fp_config.fib4_dir), painted
     /// from `fib4` by the daemon's own fastpath_core::dir24.
     pub fib4_dir: bool,
+    /// The multibit index in front of fp_fib6 (fp_config.fib6_dir), built
+    /// from `fib6` by the daemon's own fastpath_core::dir6.
+    pub fib6_dir: bool,
     /// Conntrack entries of the test's namespace, each the arguments of one
     /// `conntrack -I` (the table is flushed first when there are any).
     pub conntrack: Vec<String>,
@@ -179,6 +184,7 @@ impl World {
             stateful: false,
             flow_key_addrs: false,
             fib4_dir: false,
+            fib6_dir: false,
             conntrack: vec![],
         }
     }
@@ -270,6 +276,9 @@ impl World {
         for (k, v) in &self.fib6 {
             m.fp_fib6.update(raw(k), raw(v), MapFlags::ANY).context("fp_fib6")?;
         }
+        if self.fib6_dir {
+            Dir6Mem::memo(&self.fib6).write(skel)?;
+        }
         for (k, v) in &self.nexthops {
             // As the daemon writes them: the egress slot, 0 when not managed.
             let v = fp_nexthop { slot: self.slot(v.ifindex) as u16, ..*v };
@@ -324,19 +333,26 @@ impl World {
 
 /// `f` on fp_fib4_dir's entries, mapped as the daemon maps them.
 pub fn with_dir24_mem(skel: &XdpFwdSkel<'_>, f: impl FnOnce(&mut [u16])) -> Result<()> {
-    use std::os::fd::{AsFd, AsRawFd};
-    let n = fastpath_core::dir24::BLOCKS;
-    let len = n * size_of::<u16>();
-    // SAFETY: maps exactly the array map's size, shared; unmapped below.
+    with_mapped(&skel.maps.fp_fib4_dir, fastpath_core::dir24::BLOCKS, f).context("fp_fib4_dir")
+}
+
+/// `f` on the first `n` elements of an mmapable array map (T the size of
+/// its values, a multiple of 8 as the kernel lays them out), mapped shared.
+pub fn with_mapped<T: Copy, R>(map: &impl std::os::fd::AsFd, n: usize, f: impl FnOnce(&mut [T]) -> R) -> Result<R> {
+    use std::os::fd::AsRawFd;
+    let len = n * size_of::<T>();
+    // SAFETY: maps `len` bytes of the map, shared; the kernel refuses more
+    // than the map holds; unmapped below.
     let p = unsafe {
-        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, skel.maps.fp_fib4_dir.as_fd().as_raw_fd(), 0)
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, map.as_fd().as_raw_fd(), 0)
     };
-    anyhow::ensure!(p != libc::MAP_FAILED, "mapping fp_fib4_dir: {}", std::io::Error::last_os_error());
-    // SAFETY: the mapping is ours alone until unmapped; the program only reads it.
-    f(unsafe { std::slice::from_raw_parts_mut(p.cast::<u16>(), n) });
+    anyhow::ensure!(p != libc::MAP_FAILED, "mapping {len} bytes: {}", std::io::Error::last_os_error());
+    // SAFETY: page-aligned, `len` bytes, ours alone until unmapped (the
+    // program only reads it, and runs only between our calls).
+    let r = f(unsafe { std::slice::from_raw_parts_mut(p.cast::<T>(), n) });
     // SAFETY: exactly what mmap returned.
     unsafe { libc::munmap(p, len) };
-    Ok(())
+    Ok(r)
 }
 
 /// An index painted by fastpath_core::dir24, and for which routes and map.
@@ -364,4 +380,169 @@ impl Painted {
 thread_local! {
     /// What this thread last wrote into a program's fp_fib4_dir.
     static DIR24_MEMO: std::cell::RefCell<Option<Painted>> = const { std::cell::RefCell::new(None) };
+}
+
+/// A route value as fastpath_core::dir6 keeps it: the fp_route's bytes.
+pub type Route6 = [u8; size_of::<fp_route>()];
+
+/// fp_fib6_dir's buckets in these tests (fp_config.fib6_dir): room for a
+/// few hundred routes' entries in the several versions a test leaves
+/// resting as the daemon's quarantine does, so that no /16's entries are
+/// refused (leaving it to the trie, untested); the tests check none is.
+pub const DIR6_BUCKETS: u32 = 1 << 15;
+
+/// fp_fib6_vals's slots in these tests: the daemon has FP_DIR6_VALS, but a
+/// test's tables hold dozens of values, and zeroing 65535 of them at every
+/// reset was a third of a case's time. A value past them finds no slot,
+/// which the tests check never happens (`Usage::unslotted`).
+pub const DIR6_VALS: u32 = 1024;
+
+/// A bucket as the data path reads it (struct fp_dir6_bucket).
+fn bucket_bytes(b: &[Slot; WAYS]) -> Vec<u8> {
+    b.iter().flat_map(|s| raw(&fp_dir6_slot { hi: s.hi, tag: s.tag, entry: s.entry }).to_vec()).collect()
+}
+
+/// fp_fib6_dir16, fp_fib6_dir and fp_fib6_vals as fastpath_core::dir6
+/// writes them for one table, collected first and written whole.
+struct Dir6Mem {
+    vals: std::collections::BTreeMap<u16, Route6>,
+    buckets: VecBuckets,
+    tops: Vec<u64>,
+    /// `buckets` as fp_fib6_dir's bytes, once built (and `buckets` dropped).
+    image: Vec<u8>,
+}
+
+impl Dir6Sink<Route6> for Dir6Mem {
+    fn set_val(&mut self, slot: u16, v: &Route6) -> bool {
+        self.vals.insert(slot, *v);
+        true
+    }
+    fn put(&mut self, entries: &[(Key, u32)]) -> bool {
+        entries.iter().all(|(k, e)| table::insert(&mut self.buckets, k, *e))
+    }
+    fn del(&mut self, keys: &[Key]) {
+        for k in keys {
+            table::remove(&mut self.buckets, k);
+        }
+    }
+    fn set_top(&mut self, top: u16, word: u64) {
+        self.tops[usize::from(top)] = word;
+    }
+}
+
+impl Dir6Mem {
+    /// The index of `fib6`, routes in their order (a later one of the same
+    /// prefix replaces the earlier, as in the trie). Every /16 is built,
+    /// not only those a route touches: a word never written (TRIE) would
+    /// send its lookups to the trie and test nothing of the index.
+    fn of(fib6: &[(fp_lpm6_key, fp_route)]) -> Dir6Mem {
+        let mut mem = Dir6Mem {
+            vals: Default::default(),
+            buckets: VecBuckets::new(DIR6_BUCKETS as usize),
+            tops: vec![u64::from(TRIE); TOPS],
+            image: Vec::new(),
+        };
+        let mut dir = Dir6::new(std::time::Duration::ZERO);
+        let now = std::time::Instant::now();
+        for (k, v) in fib6 {
+            let v: Route6 = raw(v).try_into().expect("an fp_route");
+            dir.upsert(u128::from_be_bytes(k.addr), k.prefixlen as u8, v, now, &mut mem);
+        }
+        dir.mark_all();
+        dir.flush(now, &mut mem);
+        // A /16 whose entries found no room asks the trie: right, but untested.
+        let u = dir.usage();
+        assert!(u.trie_tops == 0 && u.unslotted == 0, "a world's table does not fit the index: {u:?}");
+        mem.image = mem.buckets.0.iter().flat_map(bucket_bytes).collect();
+        mem.buckets = VecBuckets::new(1);
+        mem
+    }
+
+    /// `of`, computed once per table and thread: most cases of a test
+    /// share their routes, and building all 65536 /16s costs milliseconds.
+    fn memo(fib6: &[(fp_lpm6_key, fp_route)]) -> std::rc::Rc<Dir6Mem> {
+        let routes: Vec<u8> = fib6.iter().flat_map(|(k, v)| raw(k).iter().chain(raw(v)).copied().collect::<Vec<u8>>()).collect();
+        DIR6_MEMO.with(|memo| {
+            let mut memo = memo.borrow_mut();
+            match &*memo {
+                Some((r, mem)) if *r == routes => mem.clone(),
+                _ => {
+                    let mem = std::rc::Rc::new(Dir6Mem::of(fib6));
+                    *memo = Some((routes, mem.clone()));
+                    mem
+                }
+            }
+        })
+    }
+
+    /// Into maps the runner's reset left empty: values and entries before
+    /// the top words that lead to them, as the daemon orders them. The two
+    /// arrays through a mapping, as the daemon writes them: a batch update
+    /// of the 65536 words took longer than the rest of a case.
+    fn write(&self, skel: &XdpFwdSkel<'_>) -> Result<()> {
+        let m = &skel.maps;
+        for (slot, v) in &self.vals {
+            m.fp_fib6_vals.update(&u32::from(*slot).to_ne_bytes(), v, MapFlags::ANY).context("fp_fib6_vals")?;
+        }
+        with_mapped(&m.fp_fib6_dir, self.image.len(), |d: &mut [u8]| d.copy_from_slice(&self.image)).context("fp_fib6_dir")?;
+        with_mapped(&m.fp_fib6_dir16, self.tops.len(), |d: &mut [u64]| d.copy_from_slice(&self.tops)).context("fp_fib6_dir16")
+    }
+}
+
+thread_local! {
+    /// The last table `Dir6Mem::memo` built on this thread, and what it built.
+    static DIR6_MEMO: std::cell::RefCell<Option<(Vec<u8>, std::rc::Rc<Dir6Mem>)>> = const { std::cell::RefCell::new(None) };
+}
+
+/// fastpath_core::dir6 writing into a loaded program's maps as it goes, in
+/// the order it calls (each changed bucket, value and word at once): what
+/// the daemon does between packets, for tests that change a table under a
+/// live index. Starts from the empty maps of a reset.
+pub struct Dir6Maps<'a> {
+    skel: &'a XdpFwdSkel<'a>,
+    /// What fp_fib6_dir holds: only this writes it.
+    pub buckets: VecBuckets,
+}
+
+impl<'a> Dir6Maps<'a> {
+    pub fn new(skel: &'a XdpFwdSkel<'a>) -> Self {
+        Dir6Maps { skel, buckets: VecBuckets::new(DIR6_BUCKETS as usize) }
+    }
+}
+
+impl Buckets for Dir6Maps<'_> {
+    fn n_buckets(&self) -> usize {
+        self.buckets.n_buckets()
+    }
+    fn slot(&self, bucket: usize, way: usize) -> Slot {
+        self.buckets.slot(bucket, way)
+    }
+    fn fill(&mut self, bucket: usize, way: usize, s: Slot) {
+        self.buckets.fill(bucket, way, s);
+        let b = bucket_bytes(&self.buckets.0[bucket]);
+        self.skel.maps.fp_fib6_dir.update(&(bucket as u32).to_ne_bytes(), &b, MapFlags::ANY).expect("fp_fib6_dir update");
+    }
+    fn clear(&mut self, bucket: usize, way: usize) {
+        self.buckets.clear(bucket, way);
+        let b = bucket_bytes(&self.buckets.0[bucket]);
+        self.skel.maps.fp_fib6_dir.update(&(bucket as u32).to_ne_bytes(), &b, MapFlags::ANY).expect("fp_fib6_dir update");
+    }
+}
+
+impl Dir6Sink<Route6> for Dir6Maps<'_> {
+    fn set_val(&mut self, slot: u16, v: &Route6) -> bool {
+        self.skel.maps.fp_fib6_vals.update(&u32::from(slot).to_ne_bytes(), v, MapFlags::ANY).is_ok()
+    }
+    fn put(&mut self, entries: &[(Key, u32)]) -> bool {
+        entries.iter().all(|(k, e)| table::insert(self, k, *e))
+    }
+    fn del(&mut self, keys: &[Key]) {
+        for k in keys {
+            table::remove(self, k);
+        }
+    }
+    fn set_top(&mut self, top: u16, word: u64) {
+        let r = self.skel.maps.fp_fib6_dir16.update(&u32::from(top).to_ne_bytes(), &word.to_ne_bytes(), MapFlags::ANY);
+        r.expect("fp_fib6_dir16 update");
+    }
 }

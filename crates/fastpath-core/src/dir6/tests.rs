@@ -253,6 +253,18 @@ fn a_full_map_or_no_slot_sends_the_top_to_the_trie() {
 }
 
 #[test]
+fn the_first_flush_writes_every_word() {
+    let mut d = Dir6::new(Duration::ZERO);
+    let mut mem = Mem::new();
+    let now = Instant::now();
+    d.upsert(0x2001_0db8_0001u128 << 80, 48, 5, now, &mut mem);
+    d.flush(now, &mut mem);
+    // A /16 without routes answers "no route" from its word, not the trie.
+    assert_eq!(mem.tops[0x3000], u64::from(val(SLOT_NONE)));
+    assert_eq!(walk(mem.tops[0x3000], 0x3000u128 << 112, |_| None), Some(SLOT_NONE));
+}
+
+#[test]
 fn freed_slots_rest_before_reuse() {
     let t0 = Instant::now();
     let q = Duration::from_secs(1);
