@@ -350,9 +350,19 @@ impl<V: Eq + Hash + Clone> Dir6<V> {
         }
         let inside = std::mem::take(&mut self.inside_dirty);
         let mut cover = std::mem::take(&mut self.cover_dirty);
+        let mut refused = Vec::new();
         for t in inside {
             cover.remove(&t);
-            self.rebuild(t, now, sink);
+            if !self.rebuild(t, now, sink) {
+                refused.push(t);
+            }
+        }
+        if let Some(first) = refused.first() {
+            // One line a flush: a table too small for its routes refuses many.
+            log::warn!(
+                "fp_fib6_dir: the entries of {} /16s did not fit (the first {first:x}::/16); their lookups use the trie (a larger --fib6-entries gives the index more room)",
+                refused.len()
+            );
         }
         for t in cover {
             self.rewrite_word(t, sink);
@@ -392,7 +402,8 @@ impl<V: Eq + Hash + Clone> Dir6<V> {
         }
     }
 
-    fn rebuild(&mut self, t: u16, now: Instant, sink: &mut impl Dir6Sink<V>) {
+    /// Builds /16 `t` again; false if its entries did not fit.
+    fn rebuild(&mut self, t: u16, now: Instant, sink: &mut impl Dir6Sink<V>) -> bool {
         let base = u128::from(t) << 112;
         let end = base | !mask128(16);
         let mut routes = Vec::new();
@@ -403,6 +414,7 @@ impl<V: Eq + Hash + Clone> Dir6<V> {
                 None => unslotted = true,
             }
         }
+        let mut fitted = true;
         let old = std::mem::take(&mut self.tops[usize::from(t)].keys);
         if !old.is_empty() {
             self.entries -= old.len();
@@ -426,7 +438,7 @@ impl<V: Eq + Hash + Clone> Dir6<V> {
             } else {
                 let keys: Vec<Key> = out.into_iter().map(|(k, _)| k).collect();
                 sink.del(&keys);
-                log::warn!("fp_fib6_dir refused entries of {:x}::/16; its lookups use the trie", t);
+                fitted = false;
                 Shape::Trie
             }
         };
@@ -434,6 +446,7 @@ impl<V: Eq + Hash + Clone> Dir6<V> {
         // A rebuilt top's word is written even if equal: its version is new.
         self.tops[usize::from(t)].word = u64::MAX;
         self.rewrite_word(t, sink);
+        fitted
     }
 }
 
