@@ -20,10 +20,11 @@ from test_restart import kill9, pin_lab, pinned
 ARGS = ["--fib4-index", "dir24", "--flow-timeout", "0"]
 
 
-def where(lab: Lab, daemon: Daemon, dsts: list[str]) -> tuple[dict[str, str | None], dict[str, int]]:
-    """Server side each destination arrived at (None: nowhere) and the r0 counter deltas."""
+def where(lab: Lab, daemon: Daemon, dsts: list[str], udp=udp4) -> tuple[dict[str, str | None], dict[str, int]]:
+    """Server side each destination arrived at (None: nowhere) and the r0
+    counter deltas; `udp` builds the frames (pkts.udp6 for IPv6)."""
     before = daemon.counters("r0")
-    frames = [udp4(lab, dst=d, seq=i) for i, d in enumerate(dsts)]
+    frames = [udp(lab, dst=d, seq=i) for i, d in enumerate(dsts)]
     got = send_and_capture(lab.c0, frames, [lab.s0, lab.s1])
     after = daemon.counters("r0")
     out: dict[str, str | None] = {d: None for d in dsts}

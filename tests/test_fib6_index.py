@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import pytest
 
-from lab import Daemon, Lab, counter_delta, send_and_capture
+from lab import Daemon, Lab
 from pkts import udp6
+from test_fib4_index import where as where4
 from test_restart import kill9, pin_lab, pinned
 
 # Cache off: each packet goes through fp_fib6_lookup().
@@ -23,19 +24,8 @@ ARGS = ["--fib6-index", "multibit", "--flow-timeout", "0"]
 
 
 def where(lab: Lab, daemon: Daemon, dsts: list[str]) -> tuple[dict[str, str | None], dict[str, int]]:
-    """Server side each destination arrived at (None: nowhere) and the r0 counter deltas."""
-    before = daemon.counters("r0")
-    frames = [udp6(lab, dst=d, seq=i) for i, d in enumerate(dsts)]
-    got = send_and_capture(lab.c0, frames, [lab.s0, lab.s1])
-    after = daemon.counters("r0")
-    out: dict[str, str | None] = {d: None for d in dsts}
-    for side, fs in got.items():
-        for f in fs:
-            for i, d in enumerate(dsts):
-                if f"fastpath-{i:08d}-".encode() in f:
-                    assert out[d] is None, f"{d} arrived twice"
-                    out[d] = side
-    return out, counter_delta(before, after)
+    """As for the /24 index, with IPv6 frames."""
+    return where4(lab, daemon, dsts, udp=udp6)
 
 
 def routes(lab: Lab, *cmds: tuple[str, ...]) -> None:

@@ -17,6 +17,7 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
 mod dir24;
 mod dir6;
+mod mapped;
 mod readback;
 
 pub use dir24::DirUsage;

@@ -205,7 +205,7 @@ fn the_default_route_changes_top_words_only() {
     for a in [0x2001_0db8_0001u128 << 80, 0x2001_0db8_0002u128 << 80, 0x3000u128 << 112, 0x2001u128 << 112] {
         assert_eq!(mem.lookup(mem.tops[(a >> 112) as usize], a, &routes), lpm(&routes, a), "{a:x}");
     }
-    assert_eq!(walk(mem.tops[0x3000], 0x3000u128 << 112, |_| None), Some(d.slot_of(&2).unwrap()));
+    assert_eq!(walk(mem.tops[0x3000], 0x3000u128 << 112, |_| None), Some(d.slot_of(&2).expect("the default route's value holds a slot")));
 }
 
 #[test]

@@ -6,14 +6,13 @@
 //! new, never half of each.
 
 use std::net::Ipv4Addr;
-use std::os::fd::AsFd;
-use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
 use fastpath_bpf::intf::{self, fp_dir24_elem, fp_route};
 use fastpath_core::dir24::{self, Dir24, DirSink};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
+use super::mapped::Mapped;
 use super::{bytes, from_bytes};
 
 /// Longer than any XDP program run by far: a program that read a slot
@@ -32,61 +31,9 @@ fn val(v: &fp_route) -> Val {
     bytes(v).try_into().expect("an fp_route's bytes")
 }
 
-/// fp_fib4_dir (or fp_fib4_dir16) mapped read-write into this process.
-struct Mapped {
-    base: NonNull<u16>,
-    len: usize,
-}
-
-// SAFETY: the mapping belongs to this value alone; the data path only reads it.
-unsafe impl Send for Mapped {}
-
-impl Mapped {
-    /// `entries` u16 entries: the whole array map.
-    fn new(map: &MapHandle, entries: usize) -> std::io::Result<Mapped> {
-        let len = entries * size_of::<u16>();
-        // SAFETY: maps the whole array map (its size exactly) shared; the
-        // pointer is checked before use and unmapped on drop.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                std::os::fd::AsRawFd::as_raw_fd(&map.as_fd()),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(Mapped { base: NonNull::new(p.cast()).expect("mmap returned NULL"), len })
-    }
-
-    fn store(&self, block: u32, entry: u16) {
-        assert!((block as usize) < self.len / size_of::<u16>());
-        // SAFETY: in bounds (asserted) of a live mapping; volatile so every
-        // store happens, as the data path reads the memory concurrently.
-        unsafe { self.base.as_ptr().add(block as usize).write_volatile(entry) }
-    }
-
-    fn load(&self, block: u32) -> u16 {
-        assert!((block as usize) < self.len / size_of::<u16>());
-        // SAFETY: in bounds (asserted) of a live mapping; only this process writes it.
-        unsafe { self.base.as_ptr().add(block as usize).read_volatile() }
-    }
-}
-
-impl Drop for Mapped {
-    fn drop(&mut self) {
-        // SAFETY: exactly the region mmap returned.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
-    }
-}
-
 struct Sink<'a> {
-    mem: &'a Mapped,
-    top: &'a Mapped,
+    mem: &'a Mapped<u16>,
+    top: &'a Mapped<u16>,
     vals: &'a MapHandle,
     /// Values only, no entries (an adoption computes the whole index
     /// before its sweep writes any entry).
@@ -106,26 +53,26 @@ impl DirSink<Val> for Sink<'_> {
 
     fn set_block(&mut self, block: u32, entry: u16) {
         if !self.quiet {
-            self.mem.store(block, entry);
+            self.mem.store(block as usize, entry);
         }
     }
 
     fn set_top(&mut self, top: u32, entry: u16) {
         if !self.quiet {
-            self.top.store(top, entry);
+            self.top.store(top as usize, entry);
         }
     }
 
     fn block(&self, block: u32) -> u16 {
-        self.mem.load(block)
+        self.mem.load(block as usize)
     }
 }
 
 /// The index and where it is written.
 pub(super) struct Fib4Dir {
     index: Dir24<Val>,
-    mem: Mapped,
-    top: Mapped,
+    mem: Mapped<u16>,
+    top: Mapped<u16>,
     vals: MapHandle,
     /// Nothing written yet: the first route write sweeps first, so blocks
     /// no route covers say NONE rather than send their lookups to the trie.

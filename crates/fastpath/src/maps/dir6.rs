@@ -5,8 +5,6 @@
 //! so the data path reads the old word or the new, never half of each.
 
 use std::net::Ipv6Addr;
-use std::os::fd::{AsFd, AsRawFd};
-use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
 use fastpath_bpf::intf::{self, fp_dir6_bucket, fp_route};
@@ -14,6 +12,7 @@ use fastpath_core::dir6::table::{self, Buckets, Slot, WAYS};
 use fastpath_core::dir6::{self, Dir6, Dir6Sink, Key};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
+use super::mapped::Mapped;
 use super::{bytes, from_bytes};
 
 /// Longer than any XDP program run by far: a program that read a /16's
@@ -34,64 +33,9 @@ fn val(v: &fp_route) -> Val {
 const _: () = assert!(size_of::<fp_dir6_bucket>() == WAYS * size_of::<Slot>() && table::VER_MASK == intf::FP_DIR6_VER_MASK);
 const _: () = assert!(WAYS == intf::FP_DIR6_WAYS as usize);
 
-/// An array map mapped read-write into this process: `len` elements of T.
-struct Mapped<T> {
-    base: NonNull<T>,
-    len: usize,
-}
-
-// SAFETY: the mapping belongs to this value alone; the data path only reads it.
-unsafe impl<T> Send for Mapped<T> {}
-
-impl<T: Copy> Mapped<T> {
-    fn new(map: &MapHandle, len: usize) -> std::io::Result<Mapped<T>> {
-        // SAFETY: maps the whole array map (its size exactly) shared; the
-        // pointer is checked before use and unmapped on drop.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len * size_of::<T>(),
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                map.as_fd().as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(Mapped { base: NonNull::new(p.cast()).expect("mmap returned NULL"), len })
-    }
-
-    fn ptr(&self, i: usize) -> *mut T {
-        assert!(i < self.len);
-        // SAFETY: in bounds (asserted) of a live mapping.
-        unsafe { self.base.as_ptr().add(i) }
-    }
-}
-
-impl<T> Drop for Mapped<T> {
-    fn drop(&mut self) {
-        // SAFETY: exactly the region mmap returned.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len * size_of::<T>()) };
-    }
-}
-
-/// The first level: each word one aligned volatile 8-byte store.
-fn store_top(tops: &Mapped<u64>, top: u16, word: u64) {
-    // SAFETY: a live, page-aligned mapping of u64s; volatile so every store
-    // happens, as the data path reads the memory concurrently.
-    unsafe { tops.ptr(usize::from(top)).write_volatile(word) }
-}
-
-fn load_top(tops: &Mapped<u64>, top: u16) -> u64 {
-    // SAFETY: as in `store_top`.
-    unsafe { tops.ptr(usize::from(top)).read_volatile() }
-}
-
 impl Buckets for Mapped<[Slot; WAYS]> {
     fn n_buckets(&self) -> usize {
-        self.len
+        self.len()
     }
 
     fn slot(&self, bucket: usize, way: usize) -> Slot {
@@ -145,7 +89,8 @@ impl Dir6Sink<Val> for Sink<'_> {
     }
 
     fn set_top(&mut self, top: u16, word: u64) {
-        store_top(self.tops, top, word);
+        // One aligned 8-byte store: entry and version together.
+        self.tops.store(usize::from(top), word);
     }
 }
 
@@ -217,7 +162,7 @@ impl Fib6Dir {
         let now = Instant::now();
         self.index.adopt_slots(old_vals, now);
         let mut old_keys = Vec::new();
-        let mut max_ver = (0..=u16::MAX).map(|t| (load_top(&self.tops, t) >> 32) as u32).max().unwrap_or(0);
+        let mut max_ver = (0..dir6::TOPS).map(|t| (self.tops.load(t) >> 32) as u32).max().unwrap_or(0);
         for b in 0..self.dir.n_buckets() {
             for w in 0..WAYS {
                 let s = self.dir.slot(b, w);
