@@ -38,9 +38,9 @@ static __always_inline struct fp_route *fp_fib4_lookup(__be32 addr)
 		if (e == FP_DIR24_NONE)
 			return NULL;
 		if (e != FP_DIR24_TRIE)
-			return bpf_map_lookup_elem(&fp_fib4_vals, &e);
+			return fp_lookup_apart(&fp_fib4_vals, &e);
 	}
-	return bpf_map_lookup_elem(&fp_fib4, &key);
+	return fp_lookup_apart(&fp_fib4, &key);
 }
 
 /* The index's hash of a key (crates/fastpath-core/src/dir6/table.rs). */
@@ -157,9 +157,9 @@ static __always_inline struct fp_route *fp_fib6_lookup(struct fp_lpm6_key *key)
 		if (slot == FP_DIR6_NONE)
 			return NULL;
 		if (slot != FP_DIR6_ASK_TRIE)
-			return bpf_map_lookup_elem(&fp_fib6_vals, &slot);
+			return fp_lookup_apart(&fp_fib6_vals, &slot);
 	}
-	return bpf_map_lookup_elem(&fp_fib6, key);
+	return fp_lookup_apart(&fp_fib6, key);
 }
 
 /*

@@ -25,7 +25,7 @@ fp_neigh_lookup(__u32 ifindex, const struct fp_nexthop *nh, __u8 family, __be32 
 	if (nfam == FP_AF_INET) {
 		k4.ifindex = ifindex;
 		k4.addr = nh->gw_family ? *(const __u32 *)nh->gw : dst4;
-		return bpf_map_lookup_elem(&fp_neigh4, &k4);
+		return fp_lookup_apart(&fp_neigh4, &k4);
 	}
 	if (nfam != FP_AF_INET6)
 		return NULL;
@@ -36,7 +36,7 @@ fp_neigh_lookup(__u32 ifindex, const struct fp_nexthop *nh, __u8 family, __be32 
 		__builtin_memcpy(k6.addr, nh->gw, sizeof(k6.addr));
 	else
 		__builtin_memcpy(k6.addr, dst6, sizeof(k6.addr));
-	return bpf_map_lookup_elem(&fp_neigh6, &k6);
+	return fp_lookup_apart(&fp_neigh6, &k6);
 }
 
 /*

@@ -12,6 +12,12 @@
 //! (no flow cache, flow cache, stateful, AF_XDP, NIC RX hash): a path that
 //! only one of them reaches, and its stack, are verified too.
 //!
+//! Every map lookup of a loaded program must be bound to its map: a call
+//! of the generic bpf_map_lookup_elem helper in the verified image means
+//! clang merged the lookups of two maps into one call (maps.h,
+//! fp_lookup_apart), which costs an indirect call where the map's own
+//! lookup, often inlined, belongs.
+//!
 //! Older compilers build every object, but their frames for xdp_fwd are
 //! larger: with the flow cache on (the default) clang-14 needs 560 bytes of
 //! stack for the entry point and the general path together, clang-16 528,
@@ -29,6 +35,7 @@
 mod support;
 
 use std::fs;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -169,11 +176,62 @@ fn fp_cfg_offset(obj: &Path) -> Result<usize> {
     Ok(usize::from_str_radix(value, 16)?)
 }
 
+/// What the verifier writes into a helper call's imm for the generic
+/// bpf_map_lookup_elem: its address relative to __bpf_call_base.
+fn generic_lookup_imm() -> Result<i32> {
+    let syms = fs::read_to_string("/proc/kallsyms").context("reading /proc/kallsyms")?;
+    let addr = |name: &str| -> Result<u64> {
+        let a = syms
+            .lines()
+            .find_map(|l| {
+                let mut f = l.split_whitespace();
+                let (a, _, n) = (f.next()?, f.next()?, f.next()?);
+                (n == name).then(|| u64::from_str_radix(a, 16).ok()).flatten()
+            })
+            .with_context(|| format!("{name} not in /proc/kallsyms"))?;
+        if a == 0 {
+            bail!("/proc/kallsyms hides addresses (kernel.kptr_restrict)");
+        }
+        Ok(a)
+    };
+    let off = addr("bpf_map_lookup_elem")? as i64 - addr("__bpf_call_base")? as i64;
+    i32::try_from(off).context("helper offset out of range")
+}
+
+/// The calls of the generic lookup helper in a loaded program's
+/// verified image (helper calls: code BPF_JMP|BPF_CALL, src_reg 0).
+fn generic_lookups(fd: BorrowedFd<'_>, imm: i32) -> Result<usize> {
+    let info_len = |info: &mut libbpf_sys::bpf_prog_info| -> Result<()> {
+        let mut len = size_of::<libbpf_sys::bpf_prog_info>() as u32;
+        // SAFETY: info is a whole bpf_prog_info; the kernel writes at most len bytes
+        // and, when xlated_prog_insns is set, at most xlated_prog_len bytes there.
+        let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), info, &mut len) };
+        if rc != 0 {
+            bail!("bpf_prog_get_info_by_fd: {}", std::io::Error::from_raw_os_error(-rc));
+        }
+        Ok(())
+    };
+    let mut info = libbpf_sys::bpf_prog_info::default();
+    info_len(&mut info)?;
+    let mut insns = vec![0u8; info.xlated_prog_len as usize];
+    let mut info = libbpf_sys::bpf_prog_info {
+        xlated_prog_len: insns.len() as u32,
+        xlated_prog_insns: insns.as_mut_ptr() as u64,
+        ..Default::default()
+    };
+    info_len(&mut info)?;
+    Ok(insns
+        .chunks_exact(8)
+        .filter(|i| i[0] == 0x85 && i[1] >> 4 == 0 && i32::from_le_bytes([i[4], i[5], i[6], i[7]]) == imm)
+        .count())
+}
+
 /// Loads the programs of the object (with `cfg` written over `fp_cfg`,
 /// only the entry points the daemon loads with it: fp_xdp_fwd_full* for
 /// stateful and AF_XDP instances, fp_xdp_fwd* otherwise); returns their names.
 /// Without `meta`, the `*_hint` entry points (bpf_xdp_adjust_meta) stay unloaded.
-fn load(obj: &Path, bind_to: u32, cfg: Option<&fp_config>, meta: bool) -> Result<Vec<String>> {
+/// A program that still calls the generic lookup helper (`generic_imm`) fails.
+fn load(obj: &Path, bind_to: u32, cfg: Option<&fp_config>, meta: bool, generic_imm: i32) -> Result<Vec<String>> {
     let mut open = ObjectBuilder::default().open_file(obj).context("open")?;
     if !meta {
         for mut p in open.progs_mut() {
@@ -216,6 +274,16 @@ fn load(obj: &Path, bind_to: u32, cfg: Option<&fp_config>, meta: bool) -> Result
     if fds != names.len() {
         bail!("{} of {} programs loaded", fds, names.len());
     }
+    for p in loaded.progs().filter(|p| p.autoload()) {
+        let n = generic_lookups(p.as_fd(), generic_imm)?;
+        if n > 0 {
+            bail!(
+                "{}: {n} map lookup(s) through the generic helper: lookups of two maps merged into one call \
+                 (use fp_lookup_apart, bpf/lib/maps.h)",
+                p.name().to_string_lossy()
+            );
+        }
+    }
     Ok(names)
 }
 
@@ -247,6 +315,7 @@ fn programs_build_and_load_with_every_supported_clang() {
         eprintln!("this kernel refuses bpf_xdp_adjust_meta to XDP programs: the *_hint entry points are not loaded");
     }
     assert!(srcs.len() >= 2, "no bpf/**/*.bpf.c found");
+    let generic_imm = generic_lookup_imm().expect("the generic lookup helper's address");
 
     let mut failed = Vec::new();
     let mut skipped = Vec::new();
@@ -276,7 +345,7 @@ fn programs_build_and_load_with_every_supported_clang() {
             vec![("as built", None)]
         };
         for (name, cfg) in cfgs {
-            match load(out, lab.a, cfg.as_ref(), meta) {
+            match load(out, lab.a, cfg.as_ref(), meta, generic_imm) {
                 Ok(progs) => eprintln!("{clang}: {stem} ({name}): loaded {}", progs.join(", ")),
                 Err(e) => failed.push(format!("{clang}: {} ({name}): {e:#}", src.display())),
             }
