@@ -12,11 +12,11 @@
 //! (no flow cache, flow cache, stateful, AF_XDP, NIC RX hash): a path that
 //! only one of them reaches, and its stack, are verified too.
 //!
-//! Every map lookup of a loaded program must be bound to its map: a call
-//! of the generic bpf_map_lookup_elem helper in the verified image means
-//! clang merged the lookups of two maps into one call (maps.h,
-//! fp_lookup_apart), which costs an indirect call where the map's own
-//! lookup, often inlined, belongs.
+//! Every map lookup (and update, delete, redirect...) of a loaded program
+//! must be bound to its map: a call of the generic helper, such as
+//! bpf_map_lookup_elem, in the verified image means clang merged the calls
+//! on two maps into one (maps.h, fp_lookup_apart), which costs an indirect
+//! call where the map's own code, often inlined, belongs.
 //!
 //! Older compilers build every object, but their frames for xdp_fwd are
 //! larger: with the flow cache on (the default) clang-14 needs 560 bytes of
@@ -176,9 +176,25 @@ fn fp_cfg_offset(obj: &Path) -> Result<usize> {
     Ok(usize::from_str_radix(value, 16)?)
 }
 
-/// What the verifier writes into a helper call's imm for the generic
-/// bpf_map_lookup_elem: its address relative to __bpf_call_base.
-fn generic_lookup_imm() -> Result<i32> {
+/// The helpers that take a map and that the verifier replaces, for a
+/// JIT'd program, with the map's own code wherever it can tell the map: a
+/// call of one of them left in the verified image was reached with two
+/// maps (README, "How it is tested", Compilers).
+const GENERIC_MAP_HELPERS: &[&str] = &[
+    "bpf_map_lookup_elem",
+    "bpf_map_update_elem",
+    "bpf_map_delete_elem",
+    "bpf_map_push_elem",
+    "bpf_map_pop_elem",
+    "bpf_map_peek_elem",
+    "bpf_map_lookup_percpu_elem",
+    "bpf_for_each_map_elem",
+    "bpf_xdp_redirect_map",
+];
+
+/// What the verifier writes into a helper call's imm for each generic map
+/// helper: its address relative to __bpf_call_base.
+fn generic_helper_imms() -> Result<Vec<(&'static str, i32)>> {
     let syms = fs::read_to_string("/proc/kallsyms").context("reading /proc/kallsyms")?;
     let addr = |name: &str| -> Result<u64> {
         let a = syms
@@ -194,13 +210,16 @@ fn generic_lookup_imm() -> Result<i32> {
         }
         Ok(a)
     };
-    let off = addr("bpf_map_lookup_elem")? as i64 - addr("__bpf_call_base")? as i64;
-    i32::try_from(off).context("helper offset out of range")
+    let base = addr("__bpf_call_base")? as i64;
+    GENERIC_MAP_HELPERS
+        .iter()
+        .map(|&h| Ok((h, i32::try_from(addr(h)? as i64 - base).context("helper offset out of range")?)))
+        .collect()
 }
 
-/// The calls of the generic lookup helper in a loaded program's
+/// The calls of generic map helpers (`imms`) in a loaded program's
 /// verified image (helper calls: code BPF_JMP|BPF_CALL, src_reg 0).
-fn generic_lookups(fd: BorrowedFd<'_>, imm: i32) -> Result<usize> {
+fn generic_helper_calls(fd: BorrowedFd<'_>, imms: &[(&'static str, i32)]) -> Result<Vec<&'static str>> {
     let info_len = |info: &mut libbpf_sys::bpf_prog_info| -> Result<()> {
         let mut len = size_of::<libbpf_sys::bpf_prog_info>() as u32;
         // SAFETY: info is a whole bpf_prog_info; the kernel writes at most len bytes
@@ -222,16 +241,26 @@ fn generic_lookups(fd: BorrowedFd<'_>, imm: i32) -> Result<usize> {
     info_len(&mut info)?;
     Ok(insns
         .chunks_exact(8)
-        .filter(|i| i[0] == 0x85 && i[1] >> 4 == 0 && i32::from_le_bytes([i[4], i[5], i[6], i[7]]) == imm)
-        .count())
+        .filter(|i| i[0] == 0x85 && i[1] >> 4 == 0)
+        .filter_map(|i| {
+            let imm = i32::from_le_bytes([i[4], i[5], i[6], i[7]]);
+            imms.iter().find(|&&(_, h)| h == imm).map(|&(n, _)| n)
+        })
+        .collect())
 }
 
 /// Loads the programs of the object (with `cfg` written over `fp_cfg`,
 /// only the entry points the daemon loads with it: fp_xdp_fwd_full* for
 /// stateful and AF_XDP instances, fp_xdp_fwd* otherwise); returns their names.
 /// Without `meta`, the `*_hint` entry points (bpf_xdp_adjust_meta) stay unloaded.
-/// A program that still calls the generic lookup helper (`generic_imm`) fails.
-fn load(obj: &Path, bind_to: u32, cfg: Option<&fp_config>, meta: bool, generic_imm: i32) -> Result<Vec<String>> {
+/// A program that still calls a generic map helper (`generic`) fails.
+fn load(
+    obj: &Path,
+    bind_to: u32,
+    cfg: Option<&fp_config>,
+    meta: bool,
+    generic: &[(&'static str, i32)],
+) -> Result<Vec<String>> {
     let mut open = ObjectBuilder::default().open_file(obj).context("open")?;
     if !meta {
         for mut p in open.progs_mut() {
@@ -275,12 +304,13 @@ fn load(obj: &Path, bind_to: u32, cfg: Option<&fp_config>, meta: bool, generic_i
         bail!("{} of {} programs loaded", fds, names.len());
     }
     for p in loaded.progs().filter(|p| p.autoload()) {
-        let n = generic_lookups(p.as_fd(), generic_imm)?;
-        if n > 0 {
+        let calls = generic_helper_calls(p.as_fd(), generic)?;
+        if !calls.is_empty() {
             bail!(
-                "{}: {n} map lookup(s) through the generic helper: lookups of two maps merged into one call \
-                 (use fp_lookup_apart, bpf/lib/maps.h)",
-                p.name().to_string_lossy()
+                "{}: calls of generic map helpers ({}): calls on two maps merged into one \
+                 (use fp_lookup_apart, bpf/lib/maps.h, or the like), or the BPF JIT is off",
+                p.name().to_string_lossy(),
+                calls.join(", ")
             );
         }
     }
@@ -315,7 +345,7 @@ fn programs_build_and_load_with_every_supported_clang() {
         eprintln!("this kernel refuses bpf_xdp_adjust_meta to XDP programs: the *_hint entry points are not loaded");
     }
     assert!(srcs.len() >= 2, "no bpf/**/*.bpf.c found");
-    let generic_imm = generic_lookup_imm().expect("the generic lookup helper's address");
+    let generic = generic_helper_imms().expect("the generic map helpers' addresses");
 
     let mut failed = Vec::new();
     let mut skipped = Vec::new();
@@ -345,7 +375,7 @@ fn programs_build_and_load_with_every_supported_clang() {
             vec![("as built", None)]
         };
         for (name, cfg) in cfgs {
-            match load(out, lab.a, cfg.as_ref(), meta, generic_imm) {
+            match load(out, lab.a, cfg.as_ref(), meta, &generic) {
                 Ok(progs) => eprintln!("{clang}: {stem} ({name}): loaded {}", progs.join(", ")),
                 Err(e) => failed.push(format!("{clang}: {} ({name}): {e:#}", src.display())),
             }
