@@ -94,3 +94,30 @@ def test_bench_quick_ipv6_forwards_ipv6_in_every_mode(fastpath_bin, tmp_path):
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         assert run.returncode != 0 and why in run.stderr, f"{bad}: {run.stderr}"
         assert not (tmp_path / "bad").exists()
+
+
+def test_bench_daemon_args_reach_the_daemons(fastpath_bin, tmp_path):
+    """`--daemon-arg` (repeatable) goes to the fastpath modes' daemons, and forward.json records
+    it. With `--flow-timeout 0` the fastpath mode's daemon runs without its cache, which the bench
+    refuses to report as that mode; an option the daemon refuses fails the bench with the
+    daemon's own reason."""
+    base = [str(FASTPATH), "bench", "--quick", "--no-rt", "--no-hints", "--modes", "fastpath"]
+
+    def bench(*args: str, out: str) -> subprocess.CompletedProcess:
+        return subprocess.run(base + list(args) + ["--out", str(tmp_path / out)],
+                              capture_output=True, text=True, timeout=120)
+
+    run = bench("--daemon-arg=--fib4-index", "--daemon-arg", "dir24", out="ok")
+    assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
+    assert "fastpath daemons run with: --fib4-index dir24" in run.stdout, run.stdout
+    rep = json.loads((tmp_path / "ok" / "forward.json").read_text())
+    assert rep["daemon_args"] == ["--fib4-index", "dir24"], rep["daemon_args"]
+    v = rep["fastpath_verdicts"]["fastpath"]
+    assert v["forwarded"] > 0 and v["cache_hits"] > 0, v
+
+    run = bench("--daemon-arg=--flow-timeout", "--daemon-arg=0", out="nocache")
+    assert run.returncode != 0 and "the flow cache was never looked up" in run.stderr, run.stderr
+
+    run = bench("--daemon-arg=--no-such-option", out="bad")
+    assert run.returncode != 0 and "--no-such-option" in run.stderr, run.stderr
+    assert not (tmp_path / "bad" / "forward.json").exists()

@@ -303,6 +303,7 @@ pub fn run(a: &FullrateArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         flows: vec![a.flows],
         modes,
         flow_entries: None,
+        daemon_args: Vec::new(),
         hints: false,
         place: Placement::check(a.cpu, !a.no_rt)?,
     };

@@ -82,6 +82,11 @@ pub struct BenchArgs {
     /// Flow-cache capacity per CPU for the fastpath modes (`fastpath run --flow-entries`; default: the daemon's).
     #[arg(long, value_name = "N")]
     pub flow_entries: Option<u32>,
+    /// One more option for the fastpath modes' daemons (`fastpath run`), repeatable:
+    /// `--daemon-arg=--fib4-index --daemon-arg=dir24` compares a setting with the default in one
+    /// run of each build. Recorded in forward.json.
+    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
+    pub daemon_arg: Vec<String>,
     /// Skip the XDP1 / XDP_HINTS / XDP3 ns-per-packet section.
     #[arg(long)]
     pub no_hints: bool,
@@ -153,6 +158,8 @@ struct Plan {
     flows: Vec<u32>,
     modes: Vec<Mode>,
     flow_entries: Option<u32>,
+    /// `--daemon-arg`s, after the mode's own options.
+    daemon_args: Vec<String>,
     hints: bool,
     place: Placement,
 }
@@ -186,6 +193,7 @@ impl Plan {
                 None => default_modes(hint_ok),
             },
             flow_entries: a.flow_entries,
+            daemon_args: a.daemon_arg.clone(),
             hints: !a.no_hints,
             place: Placement::check(a.cpu, !a.no_rt)?,
         };
@@ -325,6 +333,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         plan.place.cpu,
         if plan.place.fifo { " (SCHED_FIFO)" } else { "" }
     );
+    if !plan.daemon_args.is_empty() {
+        println!("fastpath daemons run with: {}", plan.daemon_args.join(" "));
+    }
 
     let topo = Topology::create_for(family)?;
     let mut sink_obj = MaybeUninit::uninit();
@@ -377,6 +388,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         fastpath_verdicts: fp_verdicts,
         hints: hints.as_ref(),
         flow_entries: plan.flow_entries,
+        daemon_args: &plan.daemon_args,
         target: Target {
             modes: [Mode::Fastpath.name(), Mode::FastpathHint.name()],
             size: target_size,

@@ -269,6 +269,8 @@ pub struct Report<'a> {
     pub hints: Option<&'a HintsReport>,
     /// `--flow-entries` given to the daemon (None: its default).
     pub flow_entries: Option<u32>,
+    /// `--daemon-arg`s given to the fastpath modes' daemons.
+    pub daemon_args: &'a [String],
     pub target: Target,
 }
 

@@ -135,6 +135,7 @@ fn in_mode(
             if let Some(n) = bench.plan.flow_entries {
                 extra.extend(["--flow-entries".to_string(), n.to_string()]);
             }
+            extra.extend(bench.plan.daemon_args.iter().cloned());
             let mut daemon = Daemon::spawn_with(topo, exe, work, &extra)?;
             daemon.wait_ready(Duration::from_secs(20), bench.stop)?;
             under_daemon(bench, daemon, mode, f).map(Some)

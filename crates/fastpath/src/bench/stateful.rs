@@ -223,6 +223,7 @@ pub fn run(a: &StatefulArgs, exe: &Path, work: &Path, stop: &AtomicBool) -> Resu
         flows: flows.clone(),
         modes: modes.iter().map(|m| m.mode()).collect(),
         flow_entries: None,
+        daemon_args: Vec::new(),
         hints: false,
         place: Placement::check(a.cpu, !a.no_rt)?,
     };
