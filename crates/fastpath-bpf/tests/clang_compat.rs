@@ -211,10 +211,16 @@ fn generic_helper_imms() -> Result<Vec<(&'static str, i32)>> {
         Ok(a)
     };
     let base = addr("__bpf_call_base")? as i64;
-    GENERIC_MAP_HELPERS
-        .iter()
-        .map(|&h| Ok((h, i32::try_from(addr(h)? as i64 - base).context("helper offset out of range")?)))
-        .collect()
+    let mut v = Vec::new();
+    for &h in GENERIC_MAP_HELPERS {
+        match addr(h) {
+            Ok(a) => v.push((h, i32::try_from(a as i64 - base).context("helper offset out of range")?)),
+            // The others only where this kernel has them (an older one lacks some).
+            Err(e) if h == "bpf_map_lookup_elem" => return Err(e),
+            Err(_) => {}
+        }
+    }
+    Ok(v)
 }
 
 /// The calls of generic map helpers (`imms`) in a loaded program's
