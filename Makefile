@@ -55,7 +55,7 @@ test-rust:
 test-e2e:
 	$(PYTHON) -m pytest tests -n $(E2E_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
-# Long hardening runs (about 10 minutes): 100k fuzzed frames kernel vs fastpath
+# Long hardening runs (3-4 minutes on the 2-vCPU dev VM): 100k fuzzed frames kernel vs fastpath
 # and kernel vs kernel, 100k route/neighbour changes, 2k FPM route/object
 # changes. Not part of `make test`.
 soak: setup build
