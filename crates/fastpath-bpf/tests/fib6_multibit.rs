@@ -43,24 +43,7 @@ const GROUP: u32 = 1;
 const PAYLOAD: usize = 1300;
 const IP_LEN: u32 = 40 + PAYLOAD as u32;
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn addr(&mut self) -> u128 {
-        (u128::from(self.next()) << 64) | u128::from(self.next())
-    }
-}
+use fastpath_core::xorshift::XorShift as Rng;
 
 fn mask(len: u8) -> u128 {
     if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len)) }

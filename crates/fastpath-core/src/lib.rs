@@ -27,3 +27,4 @@ pub mod route_delta;
 mod route_fast;
 pub mod sysctl;
 pub mod tables;
+pub mod xorshift;

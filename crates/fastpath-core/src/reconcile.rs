@@ -1566,21 +1566,7 @@ mod tests {
 
     // ---- randomized: compute + reconcile over a stream of kernel states ----
 
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-        fn chance(&mut self, pct: u64) -> bool {
-            self.below(100) < pct
-        }
-    }
+    use crate::xorshift::XorShift as Rng;
 
     const P4: &[(&str, u8)] = &[
         ("0.0.0.0", 0),

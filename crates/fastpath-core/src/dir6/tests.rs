@@ -53,21 +53,7 @@ fn lpm(routes: &BTreeMap<(u128, u8), u32>, addr: u128) -> Option<u32> {
     (0..=128u8).rev().find_map(|l| routes.get(&(addr & mask128(l), l)).copied())
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn addr(&mut self) -> u128 {
-        (u128::from(self.next()) << 64) | u128::from(self.next())
-    }
-}
+use crate::xorshift::XorShift as Rng;
 
 const LENS: &[u8] = &[0, 3, 12, 16, 17, 20, 24, 29, 32, 33, 36, 40, 44, 47, 48, 52, 56, 60, 64, 65, 80, 127, 128];
 
